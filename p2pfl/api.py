@@ -1,0 +1,87 @@
+"""Python API: ``p2pfl.run(...)`` with the same contract as ``p2pfl run``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from p2pfl.config.loader import load, load_dict
+from p2pfl.config.scenario import Scenario
+from p2pfl.metrics.rundir import check_out_dir, manifest, write_run_dir
+
+__all__ = ["RunResult", "run", "resolve", "default_out_dir"]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run produced: the summary fields (also as attributes), timing and the run directory."""
+
+    summary: dict[str, Any]
+    timing: dict[str, float]
+    scenario: Scenario
+    out: Optional[Path] = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        summary = self.__dict__.get("summary", {})
+        if name in summary:
+            return summary[name]
+        raise AttributeError(name)
+
+    @property
+    def wall_s(self) -> float:
+        return self.timing["wall_s"]
+
+
+def resolve(scenario: str | Path | Mapping[str, Any] | Scenario, *, seed: Optional[int] = None,
+            overrides: Sequence[str] = ()) -> Scenario:
+    """A validated Scenario from a path, a mapping or a Scenario (overrides and seed applied)."""
+    if isinstance(scenario, Scenario):
+        if not overrides and seed is None:
+            return scenario
+        scenario = scenario.model_dump(mode="json")
+    if isinstance(scenario, Mapping):
+        return load_dict(scenario, overrides=overrides, seed=seed)
+    return load(scenario, overrides=overrides, seed=seed)
+
+
+def default_out_dir(scenario: Scenario, root: Path = Path("runs")) -> Path:
+    """``runs/<name>-seed<seed>-<timestamp>``, made unique with a counter."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = root / f"{scenario.name}-seed{scenario.seed}-{stamp}"
+    out, k = base, 1
+    while out.exists():
+        k += 1
+        out = base.with_name(f"{base.name}-{k}")
+    return out
+
+
+def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, seed: Optional[int] = None,
+        overrides: Sequence[str] = (), out: Optional[str | Path] = None, write: bool = True,
+        on_round: Optional[Callable[[], None]] = None, on_start: Optional[Callable[[int], None]] = None,
+        argv: Optional[Sequence[str]] = None) -> RunResult:
+    """Validate, build, run and (unless ``write=False``) write the run directory.
+
+    Raises ``p2pfl.errors.UserError`` for anything the user can fix; nothing is
+    written in that case.
+    """
+    from p2pfl.sim.kernel import Simulation
+
+    t0 = time.perf_counter()
+    sc = resolve(scenario, seed=seed, overrides=overrides)
+    out_path = None
+    if write:
+        out_path = Path(out) if out is not None else default_out_dir(sc)
+        check_out_dir(out_path)
+    sim = Simulation(sc, on_round=on_round)
+    if on_start is not None:
+        on_start(sim.protocol.progress_total())
+    summary = sim.run()
+    timing = {"wall_s": time.perf_counter() - t0, **sim.timing()}
+    if write:
+        assert out_path is not None
+        write_run_dir(out_path, scenario=sc.model_dump(mode="json"), summary=summary, events=sim.recorder.events,
+                      timing=timing, manifest=manifest(argv), extra=sim.protocol.artifacts())
+    return RunResult(summary=summary, timing=timing, scenario=sc, out=out_path)

@@ -1,0 +1,148 @@
+"""``p2pfl`` command line: thin; defaults live only in ``p2pfl.config``.
+
+    p2pfl run SCENARIO [--out DIR] [--seed N] [--set key=value ...]
+    p2pfl validate SCENARIO [--seed N] [--set key=value ...]
+    p2pfl list protocols|datasets|partitions|topologies
+    p2pfl topology show FILE --out x.png
+    p2pfl data show SCENARIO --out x.png
+
+A user error prints one line on stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from p2pfl.errors import UserError
+
+__all__ = ["main"]
+
+
+def _add_scenario_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--seed", type=int, default=None, help="root seed (overrides the scenario's)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field by dotted path, e.g. --set protocol.rounds=5 (repeatable)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="p2pfl", description="Discrete-event simulator for decentralized federated learning.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a scenario and write its run directory")
+    _add_scenario_args(run)
+    run.add_argument("--out", default=None, help="run directory (default runs/<name>-seed<N>-<time>)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+    val = sub.add_parser("validate", help="check a scenario (topology and data included) without running it")
+    _add_scenario_args(val)
+    ls = sub.add_parser("list", help="list protocols, datasets, partitions or topologies")
+    ls.add_argument("what", choices=["protocols", "datasets", "partitions", "topologies"])
+    topo = sub.add_parser("topology", help="topology tools")
+    tsub = topo.add_subparsers(dest="topology_command", required=True)
+    show = tsub.add_parser("show", help="draw a topology file (servers marked) to a PNG")
+    show.add_argument("file")
+    show.add_argument("--out", required=True)
+    show.add_argument("--seed", type=int, default=0)
+    data = sub.add_parser("data", help="data tools")
+    dsub = data.add_subparsers(dest="data_command", required=True)
+    dshow = dsub.add_parser("show", help="draw a scenario's partition (label histograms per device, samples per cluster)")
+    _add_scenario_args(dshow)
+    dshow.add_argument("--out", required=True)
+    return ap
+
+
+def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from p2pfl.api import run
+    from p2pfl.progress import RunProgress, print_summary
+
+    with RunProgress(enabled=not args.quiet) as progress:
+        result = run(args.scenario, seed=args.seed, overrides=args.overrides, out=args.out,
+                     on_round=progress.advance, on_start=progress.start, argv=["p2pfl", *argv])
+    if not args.quiet:
+        print_summary(result)
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from p2pfl.api import resolve
+    from p2pfl.data import build_federation
+    from p2pfl.topology import build_topology
+
+    sc = resolve(args.scenario, seed=args.seed, overrides=args.overrides)
+    topo = build_topology(sc.topology, seed=sc.seed)
+    fed = build_federation(sc.data, topo.n_devices, seed=sc.seed)
+    print(f"{args.scenario}: ok ({sc.protocol.name}, {topo.n_devices} devices, {len(topo.servers)} servers, "
+          f"{topo.graph.number_of_edges()} links, {fed.dataset} with {fed.num_classes} classes)")
+    return 0
+
+
+def _cmd_list(what: str) -> int:
+    if what == "protocols":
+        from p2pfl.protocols import PROTOCOLS
+
+        rows = [(name, ("server" if cls.needs_server else "serverless"), cls.summary) for name, cls in sorted(PROTOCOLS.items())]
+    elif what == "datasets":
+        from p2pfl.data import DATASETS
+
+        rows = [(k, v) for k, v in sorted(DATASETS.items())]
+    elif what == "partitions":
+        from p2pfl.data import PARTITIONS
+
+        rows = [(k, v) for k, v in sorted(PARTITIONS.items())]
+    else:
+        from p2pfl.topology import BUILDERS
+
+        rows = [(k, v) for k, v in sorted(BUILDERS.items())]
+    width = max(len(r[0]) for r in rows)
+    for r in rows:
+        print(f"{r[0]:<{width}}  " + "  ".join(str(x) for x in r[1:]))
+    return 0
+
+
+def _cmd_topology_show(args: argparse.Namespace) -> int:
+    from p2pfl.topology import build_topology, draw_topology, load_topology_file
+
+    topo = build_topology(load_topology_file(args.file), seed=args.seed)
+    draw_topology(topo, Path(args.out), title=Path(args.file).name)
+    print(f"wrote {args.out} ({topo.n_devices} devices, {topo.graph.number_of_edges()} links, {len(topo.servers)} servers)")
+    return 0
+
+
+def _cmd_data_show(args: argparse.Namespace) -> int:
+    from p2pfl.api import resolve
+    from p2pfl.data import build_federation
+    from p2pfl.data.show import federation_table, show_federation
+    from p2pfl.topology import build_topology
+
+    sc = resolve(args.scenario, seed=args.seed, overrides=args.overrides)
+    topo = build_topology(sc.topology, seed=sc.seed)
+    fed = build_federation(sc.data, topo.n_devices, seed=sc.seed)
+    show_federation(fed, Path(args.out))
+    print(federation_table(fed))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``p2pfl`` console script and ``python -m p2pfl``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return _cmd_run(args, argv)
+        if args.command == "validate":
+            return _cmd_validate(args)
+        if args.command == "list":
+            return _cmd_list(args.what)
+        if args.command == "topology":
+            return _cmd_topology_show(args)
+        return _cmd_data_show(args)
+    except UserError as err:
+        print(f"p2pfl: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

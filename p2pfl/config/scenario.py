@@ -1,0 +1,52 @@
+"""The scenario: one validated, frozen description of a run.
+
+YAML layout (every block but ``topology``, ``data`` and ``protocol`` has defaults)::
+
+    name: quickstart
+    seed: 0
+    topology: topologies/neighbourhood16.yaml   # a file, or an inline mapping
+    data: {dataset: digits, partition: {kind: iid}}
+    model: {name: auto}
+    training: {epochs: 1, batch_size: 32, lr: 0.05, momentum: 0.9}
+    devices: {flops_per_s: 1.0e9}
+    protocol: {name: gossip, rounds: 30}
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SerializeAsAny, field_validator
+
+from p2pfl.config.validation import Strict
+from p2pfl.data import DataSpec
+from p2pfl.learning.models import ModelSpec
+from p2pfl.learning.train import TrainingSpec
+from p2pfl.protocols.base import ProtocolParams
+from p2pfl.sim.profiles import DeviceProfilesSpec
+from p2pfl.topology import TopologySpec
+
+__all__ = ["Scenario"]
+
+
+class Scenario(Strict):
+    """A fully resolved scenario: the topology is inlined and the protocol params are validated."""
+
+    name: str = "scenario"
+    description: str = ""
+    seed: int = Field(0, ge=0)
+    topology: TopologySpec
+    data: DataSpec = DataSpec()
+    model: ModelSpec = ModelSpec()
+    training: TrainingSpec = TrainingSpec()
+    devices: DeviceProfilesSpec = DeviceProfilesSpec()
+    protocol: SerializeAsAny[ProtocolParams]
+    executor: Literal["inline"] = "inline"
+    torch_device: str = "cpu"
+
+    @field_validator("torch_device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if v not in ("cpu", "cuda", "auto") and not (v.startswith("cuda:") and v[5:].isdigit()):
+            raise ValueError("must be 'cpu', 'cuda', 'cuda:N' or 'auto'")
+        return v

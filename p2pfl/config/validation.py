@@ -1,0 +1,68 @@
+"""Turn pydantic validation failures into one-line user errors.
+
+Errors read like scikit-learn's: the file, the dotted field, the rule, and
+the value received.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from p2pfl.errors import ConfigError
+
+__all__ = ["Strict", "parse_model", "format_validation_error"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Strict(BaseModel):
+    """Base for every config model: unknown keys are errors, values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _dotted(loc: tuple[Any, ...], prefix: str) -> str:
+    # Drop pydantic's discriminator tags (e.g. 'ring' in a tagged union) from the path.
+    parts = [prefix] if prefix else []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(str(item))
+    text = ".".join(parts).replace(".[", "[")
+    return text or "(top level)"
+
+
+def format_validation_error(err: ValidationError, source: str | Path, prefix: str = "") -> str:
+    """One line: ``<file>: field '<a.b>': <reason>; got <value>`` (first error only)."""
+    first = err.errors(include_url=False)[0]
+    loc = tuple(first.get("loc", ()))
+    kind = first.get("type", "")
+    # Tagged unions put the tag name in the location; hide it.
+    ctx_tag = first.get("ctx", {}) or {}
+    field = _dotted(tuple(x for x in loc if not _is_tag(x, ctx_tag)), prefix)
+    if kind == "extra_forbidden":
+        return f"{source}: unknown field '{field}'; remove it or check its spelling"
+    if kind == "missing":
+        return f"{source}: field '{field}' is required; add it"
+    msg = first.get("msg", "invalid value")
+    got = first.get("input")
+    got_text = repr(got)
+    if len(got_text) > 80:
+        got_text = got_text[:77] + "..."
+    return f"{source}: field '{field}': {msg}; got {got_text}"
+
+
+def _is_tag(item: Any, ctx: dict) -> bool:
+    return isinstance(item, str) and item.startswith("function-") or False
+
+
+def parse_model(model: type[M], data: Any, source: str | Path, prefix: str = "") -> M:
+    """Validate ``data`` against ``model`` or raise a one-line ConfigError."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, source, prefix)) from None

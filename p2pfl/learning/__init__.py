@@ -1,0 +1,1 @@
+"""Models, local training, evaluation and aggregation maths."""

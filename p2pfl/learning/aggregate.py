@@ -1,0 +1,63 @@
+"""Aggregation maths on state dicts: pure functions, no time, no I/O (Flower's aggregate.py)."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import torch
+
+__all__ = ["State", "weighted_average", "clone_state", "add_scaled", "sub", "squared_distance", "state_to_vector"]
+
+State = dict[str, torch.Tensor]
+
+
+def clone_state(state: Mapping[str, torch.Tensor]) -> State:
+    """Detached copy of a state dict (what a message carries)."""
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
+def weighted_average(items: Sequence[tuple[Mapping[str, torch.Tensor], float]]) -> State:
+    """FedAvg: sum_k w_k x_k / sum_k w_k over ``[(state, weight)]``.
+
+    Raises ValueError on an empty list, non-positive total weight or mismatched keys.
+    """
+    if not items:
+        raise ValueError("weighted_average needs at least one (state, weight) pair")
+    total = float(sum(w for _, w in items))
+    if total <= 0:
+        raise ValueError(f"weights must sum to a positive number; got {total}")
+    keys = list(items[0][0].keys())
+    for state, _ in items[1:]:
+        if list(state.keys()) != keys:
+            raise ValueError("states to average have different keys")
+    out: State = {}
+    for k in keys:
+        ref = items[0][0][k]
+        if not torch.is_floating_point(ref):
+            out[k] = ref.clone()  # integer buffers (e.g. BN counters): keep the first
+            continue
+        acc = torch.zeros_like(ref, dtype=torch.float64)
+        for state, w in items:
+            acc += state[k].to(torch.float64) * (w / total)
+        out[k] = acc.to(ref.dtype)
+    return out
+
+
+def sub(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> State:
+    """a - b, key by key."""
+    return {k: a[k] - b[k] for k in a}
+
+
+def add_scaled(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor], scale: float) -> State:
+    """a + scale * b, key by key."""
+    return {k: a[k] + scale * b[k] if torch.is_floating_point(a[k]) else a[k].clone() for k in a}
+
+
+def state_to_vector(state: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """All floating-point entries flattened into one float64 vector."""
+    return torch.cat([v.reshape(-1).to(torch.float64) for v in state.values() if torch.is_floating_point(v)])
+
+
+def squared_distance(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> float:
+    """||a - b||^2 over floating-point entries."""
+    return float(((state_to_vector(a) - state_to_vector(b)) ** 2).sum())

@@ -1,0 +1,81 @@
+"""Model zoo. Names follow the papers.
+
+``cnn28`` is the Conditional paper's 28x28 backbone (Sec. III-B) without the
+statistics concatenation: Conv(1->32, 3x3, pad 1) - ReLU - MaxPool(2) -
+Conv(32->64, 3x3, pad 1) - ReLU - MaxPool(2) - Flatten(3136) - FC(128) - ReLU -
+FC(C). ``mlp`` is a small multilayer perceptron for 8x8 digits or vector data.
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Callable, Literal
+
+import torch
+from torch import nn
+
+from p2pfl.config.validation import Strict
+from p2pfl.errors import ConfigError
+
+__all__ = ["ModelSpec", "CNN28", "MLP", "MODELS", "build_model"]
+
+
+class ModelSpec(Strict):
+    """YAML ``model:`` block. ``auto`` picks ``cnn28`` for 28x28 images, else ``mlp``."""
+
+    name: Literal["auto", "cnn28", "mlp"] = "auto"
+    hidden: int = 64
+
+
+class CNN28(nn.Module):
+    """Conditional paper Sec. III-B backbone for 1x28x28 inputs."""
+
+    def __init__(self, num_classes: int, in_channels: int = 1, hidden: int = 128) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+        )
+        self.classifier = nn.Sequential(nn.Linear(3136, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+class MLP(nn.Module):
+    """Flatten - FC(hidden) - ReLU - FC(C)."""
+
+    def __init__(self, in_features: int, num_classes: int, hidden: int = 64) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def _cnn28(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    if tuple(input_shape[-2:]) != (28, 28) or len(input_shape) != 3:
+        raise ConfigError(f"model.name 'cnn28' needs 28x28 images; got input shape {tuple(input_shape)}; use 'mlp'")
+    return CNN28(num_classes, in_channels=input_shape[0])
+
+
+def _mlp(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    return MLP(prod(input_shape), num_classes, hidden=spec.hidden)
+
+
+MODELS: dict[str, Callable[[ModelSpec, tuple[int, ...], int], nn.Module]] = {"cnn28": _cnn28, "mlp": _mlp}
+
+
+def build_model(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int, *, seed: int) -> nn.Module:
+    """A freshly initialised model; the same seed gives the same weights."""
+    name = spec.name
+    if name == "auto":
+        name = "cnn28" if len(input_shape) == 3 and tuple(input_shape[-2:]) == (28, 28) else "mlp"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return MODELS[name](spec, tuple(input_shape), num_classes)

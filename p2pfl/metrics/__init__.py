@@ -1,0 +1,1 @@
+"""Recording what happens in a run and writing the run directory."""

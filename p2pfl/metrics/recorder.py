@@ -1,0 +1,74 @@
+"""The Recorder: the one place where bytes, messages, compute, accuracy and logs are counted.
+
+Only the kernel and contexts talk to it; protocols never touch it directly.
+Everything it holds is deterministic (simulated time and counts), except the
+wall-clock figures kept apart in ``timing``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable, Optional
+
+__all__ = ["Recorder"]
+
+
+class Recorder:
+    """Counters per node and an ordered event log."""
+
+    def __init__(self, n_nodes: int, on_round: Optional[Callable[[], None]] = None) -> None:
+        self.n_nodes = n_nodes
+        self.events: list[dict[str, Any]] = []
+        self.bytes_sent = [0] * n_nodes
+        self.bytes_received = [0] * n_nodes
+        self.messages_sent = [0] * n_nodes
+        self.messages_dropped = 0
+        self.bytes_by_kind: dict[str, int] = defaultdict(int)
+        self.compute_flops = [0] * n_nodes
+        self.compute_sim_s = [0.0] * n_nodes
+        self.accuracy: dict[int, float] = {}
+        self.accuracy_curve: list[dict[str, Any]] = []
+        self.logs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.timing: dict[str, float] = defaultdict(float)
+        self._on_round = on_round
+
+    def event(self, t: float, kind: str, **fields: Any) -> None:
+        """Append one event (``t``, ``kind`` and its fields) to the log."""
+        self.events.append({"t": t, "kind": kind, **fields})
+
+    def message(self, what: str, t: float, msg: Any, lost: bool) -> None:
+        """Count a finished transmission (``send``) or an arrival (``deliver``)."""
+        if what == "send":
+            self.bytes_sent[msg.src] += msg.size_bytes
+            self.messages_sent[msg.src] += 1
+            self.bytes_by_kind[msg.kind] += msg.size_bytes
+            if lost:
+                self.messages_dropped += 1
+            self.event(t, "drop" if lost else "send", src=msg.src, dst=msg.dst, msg=msg.kind,
+                       bytes=msg.size_bytes, t_start=msg.sent_t)
+        else:
+            self.bytes_received[msg.dst] += msg.size_bytes
+            self.event(t, "deliver", src=msg.src, dst=msg.dst, msg=msg.kind, bytes=msg.size_bytes)
+
+    def compute(self, t: float, node: int, flops: int, sim_s: float, what: str) -> None:
+        """Count modelled compute charged to ``node``."""
+        self.compute_flops[node] += int(flops)
+        self.compute_sim_s[node] += sim_s
+        self.event(t, "compute", node=node, what=what, flops=int(flops), sim_s=sim_s)
+
+    def evaluation(self, t: float, node: int, accuracy: float, round: Optional[int]) -> None:
+        """Record a device's test accuracy; the latest one per device is its final figure."""
+        self.accuracy[node] = accuracy
+        self.event(t, "eval", node=node, round=round, accuracy=accuracy)
+
+    def log(self, t: float, node: Optional[int], name: str, value: Any, **fields: Any) -> None:
+        """A protocol-specific metric (e.g. consensus distance)."""
+        entry = {"t": t, "node": node, "value": value, **fields}
+        self.logs[name].append(entry)
+        self.event(t, "log", name=name, node=node, value=value, **fields)
+
+    def round_done(self, t: float, node: Optional[int], round: int) -> None:
+        """A node finished a round; drives the progress bar."""
+        self.event(t, "round", node=node, round=round)
+        if self._on_round is not None:
+            self._on_round()

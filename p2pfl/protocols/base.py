@@ -1,0 +1,71 @@
+"""The protocol interface (design guide, "the heart").
+
+A protocol is one class: its ``Params`` (validated YAML), and generators
+``device(ctx)`` / ``server(ctx)`` that read as the algorithm. Decisions
+(peer choice, aggregation, cluster assignment) are pure methods the loops
+call, so they are testable without SimPy.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar, Generator, Optional
+
+from pydantic import Field
+
+from p2pfl.config.validation import Strict
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.sim.context import DeviceContext, ServerContext
+    from p2pfl.sim.kernel import Simulation
+
+__all__ = ["ProtocolParams", "Protocol"]
+
+
+class ProtocolParams(Strict):
+    """Fields every protocol shares; a protocol's own Params subclass this."""
+
+    name: str
+    rounds: int = Field(10, ge=1)
+    eval_every: Optional[int] = Field(None, ge=1, description="evaluate every k rounds (final round always)")
+
+
+class Protocol(ABC):
+    """Base class: subclasses set ``name``, ``Params`` and implement ``device`` (and ``server``)."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[ProtocolParams]] = ProtocolParams
+    needs_server: ClassVar[bool] = False
+    summary: ClassVar[str] = ""
+
+    def __init__(self, params: ProtocolParams, sim: "Simulation") -> None:
+        self.params = params
+        self.sim = sim
+
+    @abstractmethod
+    def device(self, ctx: "DeviceContext") -> Generator:
+        """SimPy process body of one device."""
+
+    def server(self, ctx: "ServerContext") -> Generator:
+        """SimPy process body of one server (only when ``needs_server``)."""
+        raise NotImplementedError(f"protocol {self.name!r} has no server process")
+        yield  # pragma: no cover
+
+    def progress_total(self) -> int:
+        """How many ``ctx.round_done`` calls a full run makes (for the progress bar)."""
+        if self.needs_server:
+            return self.params.rounds * max(1, len(self.sim.server_ids))
+        return self.params.rounds * self.sim.n_devices
+
+    def should_eval(self, round: int) -> bool:
+        """Evaluate after ``round`` (1-based)? Every ``eval_every`` rounds and always after the last."""
+        every = self.params.eval_every
+        return round == self.params.rounds or (every is not None and round % every == 0)
+
+    def artifacts(self) -> dict[str, bytes]:
+        """Extra files for the run directory (name -> bytes), e.g. a novelty matrix; none by default."""
+        return {}
+
+    def result(self) -> dict[str, Any]:
+        """Protocol-specific summary fields (e.g. ``clusters``); empty by default."""
+        return {}

@@ -1,0 +1,26 @@
+"""Local training only: no communication at all (the papers' lower bound)."""
+
+from __future__ import annotations
+
+from typing import Generator
+
+from p2pfl.protocols.base import Protocol, ProtocolParams
+from p2pfl.sim.context import DeviceContext
+
+__all__ = ["Local"]
+
+
+class Local(Protocol):
+    """Each device trains its own model for ``rounds`` x ``training.epochs`` epochs."""
+
+    name = "local"
+    Params = ProtocolParams
+    summary = "local training only, no communication (lower bound)"
+
+    def device(self, ctx: DeviceContext) -> Generator:
+        model = ctx.new_model()
+        for r in range(1, self.params.rounds + 1):
+            yield from ctx.train(model)
+            if self.should_eval(r):
+                ctx.evaluate(model, r)
+            ctx.round_done(r)

@@ -1,0 +1,87 @@
+"""FedAvg (McMahan et al., 2017): sample-size weighted averaging through one server.
+
+Round r: the server picks a fraction of its devices (its own seeded RNG),
+sends them the global model, each trains locally and uploads its model with
+its sample count (8 bytes), the server averages the uploads weighted by
+samples. With ``round_timeout_s`` the server stops waiting after that long
+and averages what arrived (lost or late updates are skipped).
+"""
+
+from __future__ import annotations
+
+from typing import Generator, Optional
+
+import numpy as np
+from pydantic import Field
+
+from p2pfl.learning.aggregate import clone_state, weighted_average
+from p2pfl.learning.state import load_state_
+from p2pfl.protocols.base import Protocol, ProtocolParams
+from p2pfl.sim.context import DeviceContext, ServerContext
+
+__all__ = ["FedAvg", "FedAvgParams", "select_clients"]
+
+
+class FedAvgParams(ProtocolParams):
+    client_fraction: float = Field(1.0, gt=0, le=1)
+    round_timeout_s: Optional[float] = Field(None, gt=0)
+
+
+def select_clients(devices: tuple[int, ...], fraction: float, rng: np.random.Generator) -> list[int]:
+    """max(1, round(fraction * n)) devices drawn without replacement, in id order."""
+    if fraction >= 1.0:
+        return list(devices)
+    k = max(1, int(round(fraction * len(devices))))
+    return sorted(int(d) for d in rng.choice(np.asarray(devices), size=k, replace=False))
+
+
+class FedAvg(Protocol):
+    """Server-side FedAvg over the devices attached to the (single) server."""
+
+    name = "fedavg"
+    Params = FedAvgParams
+    needs_server = True
+    summary = "FedAvg through a server, sample-size weighted, optional client fraction"
+
+    def server(self, ctx: ServerContext) -> Generator:
+        p = self.params
+        model = ctx.new_model()
+        for r in range(1, p.rounds + 1):
+            selected = select_clients(ctx.devices, p.client_fraction, ctx.rng)
+            state = clone_state(model.state_dict())
+            for d in selected:
+                ctx.send(d, "model", {"state": state}, round=r)
+            updates = yield from self.collect(ctx, r, len(selected))
+            if updates:
+                load_state_(model, self.aggregate(updates))
+            if self.should_eval(r):
+                for d in range(self.sim.n_devices):
+                    ctx.evaluate_device(d, model, r)
+            ctx.round_done(r)
+
+    def collect(self, ctx: ServerContext, r: int, expected: int) -> Generator:
+        """Receive this round's updates until all came or the round timeout passed."""
+        updates = []
+        deadline = None if self.params.round_timeout_s is None else ctx.now + self.params.round_timeout_s
+        while len(updates) < expected:
+            msg = yield ctx.recv("update", timeout=None if deadline is None else max(deadline - ctx.now, 0.0))
+            if msg is None:
+                break
+            if msg.round == r:
+                updates.append((msg.payload["state"], float(msg.payload["n_samples"])))
+        return updates
+
+    def aggregate(self, updates: list) -> dict:
+        """Sample-weighted average of the uploaded states."""
+        return weighted_average(updates)
+
+    def device(self, ctx: DeviceContext) -> Generator:
+        if not ctx.servers:
+            return  # not attached to the server: not part of this federation
+        model = ctx.new_model()
+        server = ctx.servers[0]
+        while True:
+            msg = yield ctx.recv("model")
+            load_state_(model, msg.payload["state"])
+            yield from ctx.train(model)
+            yield ctx.send(server, "update", {"state": model.state_dict(), "n_samples": ctx.n_samples}, round=msg.round)

@@ -1,0 +1,129 @@
+"""Gossip learning: local SGD plus randomized pairwise model averaging.
+
+Randomized gossip (Boyd et al., "Randomized gossip algorithms", 2006), used as
+the Conditional paper's gossip baseline (Sec. II, Appendix K-C): after local
+training, a device picks a neighbour uniformly at random and the two average
+their models.
+
+- ``mode: sync``: every device runs ``rounds`` rounds of train-then-exchange
+  (round-structured, no global barrier: a fast device may be ahead).
+- ``mode: async``: each device wakes on its own seeded Poisson clock (rate
+  ``wake_rate_hz``) and then trains and exchanges; ``rounds`` wakes per device.
+- ``exchange: push_pull``: i sends x_i to j; j answers with x_j and both move to
+  the midpoint. Updates are applied as deltas, x_i += (x_j - x_i)/2 with the
+  snapshots that travelled, so the fleet's mean model is preserved exactly even
+  when exchanges overlap in time. ``exchange: push``: j averages, i keeps x_i.
+- Local training runs on a copy and its delta is added at the end of the
+  modelled compute time, so a neighbour asking mid-training sees the model as
+  it was, plus any averaging that happened meanwhile.
+
+Consensus distance (mean over devices of ||x_i - mean(x)||^2) is logged each
+time all devices have finished a round.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Generator, Literal, Optional
+
+import numpy as np
+import torch
+from pydantic import Field
+from torch import nn
+
+from p2pfl.learning.aggregate import State, clone_state, state_to_vector, sub
+from p2pfl.learning.state import add_delta_
+from p2pfl.protocols.base import Protocol, ProtocolParams
+from p2pfl.sim.context import DeviceContext
+
+__all__ = ["Gossip", "GossipParams", "consensus_distance", "select_peer"]
+
+
+class GossipParams(ProtocolParams):
+    mode: Literal["sync", "async"] = "sync"
+    exchange: Literal["push_pull", "push"] = "push_pull"
+    wake_rate_hz: float = Field(1.0, gt=0, description="async: Poisson wake-up rate per device")
+    init: Literal["common", "independent"] = "common"
+    reply_timeout_s: Optional[float] = Field(None, gt=0, description="give up waiting for a pull reply (lossy links)")
+
+
+def select_peer(neighbors: tuple[int, ...], rng: np.random.Generator) -> Optional[int]:
+    """A neighbour drawn uniformly at random, or None for an isolated device."""
+    if not neighbors:
+        return None
+    return int(neighbors[int(rng.integers(len(neighbors)))])
+
+
+def consensus_distance(states: list[State]) -> float:
+    """Mean squared distance of the models to their average: (1/n) sum_i ||x_i - x_bar||^2."""
+    vecs = torch.stack([state_to_vector(s) for s in states])
+    return float(((vecs - vecs.mean(dim=0)) ** 2).sum(dim=1).mean())
+
+
+class Gossip(Protocol):
+    """Serverless gossip averaging over the topology."""
+
+    name = "gossip"
+    Params = GossipParams
+    summary = "serverless randomized gossip: pairwise push-pull (or push) averaging, sync or async"
+
+    def __init__(self, params: GossipParams, sim) -> None:
+        super().__init__(params, sim)
+        self.models: dict[int, nn.Module] = {}
+        self._finished: dict[int, int] = {}
+
+    def device(self, ctx: DeviceContext) -> Generator:
+        p = self.params
+        model = ctx.new_model(independent=p.init == "independent")
+        self.models[ctx.id] = model
+        if ctx.id == self.sim.n_devices - 1:
+            self._log_consensus(ctx, 0)
+        ctx.spawn(self.responder(ctx, model))
+        for r in range(1, p.rounds + 1):
+            if p.mode == "async":
+                yield ctx.sleep(float(ctx.rng.exponential(1.0 / p.wake_rate_hz)))
+            yield from self.local_step(ctx, model)
+            yield from self.exchange(ctx, model, r)
+            if self.should_eval(r):
+                ctx.evaluate(model, r)
+            ctx.round_done(r)
+            self._finished[r] = self._finished.get(r, 0) + 1
+            if self._finished[r] == self.sim.n_devices:
+                self._log_consensus(ctx, r)
+
+    def local_step(self, ctx: DeviceContext, model: nn.Module) -> Generator:
+        """Train a copy; add its delta to the live model when the compute time is over."""
+        work = copy.deepcopy(model)
+        start = clone_state(work.state_dict())
+        yield from ctx.train(work)
+        add_delta_(model, sub(work.state_dict(), start))
+
+    def exchange(self, ctx: DeviceContext, model: nn.Module, r: int) -> Generator:
+        """Initiate one exchange with a random neighbour."""
+        peer = select_peer(ctx.neighbors, ctx.rng)
+        if peer is None:
+            return
+        sent = clone_state(model.state_dict())
+        yield ctx.send(peer, "gossip_push", {"state": sent}, round=r)
+        if self.params.exchange == "push":
+            return
+        while True:
+            reply = yield ctx.recv("gossip_reply", timeout=self.params.reply_timeout_s)
+            if reply is None:
+                return  # lost or too late: keep our model
+            if reply.src == peer and reply.round == r:
+                break
+        add_delta_(model, sub(reply.payload["state"], sent), 0.5)
+
+    def responder(self, ctx: DeviceContext, model: nn.Module) -> Generator:
+        """Answer every push: reply with our model (push-pull), then move halfway."""
+        while True:
+            msg = yield ctx.recv("gossip_push")
+            mine = clone_state(model.state_dict())
+            if self.params.exchange == "push_pull":
+                ctx.send(msg.src, "gossip_reply", {"state": mine}, round=msg.round)
+            add_delta_(model, sub(msg.payload["state"], mine), 0.5)
+
+    def _log_consensus(self, ctx: DeviceContext, r: int) -> None:
+        states = [self.models[i].state_dict() for i in sorted(self.models)]
+        ctx.log("consensus_distance", consensus_distance(states), round=r)

@@ -1,0 +1,160 @@
+"""Node contexts: the only door a protocol has to the simulated world.
+
+Every verb is a SimPy event or a sub-generator, so protocol code reads as the
+algorithm: ``yield ctx.send(...)``, ``msg = yield ctx.recv(...)``,
+``result = yield from ctx.train(model)``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Generator, Optional
+
+import numpy as np
+import simpy
+import torch
+from torch import nn
+
+from p2pfl.learning.train import Penalty, TrainResult, evaluate_accuracy
+from p2pfl.sim.cost import train_flops
+from p2pfl.sim.executor import TrainJob
+from p2pfl.sim.profiles import DeviceProfile
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.data import Shard
+    from p2pfl.sim.kernel import Simulation
+
+__all__ = ["NodeContext", "DeviceContext", "ServerContext"]
+
+
+def _snapshot(payload: Any) -> Any:
+    """Deep copy of the tensors in a payload, so the sender can keep training."""
+    if isinstance(payload, torch.Tensor):
+        return payload.detach().clone()
+    if isinstance(payload, dict):
+        return {k: _snapshot(v) for k, v in payload.items()}
+    if isinstance(payload, (list, tuple)):
+        return type(payload)(_snapshot(v) for v in payload)
+    if isinstance(payload, np.ndarray):
+        return payload.copy()
+    return payload
+
+
+class NodeContext:
+    """What every node (device or server) may do."""
+
+    def __init__(self, sim: "Simulation", node_id: int, neighbors: tuple[int, ...], rng: np.random.Generator,
+                 torch_gen: torch.Generator) -> None:
+        self._sim = sim
+        self._env = sim.env
+        self.id = node_id
+        self.neighbors = neighbors
+        self.rng = rng
+        self.torch_gen = torch_gen
+
+    @property
+    def now(self) -> float:
+        """Current simulated time in seconds."""
+        return self._env.now
+
+    def send(self, dst: int, kind: str, payload: Any, round: int = 0) -> simpy.Event:
+        """Transfer ``payload`` to ``dst``; the event fires when this node's uplink is free again.
+
+        The payload is snapshotted now, so the sender may keep changing its model.
+        """
+        return self._sim.network.send(self.id, dst, kind, _snapshot(payload), round)
+
+    def recv(self, kind: str, timeout: Optional[float] = None) -> simpy.Event:
+        """Next message of ``kind`` for this node; with ``timeout`` the value is None if none came in time."""
+        get = self._sim.network.inbox(self.id, kind).get()
+        if timeout is None:
+            return get
+        return self._env.process(self._recv_until(get, timeout))
+
+    def _recv_until(self, get: simpy.Event, timeout: float) -> Generator:
+        result = yield get | self._env.timeout(timeout)
+        if get in result:
+            return result[get]
+        get.cancel()
+        return None
+
+    def sleep(self, seconds: float) -> simpy.Event:
+        """Idle for ``seconds`` of simulated time."""
+        return self._env.timeout(seconds)
+
+    def spawn(self, generator: Generator) -> simpy.Process:
+        """Run a helper process of this node (e.g. a responder) alongside its main loop."""
+        return self._env.process(generator)
+
+    def log(self, name: str, value: Any, **fields: Any) -> None:
+        """Record a protocol-specific metric."""
+        self._sim.recorder.log(self.now, self.id, name, value, **fields)
+
+    def round_done(self, round: int) -> None:
+        """Mark the end of a round of this node (progress and the event log)."""
+        self._sim.recorder.round_done(self.now, self.id, round)
+
+    def new_model(self, independent: bool = False) -> nn.Module:
+        """The scenario's model: the common initial weights, or this node's own seeded ones."""
+        return self._sim.new_model(self.id if independent else None)
+
+
+class DeviceContext(NodeContext):
+    """A device: owns a data shard, a profile and real local training."""
+
+    def __init__(self, sim: "Simulation", node_id: int, neighbors: tuple[int, ...], rng: np.random.Generator,
+                 torch_gen: torch.Generator, shard: "Shard", profile: DeviceProfile, servers: tuple[int, ...]) -> None:
+        super().__init__(sim, node_id, neighbors, rng, torch_gen)
+        self.shard = shard
+        self.profile = profile
+        self.servers = servers
+
+    @property
+    def true_cluster(self) -> int:
+        """Ground truth, for scoring only (protocols other than ``oracle`` must not read it)."""
+        return self.shard.true_cluster
+
+    @property
+    def n_samples(self) -> int:
+        """Training samples on this device."""
+        return int(self.shard.train_y.shape[0])
+
+    def train(self, model: nn.Module, *, epochs: Optional[int] = None, lr: Optional[float] = None,
+              momentum: Optional[float] = None, penalty: Optional[Penalty] = None,
+              x: Optional[torch.Tensor] = None, y: Optional[torch.Tensor] = None) -> Generator:
+        """Train ``model`` in place on this device's shard; advance time by FLOPs / FLOP rate."""
+        sim = self._sim
+        job = TrainJob(self.id, model, self.shard.train_x if x is None else x, self.shard.train_y if y is None else y,
+                       sim.training, self.torch_gen, epochs=epochs, lr=lr, momentum=momentum, penalty=penalty)
+        result: TrainResult = yield sim.executor.submit(self._env, job)
+        flops = train_flops(sim.forward_flops(model), result.samples)
+        yield from self.compute(flops, "train")
+        return result
+
+    def compute(self, flops: int, what: str) -> Generator:
+        """Charge ``flops`` of modelled compute to this device (time = FLOPs / FLOP rate)."""
+        sim_s = flops / self.profile.flops_per_s
+        self._sim.recorder.compute(self.now, self.id, flops, sim_s, what)
+        yield self._env.timeout(sim_s)
+
+    def evaluate(self, model: nn.Module, round: Optional[int] = None) -> float:
+        """Accuracy of ``model`` on this device's local test set, recorded for this device."""
+        return self._sim.evaluate_on(self.id, model, round)
+
+
+class ServerContext(NodeContext):
+    """A server node: attached to some devices; evaluates on their test sets for scoring."""
+
+    def __init__(self, sim: "Simulation", node_id: int, name: str, devices: tuple[int, ...], rng: np.random.Generator,
+                 torch_gen: torch.Generator) -> None:
+        super().__init__(sim, node_id, devices, rng, torch_gen)
+        self.name = name
+        self.devices = devices
+
+    def evaluate_device(self, device: int, model: nn.Module, round: Optional[int] = None) -> float:
+        """Score ``model`` on ``device``'s local test set (a measurement: no bytes, no time)."""
+        return self._sim.evaluate_on(device, model, round)
+
+
+def evaluate_shard(model: nn.Module, shard: "Shard") -> float:
+    """Accuracy of ``model`` on a shard's local test set."""
+    return evaluate_accuracy(model, shard.test_x, shard.test_y)

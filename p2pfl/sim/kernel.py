@@ -1,0 +1,205 @@
+"""The Simulation: builds the world from a Scenario and runs it in SimPy.
+
+Build order: topology -> data shards -> device profiles -> network -> protocol.
+Each consumer gets its own seed stream (``p2pfl.seeding``), so the same
+scenario and seed give the same simulated history, byte for byte.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import simpy
+import torch
+from torch import nn
+
+from p2pfl.data import build_federation
+from p2pfl.errors import ConfigError, UserError
+from p2pfl.learning.models import build_model
+from p2pfl.learning.train import evaluate_accuracy
+from p2pfl.metrics.recorder import Recorder
+from p2pfl.protocols import get_protocol
+from p2pfl.seeding import child_seed, stream, torch_generator
+from p2pfl.sim.context import DeviceContext, ServerContext
+from p2pfl.sim.cost import forward_flops_per_sample
+from p2pfl.sim.executor import EXECUTORS
+from p2pfl.sim.network import Network
+from p2pfl.sim.profiles import draw_profiles
+from p2pfl.topology import Link, build_topology
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.config.scenario import Scenario
+
+__all__ = ["Simulation", "SimulationStalled", "resolve_torch_device"]
+
+
+class SimulationStalled(UserError):
+    """No event is left but the protocol has not finished (e.g. a lost message awaited forever)."""
+
+
+def resolve_torch_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu; a missing CUDA device is a user error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"field 'torch_device': {name!r} asked for but CUDA is not available; use 'cpu' or 'auto'")
+    return torch.device(name)
+
+
+class Simulation:
+    """One run of one scenario."""
+
+    def __init__(self, scenario: "Scenario", *, on_round: Optional[Callable[[], None]] = None) -> None:
+        t0 = time.perf_counter()
+        self.scenario = scenario
+        self.seed = seed = scenario.seed
+        self.training = scenario.training
+        self.torch_device = resolve_torch_device(scenario.torch_device)
+        cls = get_protocol(scenario.protocol.name)
+        self.topology = build_topology(scenario.topology, seed=seed)
+        if cls.needs_server and not self.topology.servers:
+            raise ConfigError(f"protocol {cls.name!r} needs a server; add 'servers: [{{attach: all}}]' to the topology")
+        self.n_devices = n = self.topology.n_devices
+        self.server_ids = tuple(range(n, n + len(self.topology.servers)))
+        self.federation = build_federation(scenario.data, n, seed=seed)
+        if self.torch_device.type != "cpu":
+            self.federation = self.federation.to(self.torch_device)  # type: ignore[attr-defined]
+        self.env = simpy.Environment()
+        self.recorder = Recorder(n + len(self.server_ids), on_round=on_round)
+        self.profiles = draw_profiles(scenario.devices, n, stream(seed, "profiles"))
+        self.network = self._build_network()
+        self.protocol = cls(scenario.protocol, self)
+        self.executor = EXECUTORS[scenario.executor]()
+        self._flops: dict[tuple, int] = {}
+        self.eval_wall_s = 0.0
+        self.build_wall_s = time.perf_counter() - t0
+
+    def _build_network(self) -> Network:
+        links: dict[tuple[int, int], Link] = {(u, v): d["link"] for u, v, d in self.topology.graph.edges(data=True)}
+        up = {i: p.uplink_bps for i, p in enumerate(self.profiles)}
+        down = {i: p.downlink_bps for i, p in enumerate(self.profiles)}
+        for sid, server in zip(self.server_ids, self.topology.servers):
+            up[sid] = down[sid] = math.inf  # a server is limited by its links only
+            for d in server.attached:
+                links[(d, sid)] = server.link
+        loss_rngs = {i: stream(self.seed, "loss", i) for i in up}
+        return Network(self.env, links, up, down, loss_rngs,
+                       lambda what, msg, lost: self.recorder.message(what, self.env.now, msg, lost))
+
+    # --- services for contexts and protocols -------------------------------------------------
+
+    def new_model(self, node: Optional[int] = None) -> nn.Module:
+        """The scenario's model; common initial weights, or node-specific ones when ``node`` is given."""
+        seed = child_seed(self.seed, "init") if node is None else child_seed(self.seed, "init", node)
+        fed = self.federation
+        return build_model(self.scenario.model, fed.input_shape, fed.num_classes, seed=seed).to(self.torch_device)
+
+    def forward_flops(self, model: nn.Module) -> int:
+        """Forward FLOPs per sample of ``model`` (cached by architecture)."""
+        key = (type(model).__name__, tuple((k, tuple(v.shape)) for k, v in model.state_dict().items()))
+        if key not in self._flops:
+            self._flops[key] = forward_flops_per_sample(model, self.federation.input_shape)
+        return self._flops[key]
+
+    def evaluate_on(self, device: int, model: nn.Module, round: Optional[int]) -> float:
+        """Accuracy of ``model`` on ``device``'s local test set, recorded for that device."""
+        t0 = time.perf_counter()
+        shard = self.federation.shards[device]
+        acc = evaluate_accuracy(model, shard.test_x, shard.test_y)
+        self.eval_wall_s += time.perf_counter() - t0
+        self.recorder.evaluation(self.env.now, device, acc, round)
+        return acc
+
+    # --- running -----------------------------------------------------------------------------
+
+    def _contexts(self) -> tuple[list[DeviceContext], list[ServerContext]]:
+        g = self.topology.graph
+        attached: dict[int, list[int]] = {i: [] for i in range(self.n_devices)}
+        servers = []
+        for sid, spec in zip(self.server_ids, self.topology.servers):
+            for d in spec.attached:
+                attached[d].append(sid)
+            servers.append(ServerContext(self, sid, spec.name, tuple(spec.attached), stream(self.seed, "node", sid),
+                                         torch_generator(self.seed, "node", sid)))
+        devices = [
+            DeviceContext(self, i, tuple(sorted(g.neighbors(i))), stream(self.seed, "node", i),
+                          torch_generator(self.seed, "node", i), self.federation.shards[i], self.profiles[i],
+                          tuple(attached[i]))
+            for i in range(self.n_devices)
+        ]
+        return devices, servers
+
+    def run(self) -> dict[str, Any]:
+        """Run to completion and return the summary (see ``summary``)."""
+        t0 = time.perf_counter()
+        devices, servers = self._contexts()
+        dev_procs = [self.env.process(self.protocol.device(c)) for c in devices]
+        srv_procs = [self.env.process(self.protocol.server(c)) for c in servers] if self.protocol.needs_server else []
+        main = srv_procs if self.protocol.needs_server else dev_procs
+        try:
+            self.env.run(until=simpy.AllOf(self.env, main))
+        except RuntimeError as err:
+            if "No scheduled events left" not in str(err):
+                raise
+            raise SimulationStalled(
+                f"simulation stalled at t={self.env.now:.6g}s: nodes wait for messages that will never come "
+                "(lost on a lossy link?); set protocol.reply_timeout_s or protocol.round_timeout_s") from None
+        self.run_wall_s = time.perf_counter() - t0
+        return self.summary()
+
+    def summary(self) -> dict[str, Any]:
+        """The deterministic summary.json content."""
+        rec, n = self.recorder, self.n_devices
+        acc = [rec.accuracy.get(i) for i in range(n)]
+        scored = [a for a in acc if a is not None]
+        out: dict[str, Any] = {
+            "scenario": self.scenario.name,
+            "protocol": self.protocol.name,
+            "seed": self.seed,
+            "rounds": self.scenario.protocol.rounds,
+            "n_devices": n,
+            "n_servers": len(self.server_ids),
+            "sim_time_s": self.env.now,
+            "accuracy_mean": sum(scored) / len(scored) if scored else None,
+            "accuracy_worst": min(scored) if scored else None,
+            "accuracy_per_node": acc,
+            "bytes_total": sum(rec.bytes_sent),
+            "messages_total": sum(rec.messages_sent),
+            "messages_dropped": rec.messages_dropped,
+            "bytes_per_node": rec.bytes_sent[:n],
+            "bytes_received_per_node": rec.bytes_received[:n],
+            "bytes_per_server": {s.name: rec.bytes_sent[sid] for sid, s in zip(self.server_ids, self.topology.servers)},
+            "bytes_by_kind": dict(sorted(rec.bytes_by_kind.items())),
+            "compute_flops_total": sum(rec.compute_flops),
+            "compute_sim_s_total": sum(rec.compute_sim_s),
+            "compute_flops_per_node": rec.compute_flops[:n],
+            "accuracy_curve": self._accuracy_curve(),
+            "logs": {k: [{kk: vv for kk, vv in e.items() if kk != "node"} for e in v] for k, v in sorted(rec.logs.items())},
+            "true_clusters": list(self.federation.true_clusters),
+            "partition": self.federation.stats(),
+        }
+        out.update(self.protocol.result())
+        return out
+
+    def _accuracy_curve(self) -> list[dict[str, Any]]:
+        """Mean device accuracy per evaluated round, at the time the last device of that round was scored."""
+        by_round: dict[int, list[tuple[float, float]]] = {}
+        for e in self.recorder.events:
+            if e["kind"] == "eval" and e["round"] is not None:
+                by_round.setdefault(e["round"], []).append((e["t"], e["accuracy"]))
+        return [{"round": r, "t": max(t for t, _ in v), "accuracy_mean": sum(a for _, a in v) / len(v)}
+                for r, v in sorted(by_round.items())]
+
+    def timing(self) -> dict[str, float]:
+        """Measured wall-clock figures (never steer the simulation)."""
+        run = getattr(self, "run_wall_s", 0.0)
+        return {
+            "build_wall_s": self.build_wall_s,
+            "run_wall_s": run,
+            "train_wall_s": self.executor.wall_s,
+            "eval_wall_s": self.eval_wall_s,
+            "kernel_wall_s": max(run - self.executor.wall_s - self.eval_wall_s, 0.0),
+            "events": len(self.recorder.events),
+        }

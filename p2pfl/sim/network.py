@@ -1,0 +1,102 @@
+"""The network: links with latency, bandwidth and loss; one serialized uplink per node.
+
+A message of S bytes from u to v starts when u's uplink is free, occupies it
+for 8S/B seconds and arrives L seconds later, where L is the link latency and
+B = min(link bandwidth, u's uplink, v's downlink) (SimPy's ``latency.py`` Cable).
+Lost messages still occupy the uplink and count as sent; the drop is recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import simpy
+
+from p2pfl.sim.cost import message_bytes, tx_time_s
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.topology import Link
+
+__all__ = ["Message", "Network"]
+
+
+@dataclass
+class Message:
+    """What travels: who, what kind, the payload and its exact size on the wire."""
+
+    src: int
+    dst: int
+    kind: str
+    payload: Any
+    size_bytes: int
+    round: int = 0
+    sent_t: float = 0.0
+    seq: int = field(default=0)
+
+
+class Network:
+    """Links between node ids, per-node uplink resources and per-(node, kind) inboxes."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        links: "dict[tuple[int, int], Link]",
+        uplink_bps: dict[int, float],
+        downlink_bps: dict[int, float],
+        loss_rngs: dict[int, np.random.Generator],
+        on_event: Callable[..., None],
+    ) -> None:
+        self.env = env
+        self._links = links
+        self._up = uplink_bps
+        self._down = downlink_bps
+        self._loss_rngs = loss_rngs
+        self._on_event = on_event
+        self._uplinks = {n: simpy.Resource(env, capacity=1) for n in uplink_bps}
+        self._inboxes: dict[tuple[int, str], simpy.Store] = {}
+        self._seq = 0
+
+    def link(self, u: int, v: int) -> "Link":
+        """The link between ``u`` and ``v``; ValueError if they are not adjacent."""
+        try:
+            return self._links[(u, v) if (u, v) in self._links else (v, u)]
+        except KeyError:
+            raise ValueError(f"node {u} has no link to node {v}") from None
+
+    def bandwidth_bps(self, u: int, v: int) -> float:
+        """Effective bandwidth of a u->v transfer: the slowest of link, sender uplink, receiver downlink."""
+        return min(self.link(u, v).bandwidth_bps, self._up[u], self._down[v])
+
+    def inbox(self, node: int, kind: str) -> simpy.Store:
+        key = (node, kind)
+        if key not in self._inboxes:
+            self._inboxes[key] = simpy.Store(self.env)
+        return self._inboxes[key]
+
+    def send(self, src: int, dst: int, kind: str, payload: Any, round: int = 0) -> simpy.Process:
+        """Start a transfer; the returned event fires when the sender's uplink is released.
+
+        ``kind`` and ``round`` travel in the fixed header (see ``cost.HEADER_BYTES``).
+        """
+        link = self.link(src, dst)
+        self._seq += 1
+        msg = Message(src, dst, kind, payload, message_bytes(payload), round=round, seq=self._seq)
+        return self.env.process(self._transmit(msg, link))
+
+    def _transmit(self, msg: Message, link: "Link"):
+        with self._uplinks[msg.src].request() as slot:
+            yield slot
+            msg.sent_t = self.env.now
+            yield self.env.timeout(tx_time_s(msg.size_bytes, self.bandwidth_bps(msg.src, msg.dst)))
+        lost = link.loss > 0 and self._loss_rngs[msg.src].random() < link.loss
+        self._on_event("send", msg, lost)
+        if not lost:
+            self.env.process(self._propagate(msg, link.latency_s))
+
+    def _propagate(self, msg: Message, latency_s: float):
+        yield self.env.timeout(latency_s)
+        self._on_event("deliver", msg, False)
+        self.inbox(msg.dst, msg.kind).put(msg)
