@@ -49,6 +49,11 @@ def format_validation_error(err: ValidationError, source: str | Path, prefix: st
     if kind == "missing":
         return f"{source}: field '{field}' is required; add it"
     msg = first.get("msg", "invalid value")
+    for noise in ("Value error, ", "Assertion failed, "):
+        msg = msg.replace(noise, "")
+    if field == "(top level)" or (prefix and field == prefix and kind == "value_error"):
+        where = f"'{prefix}'" if prefix else "the file"
+        return f"{source}: {where}: {msg}"
     got = first.get("input")
     got_text = repr(got)
     if len(got_text) > 80:

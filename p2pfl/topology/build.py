@@ -1,0 +1,165 @@
+"""Turn a TopologySpec into a Topology: the device graph, its links, and its servers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import networkx as nx
+import yaml
+
+from p2pfl.config.validation import parse_model
+from p2pfl.errors import ConfigError, TopologyError
+from p2pfl.seeding import stream
+from p2pfl.topology import classic, files, geometric, random_graphs
+from p2pfl.topology.schema import LinkSpec, TopologySpec
+
+__all__ = ["Link", "ServerNode", "Topology", "BUILDERS", "build_topology", "load_topology_file"]
+
+
+@dataclass(frozen=True)
+class Link:
+    """A built link: one-way latency (s), bandwidth (bit/s), and message loss probability."""
+
+    latency_s: float
+    bandwidth_bps: float
+    loss: float
+
+
+@dataclass(frozen=True)
+class ServerNode:
+    """A server and the devices it talks to, all over the same kind of link."""
+
+    name: str
+    attached: tuple[int, ...]
+    link: Link
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Devices 0..n-1 on ``graph`` (every edge has attribute ``link``) plus optional servers."""
+
+    graph: nx.Graph
+    servers: tuple[ServerNode, ...]
+
+    @property
+    def n_devices(self) -> int:
+        return self.graph.number_of_nodes()
+
+
+#: Kind name -> one-line description (shown by ``p2pfl list topologies``).
+BUILDERS: dict[str, str] = {
+    "ring": "cycle of n devices (params: n)",
+    "line": "path of n devices (params: n)",
+    "grid": "rows x cols lattice (params: rows, cols)",
+    "torus": "rows x cols lattice with wrap-around (params: rows, cols; both >= 3)",
+    "complete": "every pair of n devices linked (params: n)",
+    "star": "device 0 linked to all others (params: n)",
+    "k_regular": "random graph where every device has k neighbours (params: n, k)",
+    "erdos_renyi": "each possible edge present with probability p (params: n, p)",
+    "watts_strogatz": "small world: ring of k neighbours, rewired with probability p (params: n, k, p)",
+    "barabasi_albert": "scale free: each device attaches to m others preferentially (params: n, m)",
+    "random_geometric": "devices in the unit square linked within radius (params: n, radius)",
+    "edge_list": "edges read from a text file of 'u v' lines (params: path)",
+    "graphml": "graph read from a GraphML file (params: path)",
+}
+
+
+def _generate(spec: TopologySpec, seed: int, base_dir: str | Path | None) -> nx.Graph:
+    """Call the builder for ``spec.kind`` with the parameters it takes."""
+    random_opts = {"tries": spec.tries, "connected": not spec.allow_disconnected}
+    calls: dict[str, Callable[[], nx.Graph]] = {
+        "ring": lambda: classic.ring(spec.n, seed=seed),
+        "line": lambda: classic.line(spec.n, seed=seed),
+        "grid": lambda: classic.grid(spec.rows, spec.cols, seed=seed),
+        "torus": lambda: classic.torus(spec.rows, spec.cols, seed=seed),
+        "complete": lambda: classic.complete(spec.n, seed=seed),
+        "star": lambda: classic.star(spec.n, seed=seed),
+        "k_regular": lambda: classic.k_regular(spec.n, spec.k, seed=seed, **random_opts),
+        "erdos_renyi": lambda: random_graphs.erdos_renyi(spec.n, spec.p, seed=seed, **random_opts),
+        "watts_strogatz": lambda: random_graphs.watts_strogatz(spec.n, spec.k, spec.p, seed=seed, **random_opts),
+        "barabasi_albert": lambda: random_graphs.barabasi_albert(spec.n, spec.m, seed=seed, **random_opts),
+        "random_geometric": lambda: geometric.random_geometric(spec.n, spec.radius, seed=seed, **random_opts),
+        "edge_list": lambda: files.edge_list(spec.with_base_dir(base_dir or ".").path),
+        "graphml": lambda: files.graphml(spec.with_base_dir(base_dir or ".").path),
+    }
+    return calls[spec.kind]()
+
+
+def _link(spec: LinkSpec) -> Link:
+    return Link(latency_s=spec.latency_s, bandwidth_bps=spec.bandwidth_bps, loss=spec.loss)
+
+
+def _apply_links(graph: nx.Graph, spec: TopologySpec) -> None:
+    default = _link(spec.link)
+    nx.set_edge_attributes(graph, default, "link")
+    seen: dict[frozenset[int], int] = {}
+    for i, o in enumerate(spec.edges):
+        if not graph.has_edge(o.u, o.v):
+            raise ConfigError(
+                f"edges[{i}]: ({o.u}, {o.v}) is not an edge of the topology; "
+                "override only existing edges (check u and v)"
+            )
+        key = frozenset((o.u, o.v))
+        if key in seen:
+            raise ConfigError(f"edges[{i}]: ({o.u}, {o.v}) is already overridden by edges[{seen[key]}]; merge them")
+        seen[key] = i
+        graph.edges[o.u, o.v]["link"] = Link(
+            latency_s=default.latency_s if o.latency_s is None else o.latency_s,
+            bandwidth_bps=default.bandwidth_bps if o.bandwidth_bps is None else o.bandwidth_bps,
+            loss=default.loss if o.loss is None else o.loss,
+        )
+
+
+def _servers(spec: TopologySpec, n: int) -> tuple[ServerNode, ...]:
+    servers = []
+    for i, s in enumerate(spec.servers):
+        attached = range(n) if s.attach == "all" else s.attach
+        for device in attached:
+            if not 0 <= device < n:
+                raise ConfigError(
+                    f"servers[{i}].attach: device {device} does not exist; device ids are 0..{n - 1}"
+                )
+        servers.append(ServerNode(name=s.name, attached=tuple(sorted(set(attached))), link=_link(s.link)))
+    return tuple(servers)
+
+
+def build_topology(spec: TopologySpec, *, seed: int, base_dir: str | Path | None = None) -> Topology:
+    """Build the devices' graph, links and servers for ``spec``; same spec and seed give the same topology.
+
+    Random kinds draw the graph from ``stream(seed, "topology")`` (or from ``spec.seed`` when set).
+
+    ``base_dir`` resolves a relative ``path`` of file kinds (default: the working directory).
+    Raises TopologyError if the graph cannot be built or is disconnected without
+    ``allow_disconnected``, and ConfigError for overrides or servers naming missing devices.
+    """
+    root = seed if spec.seed is None else spec.seed
+    graph_seed = int(stream(root, "topology").integers(2**63))
+    graph = _generate(spec, graph_seed, base_dir)
+    if not spec.allow_disconnected and not nx.is_connected(graph):
+        parts = nx.number_connected_components(graph)
+        raise TopologyError(
+            f"{spec.kind} topology is disconnected ({parts} components); "
+            "set allow_disconnected: true or change the parameters"
+        )
+    _apply_links(graph, spec)
+    return Topology(graph=graph, servers=_servers(spec, graph.number_of_nodes()))
+
+
+def load_topology_file(path: str | Path) -> TopologySpec:
+    """Read and validate a topology YAML file; a relative ``path`` inside it is resolved against its folder."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"topology file not found: {path}; check the path")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise ConfigError(f"{path}: invalid YAML{where}: {' '.join(str(problem).split())}; fix the syntax") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of topology fields (kind, n, ...); got {type(data).__name__}")
+    spec = parse_model(TopologySpec, data, path)
+    return spec.with_base_dir(path.parent)

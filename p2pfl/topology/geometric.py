@@ -1,0 +1,36 @@
+"""Random geometric graph: devices scattered in the unit square, linked when close.
+
+Models a neighbourhood of devices that can talk to whoever is within radio range.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+
+from p2pfl.errors import TopologyError
+from p2pfl.topology._common import fresh_graph, retry_connected
+
+__all__ = ["random_geometric"]
+
+
+def random_geometric(n: int, radius: float, *, seed: int, tries: int = 100, connected: bool = True) -> nx.Graph:
+    """n devices placed uniformly in [0, 1)^2, linked when their distance is <= radius.
+
+    Each node has attribute ``pos`` = (x, y). With ``connected`` the positions
+    are redrawn up to ``tries`` times until the graph is connected.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise TopologyError(f"random_geometric needs n to be an integer >= 1; got n={n!r}")
+    if not radius > 0:
+        raise TopologyError(f"random_geometric needs radius > 0; got radius={radius!r}")
+
+    def make(s: int) -> nx.Graph:
+        xy = np.random.default_rng(s).random((n, 2))
+        dist = np.linalg.norm(xy[:, None, :] - xy[None, :, :], axis=-1)
+        close = np.argwhere(np.triu(dist <= radius, k=1))
+        g = fresh_graph(n, ((int(u), int(v)) for u, v in close))
+        nx.set_node_attributes(g, {i: (float(x), float(y)) for i, (x, y) in enumerate(xy)}, "pos")
+        return g
+
+    return retry_connected(make, name="random_geometric", seed=seed, tries=tries, connected=connected)

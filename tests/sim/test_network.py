@@ -1,0 +1,143 @@
+"""Exact message timing from link parameters, uplink contention, loss and sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from p2pfl.sim.cost import HEADER_BYTES, arrival_time_s, message_bytes, payload_bytes, tx_time_s
+from p2pfl.sim.network import Network
+from p2pfl.topology import Link
+
+MB = 1_000_000
+
+
+def _net(env, links, up=None, down=None, seed=0, log=None):
+    nodes = sorted({n for e in links for n in e})
+    up = up or {n: float("inf") for n in nodes}
+    down = down or {n: float("inf") for n in nodes}
+    rngs = {n: np.random.default_rng(seed + n) for n in nodes}
+    return Network(env, links, up, down, rngs, (lambda *a: log.append(a)) if log is not None else (lambda *a: None))
+
+
+def _payload(nbytes: int) -> dict:
+    """A payload whose message is exactly ``nbytes`` on the wire."""
+    return {"x": torch.zeros(nbytes - HEADER_BYTES, dtype=torch.uint8)}
+
+
+def test_one_megabyte_at_one_megabyte_per_second_plus_latency_arrives_at_1_1(env):
+    # Prepare: 1 MB at 8 Mbit/s (= 1 MB/s) with 0.1 s latency.
+    net = _net(env, {(0, 1): Link(latency_s=0.1, bandwidth_bps=8 * MB, loss=0.0)})
+    arrived = []
+
+    def receiver():
+        msg = yield net.inbox(1, "m").get()
+        arrived.append((env.now, msg.size_bytes))
+
+    env.process(receiver())
+    net.send(0, 1, "m", _payload(MB))
+    env.run()
+    assert arrived == [(1.1, MB)]
+
+
+def test_uplink_serializes_transfers_of_one_node(env):
+    # Two messages from node 0 to two neighbours: the second waits for the first to leave the uplink.
+    links = {(0, 1): Link(0.05, 8 * MB, 0.0), (0, 2): Link(0.2, 8 * MB, 0.0)}
+    net = _net(env, links)
+    times = {}
+
+    def receiver(node):
+        yield net.inbox(node, "m").get()
+        times[node] = env.now
+
+    env.process(receiver(1))
+    env.process(receiver(2))
+    net.send(0, 1, "m", _payload(MB))      # tx 1.0 s -> arrives 1.05
+    net.send(0, 2, "m", _payload(MB // 2))  # starts at 1.0, tx 0.5 s -> arrives 1.0 + 0.5 + 0.2
+    env.run()
+    assert times[1] == pytest.approx(1.05, abs=1e-12)
+    assert times[2] == pytest.approx(1.7, abs=1e-12)
+    assert times[2] == pytest.approx(arrival_time_s(1.0, MB // 2, 8 * MB, 0.2), abs=1e-12)
+
+
+def test_different_senders_do_not_contend(env):
+    links = {(0, 2): Link(0.0, 8 * MB, 0.0), (1, 2): Link(0.0, 8 * MB, 0.0)}
+    net = _net(env, links)
+    times = []
+
+    def receiver():
+        for _ in range(2):
+            yield net.inbox(2, "m").get()
+            times.append(env.now)
+
+    env.process(receiver())
+    net.send(0, 2, "m", _payload(MB))
+    net.send(1, 2, "m", _payload(MB))
+    env.run()
+    assert times == [1.0, 1.0]
+
+
+def test_effective_bandwidth_is_the_slowest_of_link_uplink_downlink(env):
+    links = {(0, 1): Link(0.0, 8 * MB, 0.0)}
+    net = _net(env, links, up={0: 4 * MB, 1: 8 * MB}, down={0: 8 * MB, 1: 2 * MB})
+    assert net.bandwidth_bps(0, 1) == 2 * MB
+    assert net.bandwidth_bps(1, 0) == 8 * MB
+    done = []
+
+    def receiver():
+        yield net.inbox(1, "m").get()
+        done.append(env.now)
+
+    env.process(receiver())
+    net.send(0, 1, "m", _payload(MB))
+    env.run()
+    assert done == [4.0]
+
+
+def test_send_event_fires_when_uplink_is_free_not_on_arrival(env):
+    net = _net(env, {(0, 1): Link(5.0, 8 * MB, 0.0)})
+    freed = []
+
+    def sender():
+        yield net.send(0, 1, "m", _payload(MB))
+        freed.append(env.now)
+
+    env.process(sender())
+    env.run()
+    assert freed == [1.0]
+
+
+def test_loss_drops_with_seeded_probability_and_is_recorded(env):
+    log: list = []
+    net = _net(env, {(0, 1): Link(0.0, 8 * MB, 0.3)}, log=log)
+    for _ in range(2000):
+        net.send(0, 1, "m", {"v": 1.0})
+    env.run()
+    sends = [a for a in log if a[0] == "send"]
+    lost = sum(1 for a in sends if a[2])
+    delivered = len(net.inbox(1, "m").items)
+    assert len(sends) == 2000
+    assert lost + delivered == 2000
+    assert 0.25 < lost / 2000 < 0.35
+    # Same seed, same drops.
+    env2 = type(env)()
+    log2: list = []
+    net2 = _net(env2, {(0, 1): Link(0.0, 8 * MB, 0.3)}, log=log2)
+    for _ in range(2000):
+        net2.send(0, 1, "m", {"v": 1.0})
+    env2.run()
+    assert [a[2] for a in log2 if a[0] == "send"] == [a[2] for a in sends]
+
+
+def test_sending_to_a_non_neighbour_is_an_error(env):
+    net = _net(env, {(0, 1): Link(0.0, 1.0, 0.0), (1, 2): Link(0.0, 1.0, 0.0)})
+    with pytest.raises(ValueError, match="node 0 has no link to node 2"):
+        net.send(0, 2, "m", None)
+
+
+def test_message_size_is_exact_tensor_bytes_plus_header():
+    state = {"w": torch.zeros(10, 3), "b": torch.zeros(3, dtype=torch.float64), "n": 7}
+    assert payload_bytes(state) == 10 * 3 * 4 + 3 * 8 + 8
+    assert message_bytes(state) == HEADER_BYTES + 120 + 24 + 8
+    assert tx_time_s(1000, 8000) == 1.0
