@@ -1,0 +1,314 @@
+"""The ``data:`` section of a scenario: dataset, partition and sizes.
+
+Every partition kind has its own model chosen by ``kind`` (a tagged union).
+Checks that need only the spec (dataset facts are static, see
+``DATASET_INFO``) run here, so a bad combination is rejected when the YAML is
+validated; checks that need the number of devices run in ``build_federation``.
+
+YAML (every field but ``partition.kind`` has a default)::
+
+    data:
+      dataset: fashion_mnist        # digits | digits28 | mnist | fashion_mnist | cifar10 | cifar100
+                                    # | synthetic_linear | synthetic_logistic
+      root: null                    # folder of the dataset files (flat or torchvision layout)
+      download: false               # true: torchvision fetches missing files into root
+      test_fraction: 0.2            # local test set = this fraction of a device's local data
+      samples_per_client: null      # training samples per device; null = deal the whole pool
+      clients_per_cluster: null     # if set, must equal n_devices / n_clusters
+      sparsity: null                # rich | med | sparse | very_sparse | super_sparse (5/10/20/50/100 per cluster)
+      partition: {kind: iid}
+      # {kind: dirichlet, alpha: 0.5, min_samples: 1}
+      # {kind: quantity_skew, distribution: dirichlet, beta: 0.5}   (or power_law with exponent: 1.0)
+      # {kind: label_shift, n_clusters: 2, assignment: blocks}      (E1)
+      # {kind: covariate_subclass, n_clusters: 2}                   (E2a)
+      # {kind: rotation, angles: [0, 90, 180, 270]}                 (E2b)
+      # {kind: semantic_concept}                                    (E3a, 2 clusters)
+      # {kind: label_permutation, n_clusters: 3, identity_first: true}  (E3b)
+      # {kind: cross_dataset, others: [mnist], fallback: true}      (E4a)
+      # {kind: combined, covariate_clusters: 2}                     (E4b, 2C clusters)
+      # {kind: feature_skew, n_clusters: 4, mode: noise, noise_std: 0.3}   (or mode: pattern, rms: 0.1)
+      # {kind: parameter_shift, n_clusters: 3, n_features: 10, noise_std: 0.1}  (synthetic_* only)
+
+Every clustered kind takes ``assignment: blocks`` (device i -> floor(i*K/n),
+contiguous ids) or ``round_robin`` (device i -> i % K).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, field_validator, model_validator
+
+from p2pfl.config.validation import Strict
+from p2pfl.data.datasets import DATASET_INFO
+from p2pfl.data.semantic import SEMANTIC_MAPPINGS, SUPERCLASSES
+
+__all__ = [
+    "DataSpec",
+    "PartitionSpec",
+    "IIDPartition",
+    "DirichletPartition",
+    "QuantitySkewPartition",
+    "LabelShiftPartition",
+    "CovariateSubclassPartition",
+    "RotationPartition",
+    "SemanticConceptPartition",
+    "LabelPermutationPartition",
+    "CrossDatasetPartition",
+    "CombinedPartition",
+    "FeatureSkewPartition",
+    "ParameterShiftPartition",
+    "SPARSITY",
+    "PARTITIONS",
+]
+
+# Conditional paper, App. C-B: clients per cluster of each sparsity level.
+SPARSITY: dict[str, int] = {"rich": 5, "med": 10, "sparse": 20, "very_sparse": 50, "super_sparse": 100}
+
+Assignment = Literal["blocks", "round_robin"]
+
+
+class IIDPartition(Strict):
+    """Uniform random split; one cluster."""
+
+    kind: Literal["iid"] = "iid"
+
+
+class DirichletPartition(Strict):
+    """Label skew: per-class shares ~ Dirichlet(alpha); one cluster."""
+
+    kind: Literal["dirichlet"]
+    alpha: float = Field(0.5, gt=0)
+    min_samples: int = Field(1, ge=0, description="redraw until every device has this many (all-data mode)")
+
+
+class QuantitySkewPartition(Strict):
+    """Sizes skewed (Dirichlet(beta) or power law), labels iid; one cluster."""
+
+    kind: Literal["quantity_skew"]
+    distribution: Literal["dirichlet", "power_law"] = "dirichlet"
+    beta: float = Field(0.5, gt=0)
+    exponent: float = Field(1.0, ge=0)
+    min_samples: int = Field(1, ge=1)
+
+
+class _Clustered(Strict):
+    assignment: Assignment = "blocks"
+
+
+class LabelShiftPartition(_Clustered):
+    """E1: K clusters with disjoint class groups."""
+
+    kind: Literal["label_shift"]
+    n_clusters: int = Field(2, ge=1)
+
+
+class CovariateSubclassPartition(_Clustered):
+    """E2a: same superclass labels, different subclasses per cluster."""
+
+    kind: Literal["covariate_subclass"]
+    n_clusters: int = Field(2, ge=1)
+
+
+class RotationPartition(_Clustered):
+    """E2b: cluster k sees images rotated by angles[k] degrees."""
+
+    kind: Literal["rotation"]
+    angles: list[float] = Field(default_factory=lambda: [0.0, 180.0], min_length=1)
+
+
+class SemanticConceptPartition(_Clustered):
+    """E3a: two clusters label the same images with different semantic groupings."""
+
+    kind: Literal["semantic_concept"]
+
+
+class LabelPermutationPartition(_Clustered):
+    """E3b: each cluster a different seeded permutation of the labels."""
+
+    kind: Literal["label_permutation"]
+    n_clusters: int = Field(2, ge=1)
+    identity_first: bool = True
+
+
+class CrossDatasetPartition(_Clustered):
+    """E4a: cluster 0 uses data.dataset, cluster k the dataset others[k-1]."""
+
+    kind: Literal["cross_dataset"]
+    others: list[str] = Field(default_factory=lambda: ["mnist"], min_length=1)
+    fallback: bool = Field(True, description="use digits28 for mnist when its files are missing")
+
+
+class CombinedPartition(_Clustered):
+    """E4b: 2 concept groups x C covariate clusters = 2C clusters."""
+
+    kind: Literal["combined"]
+    covariate_clusters: int = Field(2, ge=1)
+
+
+class FeatureSkewPartition(_Clustered):
+    """RND paper: K groups with the same labels, each with its own input shift."""
+
+    kind: Literal["feature_skew"]
+    n_clusters: int = Field(4, ge=1)
+    mode: Literal["noise", "pattern"] = "noise"
+    noise_std: Union[float, list[float]] = 0.3
+    rms: float = Field(0.1, ge=0)
+
+    @field_validator("noise_std")
+    @classmethod
+    def _non_negative(cls, v):
+        vals = v if isinstance(v, list) else [v]
+        if any(s < 0 for s in vals):
+            raise ValueError("noise_std must be >= 0")
+        return v
+
+    @model_validator(mode="after")
+    def _list_length(self):
+        if isinstance(self.noise_std, list) and len(self.noise_std) != self.n_clusters:
+            raise ValueError(f"noise_std lists {len(self.noise_std)} values but n_clusters={self.n_clusters}; give one per cluster")
+        return self
+
+
+class ParameterShiftPartition(_Clustered):
+    """MCDC synthetic tasks (Conditional paper, App. A-A): clusters with distinct generating parameters."""
+
+    kind: Literal["parameter_shift"]
+    n_clusters: int = Field(3, ge=1)
+    n_features: int = Field(10, ge=1)
+    noise_std: float = Field(0.1, ge=0)
+
+
+PartitionSpec = Annotated[
+    Union[
+        IIDPartition,
+        DirichletPartition,
+        QuantitySkewPartition,
+        LabelShiftPartition,
+        CovariateSubclassPartition,
+        RotationPartition,
+        SemanticConceptPartition,
+        LabelPermutationPartition,
+        CrossDatasetPartition,
+        CombinedPartition,
+        FeatureSkewPartition,
+        ParameterShiftPartition,
+    ],
+    Field(discriminator="kind"),
+]
+
+PARTITIONS: dict[str, str] = {
+    "iid": "uniform random split of the training pool; one cluster",
+    "dirichlet": "label skew: class shares per device ~ Dirichlet(alpha); one cluster",
+    "quantity_skew": "device sizes ~ Dirichlet(beta) shares or a power law, labels iid; one cluster",
+    "label_shift": "E1: K clusters receive disjoint class groups (CIFAR-100: official superclasses)",
+    "covariate_subclass": "E2a: clusters predict the same superclasses from different subclasses",
+    "rotation": "E2b: cluster k sees images rotated by angles[k] degrees",
+    "semantic_concept": "E3a: two clusters label the same images by different semantic groupings",
+    "label_permutation": "E3b: each cluster relabels classes by its own seeded permutation",
+    "cross_dataset": "E4a: clusters draw from different datasets of the same resolution",
+    "combined": "E4b: 2 concept groups x C subclass (covariate) clusters",
+    "feature_skew": "RND paper: same label distribution, per-group Gaussian noise or additive pattern",
+    "parameter_shift": "MCDC synthetic tasks: per-cluster generating parameters (synthetic_* datasets)",
+}
+
+def _n_clusters(p) -> int:
+    """Number of ground-truth clusters a partition defines (before devices are known)."""
+    if p.kind in ("iid", "dirichlet", "quantity_skew"):
+        return 1
+    if p.kind == "rotation":
+        return len(p.angles)
+    if p.kind == "semantic_concept":
+        return 2
+    if p.kind == "cross_dataset":
+        return 1 + len(p.others)
+    if p.kind == "combined":
+        return 2 * p.covariate_clusters
+    return p.n_clusters
+
+
+class DataSpec(Strict):
+    """Dataset, partition and sizes of a federation (the scenario's ``data:``)."""
+
+    dataset: str = "digits"
+    root: str | None = None
+    download: bool = False
+    partition: PartitionSpec = Field(default_factory=IIDPartition)
+    test_fraction: float = Field(0.2, gt=0, lt=1)
+    samples_per_client: int | None = Field(None, ge=1)
+    clients_per_cluster: int | None = Field(None, ge=1)
+    sparsity: Literal["rich", "med", "sparse", "very_sparse", "super_sparse"] | None = None
+
+    @field_validator("dataset")
+    @classmethod
+    def _known_dataset(cls, v: str) -> str:
+        if v not in DATASET_INFO:
+            raise ValueError(f"unknown dataset {v!r}; valid: {', '.join(DATASET_INFO)}")
+        return v
+
+    @property
+    def n_clusters(self) -> int:
+        return _n_clusters(self.partition)
+
+    @property
+    def cluster_size(self) -> int | None:
+        """Clients per cluster required by ``clients_per_cluster`` or ``sparsity`` (None: free)."""
+        return self.clients_per_cluster if self.clients_per_cluster is not None else (
+            SPARSITY[self.sparsity] if self.sparsity else None)
+
+    @model_validator(mode="after")
+    def _combination(self) -> "DataSpec":
+        p, name = self.partition, self.dataset
+        info = DATASET_INFO[name]
+        if self.sparsity and self.clients_per_cluster is not None and SPARSITY[self.sparsity] != self.clients_per_cluster:
+            raise ValueError(
+                f"sparsity={self.sparsity} means clients_per_cluster={SPARSITY[self.sparsity]} but clients_per_cluster="
+                f"{self.clients_per_cluster}; set only one of them"
+            )
+        if info.synthetic != (p.kind == "parameter_shift"):
+            if info.synthetic:
+                raise ValueError(f"dataset {name!r} is generated per cluster; set partition.kind: parameter_shift")
+            raise ValueError(f"partition.kind parameter_shift needs dataset synthetic_linear or synthetic_logistic; got {name!r}")
+        if p.kind == "label_shift":
+            limit = 20 if name == "cifar100" else info.num_classes
+            unit = "superclasses" if name == "cifar100" else "classes"
+            if p.n_clusters > limit:
+                raise ValueError(
+                    f"partition.n_clusters={p.n_clusters} exceeds the {limit} {unit} of {name!r} for label_shift; "
+                    f"use n_clusters <= {limit}"
+                )
+        if p.kind in ("covariate_subclass", "combined"):
+            k = p.n_clusters if p.kind == "covariate_subclass" else p.covariate_clusters
+            field = "n_clusters" if p.kind == "covariate_subclass" else "covariate_clusters"
+            if name == "cifar100":
+                if p.kind == "combined":
+                    raise ValueError("partition.kind combined has no semantic mapping for 'cifar100'; use digits, mnist, fashion_mnist or cifar10")
+                limit = 5
+            elif name in SUPERCLASSES:
+                limit = min(len(s) for s in SUPERCLASSES[name])
+            else:
+                raise ValueError(f"partition.kind {p.kind} has no superclass definition for {name!r}; use one of {', '.join(SUPERCLASSES)}, cifar100")
+            if k > limit:
+                raise ValueError(f"partition.{field}={k} exceeds the {limit} subclasses per superclass of {name!r}; use {field} <= {limit}")
+        if p.kind in ("semantic_concept", "combined") and name not in SEMANTIC_MAPPINGS:
+            raise ValueError(
+                f"partition.kind {p.kind} has no semantic mapping for {name!r}; use one of {', '.join(sorted(SEMANTIC_MAPPINGS))}"
+            )
+        if p.kind == "label_permutation" and p.n_clusters > 1 and info.num_classes < 2:
+            raise ValueError(f"label_permutation needs at least 2 classes; {name!r} has {info.num_classes}")
+        if p.kind == "cross_dataset":
+            for other in p.others:
+                if other not in DATASET_INFO or DATASET_INFO[other].synthetic:
+                    raise ValueError(f"partition.others: unknown image dataset {other!r}; valid: {', '.join(k for k, v in DATASET_INFO.items() if not v.synthetic)}")
+                if DATASET_INFO[other].input_shape != info.input_shape and not (p.fallback and other == "mnist" and info.input_shape == (1, 28, 28)):
+                    raise ValueError(
+                        f"partition.others: {other!r} has input shape {DATASET_INFO[other].input_shape} but {name!r} has "
+                        f"{info.input_shape}; cross_dataset needs one resolution (e.g. fashion_mnist with mnist or digits28)"
+                    )
+        if p.kind == "feature_skew" and p.mode == "pattern":
+            d = 1
+            for s in info.input_shape:
+                d *= s
+            if p.n_clusters > d:
+                raise ValueError(f"partition.n_clusters={p.n_clusters} exceeds the {d} pixels of {name!r} for pattern mode")
+        return self
