@@ -43,6 +43,7 @@ class Scenario(Strict):
     protocol: SerializeAsAny[ProtocolParams]
     executor: Literal["inline"] = "inline"
     torch_device: str = "cpu"
+    threads: int = Field(1, ge=1, description="torch intra-op threads for the real compute")
 
     @field_validator("torch_device")
     @classmethod

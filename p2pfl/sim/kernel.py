@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import simpy
@@ -72,7 +73,7 @@ class Simulation:
         self.network = self._build_network()
         self.protocol = cls(scenario.protocol, self)
         self.executor = EXECUTORS[scenario.executor]()
-        self._flops: dict[tuple, int] = {}
+        self._flops: "weakref.WeakKeyDictionary[nn.Module, int]" = weakref.WeakKeyDictionary()
         self.eval_wall_s = 0.0
         self.build_wall_s = time.perf_counter() - t0
 
@@ -94,14 +95,15 @@ class Simulation:
         """The scenario's model; common initial weights, or node-specific ones when ``node`` is given."""
         seed = child_seed(self.seed, "init") if node is None else child_seed(self.seed, "init", node)
         fed = self.federation
-        return build_model(self.scenario.model, fed.input_shape, fed.num_classes, seed=seed).to(self.torch_device)
+        model = build_model(self.scenario.model, fed.input_shape, fed.num_classes, seed=seed)
+        return model if self.torch_device.type == "cpu" else model.to(self.torch_device)
 
     def forward_flops(self, model: nn.Module) -> int:
         """Forward FLOPs per sample of ``model`` (cached by architecture)."""
-        key = (type(model).__name__, tuple((k, tuple(v.shape)) for k, v in model.state_dict().items()))
-        if key not in self._flops:
-            self._flops[key] = forward_flops_per_sample(model, self.federation.input_shape)
-        return self._flops[key]
+        flops = self._flops.get(model)
+        if flops is None:
+            flops = self._flops[model] = forward_flops_per_sample(model, self.federation.input_shape)
+        return flops
 
     def evaluate_on(self, device: int, model: nn.Module, round: Optional[int]) -> float:
         """Accuracy of ``model`` on ``device``'s local test set, recorded for that device."""
@@ -134,6 +136,14 @@ class Simulation:
     def run(self) -> dict[str, Any]:
         """Run to completion and return the summary (see ``summary``)."""
         t0 = time.perf_counter()
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self.scenario.threads)
+        try:
+            return self._run(t0)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _run(self, t0: float) -> dict[str, Any]:
         devices, servers = self._contexts()
         dev_procs = [self.env.process(self.protocol.device(c)) for c in devices]
         srv_procs = [self.env.process(self.protocol.server(c)) for c in servers] if self.protocol.needs_server else []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import networkx as nx
 import numpy as np
+from scipy.spatial import cKDTree
 
 from p2pfl.errors import TopologyError
 from p2pfl.topology._common import fresh_graph, retry_connected
@@ -27,8 +28,9 @@ def random_geometric(n: int, radius: float, *, seed: int, tries: int = 100, conn
 
     def make(s: int) -> nx.Graph:
         xy = np.random.default_rng(s).random((n, 2))
-        dist = np.linalg.norm(xy[:, None, :] - xy[None, :, :], axis=-1)
-        close = np.argwhere(np.triu(dist <= radius, k=1))
+        # A k-d tree finds the pairs within range in O(n log n) (a dense distance matrix is O(n^2)).
+        close = cKDTree(xy).query_pairs(radius, output_type="ndarray")
+        close = close[np.lexsort((close[:, 1], close[:, 0]))] if len(close) else close
         g = fresh_graph(n, ((int(u), int(v)) for u, v in close))
         nx.set_node_attributes(g, {i: (float(x), float(y)) for i, (x, y) in enumerate(xy)}, "pos")
         return g

@@ -23,7 +23,6 @@ time all devices have finished a round.
 
 from __future__ import annotations
 
-import copy
 from typing import Generator, Literal, Optional
 
 import numpy as np
@@ -32,7 +31,7 @@ from pydantic import Field
 from torch import nn
 
 from p2pfl.learning.aggregate import State, clone_state, state_to_vector, sub
-from p2pfl.learning.state import add_delta_
+from p2pfl.learning.state import add_delta_, live_state, load_state_
 from p2pfl.protocols.base import Protocol, ProtocolParams
 from p2pfl.sim.context import DeviceContext
 
@@ -70,6 +69,7 @@ class Gossip(Protocol):
     def __init__(self, params: GossipParams, sim) -> None:
         super().__init__(params, sim)
         self.models: dict[int, nn.Module] = {}
+        self._work: dict[int, nn.Module] = {}
         self._finished: dict[int, int] = {}
 
     def device(self, ctx: DeviceContext) -> Generator:
@@ -93,17 +93,20 @@ class Gossip(Protocol):
 
     def local_step(self, ctx: DeviceContext, model: nn.Module) -> Generator:
         """Train a copy; add its delta to the live model when the compute time is over."""
-        work = copy.deepcopy(model)
-        start = clone_state(work.state_dict())
+        if ctx.id not in self._work:
+            self._work[ctx.id] = ctx.new_model()
+        work = self._work[ctx.id]
+        load_state_(work, live_state(model))
+        start = clone_state(live_state(work))
         yield from ctx.train(work)
-        add_delta_(model, sub(work.state_dict(), start))
+        add_delta_(model, sub(live_state(work), start))
 
     def exchange(self, ctx: DeviceContext, model: nn.Module, r: int) -> Generator:
         """Initiate one exchange with a random neighbour."""
         peer = select_peer(ctx.neighbors, ctx.rng)
         if peer is None:
             return
-        sent = clone_state(model.state_dict())
+        sent = clone_state(live_state(model))
         yield ctx.send(peer, "gossip_push", {"state": sent}, round=r)
         if self.params.exchange == "push":
             return
@@ -119,11 +122,11 @@ class Gossip(Protocol):
         """Answer every push: reply with our model (push-pull), then move halfway."""
         while True:
             msg = yield ctx.recv("gossip_push")
-            mine = clone_state(model.state_dict())
+            mine = clone_state(live_state(model))
             if self.params.exchange == "push_pull":
                 ctx.send(msg.src, "gossip_reply", {"state": mine}, round=msg.round)
             add_delta_(model, sub(msg.payload["state"], mine), 0.5)
 
     def _log_consensus(self, ctx: DeviceContext, r: int) -> None:
-        states = [self.models[i].state_dict() for i in sorted(self.models)]
+        states = [live_state(self.models[i]) for i in sorted(self.models)]
         ctx.log("consensus_distance", consensus_distance(states), round=r)

@@ -1,0 +1,41 @@
+"""Clustering maths for clustered FL: RND novelty, compatibility federations, scores, plots.
+
+Pure functions (no SimPy) that the protocols compose; the RND clustered-FL
+paper (Secs. III-V) is the source of every rule here.
+"""
+
+from p2pfl.clustering.compatibility import (
+    compatibility_clusters,
+    compatibility_graph,
+    compatible,
+    label_propagation_clusters,
+)
+from p2pfl.clustering.plots import novelty_heatmap
+from p2pfl.clustering.rnd import (
+    make_predictor,
+    make_target,
+    novelty,
+    novelty_matrix,
+    novelty_row,
+    rnd_flops,
+    train_predictor,
+)
+from p2pfl.clustering.scores import adjusted_rand_index, labels_from_clusters, misclassification_rate
+
+__all__ = [
+    "make_target",
+    "make_predictor",
+    "train_predictor",
+    "novelty",
+    "novelty_row",
+    "novelty_matrix",
+    "rnd_flops",
+    "compatible",
+    "compatibility_graph",
+    "compatibility_clusters",
+    "label_propagation_clusters",
+    "adjusted_rand_index",
+    "misclassification_rate",
+    "labels_from_clusters",
+    "novelty_heatmap",
+]

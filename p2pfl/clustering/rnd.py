@@ -1,0 +1,368 @@
+"""Random Network Distillation (Burda et al. 2018) as a data-novelty probe.
+
+RND clustered-FL paper, Sec. "Random Network Distillation" and Sec. IV
+(novelty-driven federation discovery): a frozen, randomly initialised target
+network ``f`` embeds inputs; a small predictor ``f_hat`` is trained on local
+data to imitate it; the novelty of ``x`` under ``f_hat`` is
+
+    u(x) = || f_hat(x) - f(x) ||^2        (sum over the 64 embedding outputs)
+
+and the score of device ``j``'s predictor on device ``i``'s data is
+``s_ij = mean_{x in B_i} u_j(x)``.
+
+Architectures follow the authors' public experiment code
+(``domm99/experiments-2026-uncertainty-based-clustered-fl``,
+``src/learning/__init__.py``), which keeps a 2x2 max-pool after the first
+convolution:
+
+* image target, ``(C, H, W)`` inputs::
+
+    Conv(C->32, 3, pad 1) - ReLU - MaxPool(2) - Conv(32->64, 3, pad 1) - ReLU
+    - AdaptiveAvgPool(4x4) - Flatten - Linear(64*16 -> 64)
+
+* image predictor: the same with 2 and 4 channels, ending in
+  ``Linear(4*16 -> 64)``;
+* vector target, ``(D,)`` inputs: ``Linear(D->128) - ReLU - Linear(128->64)``;
+* vector predictor: ``Linear(D->16) - ReLU - Linear(16->64)``.
+
+Every Conv/Linear weight is Kaiming-normal (ReLU gain), biases zero. Training
+uses Adam (lr 1e-3), 10 epochs, batch 128; images are expected in [0, 1].
+The target is a pure function of its seed, so only predictors ever travel.
+
+All devices should also build their predictor from one shared seed (the
+authors reseed identically before building every device's predictor, like a
+common FL initialisation). With per-device initialisations, on small
+budgets (about 100 Adam steps on 150 digits per device) the init differences
+dominate the novelty matrix column by column and no block structure appears.
+Training-step count matters as much as epochs: 10 epochs of batch 128 on a
+150-sample shard are only 20 steps and leave the predictor near its init.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from torch import nn
+
+from p2pfl.seeding import child_seed
+from p2pfl.sim.cost import forward_flops_per_sample, train_flops
+
+__all__ = [
+    "EMBEDDING_DIM",
+    "TARGET_CHANNELS",
+    "PREDICTOR_CHANNELS",
+    "TARGET_HIDDEN",
+    "PREDICTOR_HIDDEN",
+    "POOL_SIZE",
+    "make_target",
+    "make_predictor",
+    "train_predictor",
+    "novelty",
+    "novelty_row",
+    "novelty_matrix",
+    "rnd_flops",
+]
+
+#: Size of the RND embedding (authors' ``RND_EMBEDDING_DIM``).
+EMBEDDING_DIM = 64
+#: Channels of the two target convolutions.
+TARGET_CHANNELS = (32, 64)
+#: Channels of the two predictor convolutions.
+PREDICTOR_CHANNELS = (2, 4)
+#: Hidden width of the vector (MLP) target.
+TARGET_HIDDEN = 128
+#: Hidden width of the vector (MLP) predictor.
+PREDICTOR_HIDDEN = 16
+#: Side of the adaptive average pool before the final linear layer.
+POOL_SIZE = 4
+
+_EVAL_BATCH = 1024
+
+
+# --------------------------------------------------------------------------- networks
+
+
+def _arch(in_shape: int | Sequence[int]) -> tuple[str, int]:
+    """``("conv", C)`` for a channel count or ``(C, H, W)``; ``("mlp", D)`` for ``(D,)``."""
+    if isinstance(in_shape, Integral) and not isinstance(in_shape, bool):
+        if in_shape < 1:
+            raise ValueError(f"The 'in_shape' parameter must be a channel count >= 1; got {in_shape!r} instead")
+        return "conv", int(in_shape)
+    shape = _full_shape(in_shape)
+    return ("conv", shape[0]) if len(shape) == 3 else ("mlp", shape[0])
+
+
+def _full_shape(in_shape: Sequence[int]) -> tuple[int, ...]:
+    """Validate a per-sample shape ``(C, H, W)`` or ``(D,)``."""
+    try:
+        shape = tuple(int(s) for s in in_shape)
+    except TypeError:
+        raise TypeError(f"The 'in_shape' parameter must be a tuple of ints; got {in_shape!r} instead") from None
+    if len(shape) not in (1, 3) or any(s < 1 for s in shape):
+        raise ValueError(f"The 'in_shape' parameter must be (C, H, W) or (D,) with positive sizes; got {in_shape!r} instead")
+    return shape
+
+
+def _conv_net(in_channels: int, channels: tuple[int, int]) -> nn.Sequential:
+    c1, c2 = channels
+    return nn.Sequential(
+        nn.Conv2d(in_channels, c1, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(c1, c2, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(POOL_SIZE),
+        nn.Flatten(),
+        nn.Linear(c2 * POOL_SIZE * POOL_SIZE, EMBEDDING_DIM),
+    )
+
+
+def _mlp_net(in_features: int, hidden: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, EMBEDDING_DIM))
+
+
+def _build(in_shape: int | Sequence[int], *, seed: int, role: str) -> nn.Sequential:
+    if not isinstance(seed, Integral) or isinstance(seed, bool):
+        raise TypeError(f"The 'seed' parameter must be an int; got {seed!r} instead")
+    kind, size = _arch(in_shape)
+    if kind == "conv":
+        net = _conv_net(size, TARGET_CHANNELS if role == "target" else PREDICTOR_CHANNELS)
+    else:
+        net = _mlp_net(size, TARGET_HIDDEN if role == "target" else PREDICTOR_HIDDEN)
+    # A private stream per role: the same root seed gives uncorrelated target and predictor.
+    g = torch.Generator()
+    g.manual_seed(child_seed(int(seed), f"rnd.{role}"))
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                nn.init.kaiming_normal_(m.weight, nonlinearity="relu", generator=g)
+                nn.init.zeros_(m.bias)
+    return net
+
+
+def make_target(in_shape: int | Sequence[int], *, seed: int) -> nn.Module:
+    """The frozen random target ``f`` (paper Sec. RND): same seed -> identical weights.
+
+    ``in_shape`` is an image channel count, an image shape ``(C, H, W)`` or a
+    vector shape ``(D,)``; the rank picks the CNN or the MLP variant. All
+    parameters have ``requires_grad=False`` and the module is in eval mode.
+    """
+    net = _build(in_shape, seed=seed, role="target")
+    for p in net.parameters():
+        p.requires_grad_(False)
+    return net.eval()
+
+
+def make_predictor(in_shape: int | Sequence[int], *, seed: int) -> nn.Module:
+    """A fresh trainable predictor ``f_hat`` (paper Eq. 3); same seed -> identical weights."""
+    return _build(in_shape, seed=seed, role="predictor")
+
+
+# --------------------------------------------------------------------------- training and scoring
+
+
+def _check_pair(predictor: nn.Module, target: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Check ``x`` against the networks' first layer; return it as float32."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"The 'x' parameter must be a torch.Tensor; got {type(x).__name__} instead")
+    first_p = next(m for m in predictor.modules() if isinstance(m, (nn.Conv2d, nn.Linear)))
+    first_t = next(m for m in target.modules() if isinstance(m, (nn.Conv2d, nn.Linear)))
+    if type(first_p) is not type(first_t):
+        raise ValueError("predictor and target disagree on input kind (one is a CNN, the other an MLP)")
+    if x.shape[0] == 0:
+        raise ValueError("The 'x' parameter must hold at least one sample; got 0 instead")
+    if isinstance(first_t, nn.Conv2d):
+        if x.ndim != 4 or x.shape[1] != first_t.in_channels or first_p.in_channels != first_t.in_channels:
+            raise ValueError(
+                f"The 'x' parameter must have shape (N, {first_t.in_channels}, H, W) for this CNN; "
+                f"got {tuple(x.shape)} instead"
+            )
+        if x.shape[2] < 2 or x.shape[3] < 2:
+            raise ValueError(f"Images must be at least 2x2 (the nets max-pool by 2); got {tuple(x.shape)}")
+        lo, hi = float(x.min()), float(x.max())
+        if lo < 0.0 or hi > 1.0:
+            raise ValueError(f"Images must lie in [0, 1]; got values in [{lo:.4g}, {hi:.4g}]")
+    else:
+        if x.ndim != 2 or x.shape[1] != first_t.in_features or first_p.in_features != first_t.in_features:
+            raise ValueError(
+                f"The 'x' parameter must have shape (N, {first_t.in_features}) for this MLP; got {tuple(x.shape)} instead"
+            )
+    return x.to(dtype=torch.float32)
+
+
+def _check_positive_int(value: object, name: str) -> int:
+    if not isinstance(value, Integral) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"The '{name}' parameter must be an int >= 1; got {value!r} instead")
+    return int(value)
+
+
+@torch.no_grad()
+def _embed(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    was = net.training
+    net.eval()
+    try:
+        return torch.cat([net(x[i : i + _EVAL_BATCH]) for i in range(0, x.shape[0], _EVAL_BATCH)])
+    finally:
+        net.train(was)
+
+
+def _per_sample_sq_error(pred: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """u(x) for each row: sum over the embedding of the squared error."""
+    return (pred - tgt).pow(2).sum(dim=1)
+
+
+def train_predictor(
+    predictor: nn.Module,
+    target: nn.Module,
+    x: torch.Tensor,
+    *,
+    epochs: int = 10,
+    batch_size: int = 128,
+    lr: float = 1e-3,
+    generator: torch.Generator,
+) -> float:
+    """Fit ``predictor`` to ``target`` on ``x`` in place (paper Eq. 3); return the last epoch's loss.
+
+    Loss per sample is ``u(x)`` (sum of squared errors over the 64 outputs),
+    averaged over the batch; Adam, shuffled mini-batches drawn from
+    ``generator``. The returned value is the sample-weighted mean of that loss
+    over the final epoch, as the authors log it. The target's embeddings are
+    computed once (it is frozen), which gives the same gradients as
+    recomputing them per batch. The predictor is left in eval mode.
+    """
+    epochs = _check_positive_int(epochs, "epochs")
+    batch_size = _check_positive_int(batch_size, "batch_size")
+    if not isinstance(lr, Real) or not (float(lr) > 0.0 and np.isfinite(float(lr))):
+        raise ValueError(f"The 'lr' parameter must be a finite float > 0; got {lr!r} instead")
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"The 'generator' parameter must be a torch.Generator; got {type(generator).__name__} instead")
+    x = _check_pair(predictor, target, x)
+    tgt = _embed(target, x)
+    opt = torch.optim.Adam(predictor.parameters(), lr=float(lr))
+    n = x.shape[0]
+    predictor.train()
+    epoch_loss = float("nan")
+    for _ in range(epochs):
+        order = torch.randperm(n, generator=generator)
+        total = 0.0
+        for start in range(0, n, batch_size):
+            idx = order[start : start + batch_size]
+            opt.zero_grad(set_to_none=True)
+            loss = _per_sample_sq_error(predictor(x[idx]), tgt[idx]).mean()
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * idx.numel()
+        epoch_loss = total / n
+    predictor.eval()
+    return epoch_loss
+
+
+def _novelties(predictors: Sequence[nn.Module], target: nn.Module, x: torch.Tensor) -> np.ndarray:
+    tgt = _embed(target, x)
+    out = np.empty(len(predictors), dtype=np.float64)
+    for k, p in enumerate(predictors):
+        u = _per_sample_sq_error(_embed(p, x), tgt)
+        out[k] = float(u.double().mean())
+    return out
+
+
+def novelty(predictor: nn.Module, target: nn.Module, x: torch.Tensor) -> float:
+    """``s = mean_x u(x)``: the predictor's mean novelty on the samples ``x`` (paper Eq. for s_ij)."""
+    x = _check_pair(predictor, target, x)
+    return float(_novelties([predictor], target, x)[0])
+
+
+def novelty_row(predictors: Sequence[nn.Module], target: nn.Module, x: torch.Tensor) -> np.ndarray:
+    """Row ``i`` of the novelty matrix: ``[s_i1, ..., s_iN]``, every predictor scored on device i's ``x``.
+
+    The target is embedded once; entry ``k`` equals ``novelty(predictors[k], target, x)`` exactly.
+    """
+    predictors = list(predictors)
+    if not predictors:
+        return np.empty(0, dtype=np.float64)
+    for p in predictors:
+        x = _check_pair(p, target, x)
+    return _novelties(predictors, target, x)
+
+
+def novelty_matrix(
+    predictors: Sequence[nn.Module],
+    target: nn.Module,
+    xs: Sequence[torch.Tensor],
+    *,
+    scored: np.ndarray | None = None,
+) -> np.ndarray:
+    """The N x N novelty matrix ``U[i, j] = s_ij`` (predictor j on device i's data ``xs[i]``).
+
+    ``scored`` (bool N x N, optional) marks the pairs a device actually
+    evaluates (e.g. neighbours within h hops); unscored entries are ``nan``.
+    The diagonal is always scored: every device scores its own predictor.
+    """
+    predictors = list(predictors)
+    n = len(predictors)
+    if len(xs) != n:
+        raise ValueError(f"predictors and xs must have the same length; got {n} and {len(xs)}")
+    if scored is None:
+        mask = np.ones((n, n), dtype=bool)
+    else:
+        mask = np.asarray(scored, dtype=bool)
+        if mask.shape != (n, n):
+            raise ValueError(f"The 'scored' parameter must have shape ({n}, {n}); got {mask.shape} instead")
+        mask = mask | np.eye(n, dtype=bool)
+    U = np.full((n, n), np.nan)
+    for i in range(n):
+        cols = np.flatnonzero(mask[i])
+        U[i, cols] = novelty_row([predictors[j] for j in cols], target, xs[i])
+    return U
+
+
+# --------------------------------------------------------------------------- cost model
+
+
+@lru_cache(maxsize=64)
+def _forward_flops(shape: tuple[int, ...]) -> tuple[int, int]:
+    """Forward FLOPs per sample of (predictor, target) for an input of ``shape``."""
+    p = make_predictor(shape, seed=0)
+    t = make_target(shape, seed=0)
+    return forward_flops_per_sample(p, shape), forward_flops_per_sample(t, shape)
+
+
+def rnd_flops(
+    in_shape: Sequence[int],
+    n_train_samples: int,
+    epochs: int,
+    n_scored_predictors: int,
+    n_local_samples: int,
+) -> int:
+    """Modelled FLOPs of one device's clustering phase (paper Sec. V, "machine time").
+
+    With ``F_p``, ``F_t`` the forward FLOPs per sample of predictor and target
+    (``p2pfl.sim.cost.forward_flops_per_sample``, backward = 2 x forward)::
+
+        training = n_train_samples * (epochs * 3 * F_p + F_t)   (0 if epochs == 0)
+        scoring  = n_local_samples * (n_scored_predictors * F_p + F_t)   (0 if none scored)
+        total    = training + scoring
+
+    The target is embedded once per sample in each phase because it is frozen
+    (``train_predictor`` caches it). ``n_scored_predictors`` counts every
+    predictor the device evaluates, its own included when it scores it.
+    """
+    shape = _full_shape(in_shape)
+    n_train = _check_nonneg_int(n_train_samples, "n_train_samples")
+    ep = _check_nonneg_int(epochs, "epochs")
+    n_scored = _check_nonneg_int(n_scored_predictors, "n_scored_predictors")
+    n_local = _check_nonneg_int(n_local_samples, "n_local_samples")
+    fp, ft = _forward_flops(shape)
+    training = train_flops(fp, n_train * ep) + n_train * ft if ep > 0 else 0
+    scoring = n_local * (n_scored * fp + ft) if n_scored > 0 else 0
+    return int(training + scoring)
+
+
+def _check_nonneg_int(value: object, name: str) -> int:
+    if not isinstance(value, Integral) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"The '{name}' parameter must be an int >= 0; got {value!r} instead")
+    return int(value)

@@ -1,0 +1,139 @@
+"""RND networks, training and novelty (RND clustered-FL paper, Sec. RND)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from p2pfl.clustering import make_predictor, make_target, novelty, novelty_matrix, novelty_row, rnd_flops, train_predictor
+from p2pfl.seeding import stream, torch_generator
+from p2pfl.sim.cost import forward_flops_per_sample
+
+
+def _images(seed: int, n: int, kind: str) -> torch.Tensor:
+    """Synthetic 1x28x28 images: A = soft blobs; B = the same blobs plus a stripe pattern and noise."""
+    rng = stream(seed, "test.images", 0 if kind == "A" else 1)
+    yy, xx = np.mgrid[0:28, 0:28]
+    cy, cx = rng.uniform(8, 20, size=(2, n))
+    blobs = np.exp(-((yy[None] - cy[:, None, None]) ** 2 + (xx[None] - cx[:, None, None]) ** 2) / 20.0)
+    if kind == "B":
+        blobs = blobs + 0.4 * (xx[None] % 4 < 2) + 0.1 * rng.standard_normal(blobs.shape)
+    return torch.from_numpy(np.clip(blobs, 0, 1).astype(np.float32))[:, None]
+
+
+def test_layer_lists_match_authors_code():
+    t, p = make_target(1, seed=0), make_predictor(1, seed=0)
+    assert [type(m).__name__ for m in t] == [
+        "Conv2d", "ReLU", "MaxPool2d", "Conv2d", "ReLU", "AdaptiveAvgPool2d", "Flatten", "Linear"]
+    assert (t[0].out_channels, t[3].out_channels, t[7].in_features, t[7].out_features) == (32, 64, 1024, 64)
+    assert (p[0].out_channels, p[3].out_channels, p[7].in_features, p[7].out_features) == (2, 4, 64, 64)
+    assert sum(q.numel() for q in p.parameters()) == 20 + 76 + 4160
+    assert all(not q.requires_grad for q in t.parameters()) and not t.training
+    assert all(q.requires_grad for q in p.parameters())
+    assert all(float(m.bias.abs().sum()) == 0.0 for m in t if isinstance(m, (nn.Conv2d, nn.Linear)))
+
+
+def test_vector_inputs_pick_the_mlp_by_rank():
+    t, p = make_target((10,), seed=0), make_predictor((10,), seed=0)
+    assert [m.out_features for m in t if isinstance(m, nn.Linear)] == [128, 64]
+    assert [m.out_features for m in p if isinstance(m, nn.Linear)] == [16, 64]
+    assert isinstance(make_target((3, 8, 8), seed=0)[0], nn.Conv2d) and make_target((3, 8, 8), seed=0)[0].in_channels == 3
+    x = torch.rand(40, 10)
+    loss = train_predictor(p, t, x, epochs=2, batch_size=16, generator=torch_generator(0, "t"))
+    assert np.isfinite(loss) and novelty(p, t, x) > 0
+
+
+def test_kaiming_init_scale():
+    t = make_target(1, seed=3)
+    w = t[3].weight  # Conv(32->64, 3x3): fan_in 288, std sqrt(2/288)
+    assert abs(float(w.std()) - (2 / 288) ** 0.5) < 0.006
+
+
+def test_same_seed_same_weights_and_same_trained_predictor():
+    x = _images(0, 64, "A")
+    t1, t2 = make_target(1, seed=7), make_target(1, seed=7)
+    assert all(torch.equal(a, b) for a, b in zip(t1.state_dict().values(), t2.state_dict().values()))
+    assert not torch.equal(make_target(1, seed=8)[0].weight, t1[0].weight)
+    runs = []
+    for _ in range(2):
+        p = make_predictor(1, seed=7)
+        loss = train_predictor(p, t1, x, epochs=2, batch_size=16, generator=torch_generator(7, "rnd.shuffle", 0))
+        runs.append((p, loss))
+    (p1, l1), (p2, l2) = runs
+    assert l1 == l2
+    assert all(torch.equal(a, b) for a, b in zip(p1.state_dict().values(), p2.state_dict().values()))
+    # the training stream matters: another shuffling gives other weights
+    p3 = make_predictor(1, seed=7)
+    train_predictor(p3, t1, x, epochs=2, batch_size=16, generator=torch_generator(7, "rnd.shuffle", 1))
+    assert not torch.equal(p3[7].weight, p1[7].weight)
+
+
+def test_novelty_is_lower_on_the_training_distribution():
+    """A predictor fitted on A explains held-out A better than one fitted on B, and vice versa."""
+    t = make_target(1, seed=0)
+    a, a_test = _images(0, 200, "A"), _images(10, 100, "A")
+    b, b_test = _images(0, 200, "B"), _images(10, 100, "B")
+    p_a, p_b = make_predictor(1, seed=0), make_predictor(1, seed=0)
+    before = novelty(p_a, t, a_test)
+    train_predictor(p_a, t, a, epochs=3, batch_size=16, generator=torch_generator(0, "shuffle", 0))
+    train_predictor(p_b, t, b, epochs=3, batch_size=16, generator=torch_generator(0, "shuffle", 1))
+    u_aa, u_ab = novelty(p_a, t, a_test), novelty(p_b, t, a_test)  # data A, predictor A / B
+    u_bb, u_ba = novelty(p_b, t, b_test), novelty(p_a, t, b_test)
+    assert u_aa < 0.8 * before
+    assert u_aa < 0.97 * u_ab  # measured 7.3 vs 7.9
+    assert u_bb < 0.8 * u_ba  # measured 38.7 vs 52.9
+    assert u_ba > 5 * u_aa  # A's predictor finds B novel
+
+
+def test_novelty_is_mean_of_per_sample_sum_of_squares():
+    t, p = make_target((5,), seed=1), make_predictor((5,), seed=2)
+    x = torch.rand(7, 5)
+    with torch.no_grad():
+        expected = float(((p(x) - t(x)) ** 2).sum(dim=1).double().mean())
+    assert novelty(p, t, x) == pytest.approx(expected, rel=1e-6)
+    ps = [make_predictor((5,), seed=s) for s in range(3)]
+    row = novelty_row(ps, t, x)
+    assert row.shape == (3,) and row.dtype == np.float64
+    assert row.tolist() == [novelty(q, t, x) for q in ps]
+
+
+def test_novelty_matrix_orientation_and_unscored_pairs():
+    t = make_target((4,), seed=0)
+    ps = [make_predictor((4,), seed=s) for s in range(3)]
+    xs = [torch.rand(5, 4, generator=torch_generator(0, "x", i)) for i in range(3)]
+    U = novelty_matrix(ps, t, xs)
+    assert U[2, 0] == novelty(ps[0], t, xs[2])  # row = data owner, column = predictor
+    scored = np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]], dtype=bool)
+    P = novelty_matrix(ps, t, xs, scored=scored)
+    assert np.isnan(P[0, 2]) and np.isnan(P[2, 0])
+    assert np.array_equal(P[~np.isnan(P)], U[~np.isnan(P)]) and not np.isnan(np.diag(P)).any()
+
+
+def test_bad_inputs_are_rejected_with_clear_messages():
+    t, p = make_target(1, seed=0), make_predictor(1, seed=0)
+    g = torch_generator(0, "x")
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
+        novelty(p, t, torch.full((2, 1, 8, 8), 2.0))
+    with pytest.raises(ValueError, match=r"shape \(N, 1, H, W\)"):
+        novelty(p, t, torch.rand(2, 3, 8, 8))
+    with pytest.raises(ValueError, match="'epochs' parameter must be an int >= 1; got 0"):
+        train_predictor(p, t, torch.rand(2, 1, 8, 8), epochs=0, generator=g)
+    with pytest.raises(ValueError, match="'lr' parameter"):
+        train_predictor(p, t, torch.rand(2, 1, 8, 8), lr=-1.0, generator=g)
+    with pytest.raises(ValueError, match="in_shape"):
+        make_target((1, 8), seed=0)
+    with pytest.raises(ValueError, match="disagree"):
+        novelty(make_predictor((4,), seed=0), t, torch.rand(2, 4))
+
+
+def test_rnd_flops_formula():
+    shape = (1, 28, 28)
+    fp = forward_flops_per_sample(make_predictor(shape, seed=0), shape)
+    ft = forward_flops_per_sample(make_target(shape, seed=0), shape)
+    assert (fp, ft) == (71760, 7920960)  # pinned: predictor ~110x cheaper than the target
+    got = rnd_flops(shape, n_train_samples=500, epochs=10, n_scored_predictors=12, n_local_samples=500)
+    assert got == 500 * (10 * 3 * fp + ft) + 500 * (12 * fp + ft)
+    assert rnd_flops(shape, 500, 0, 0, 500) == 0
+    assert rnd_flops((64,), 10, 1, 1, 10) == 10 * (3 * 4192 + 33088) + 10 * (4192 + 33088)
