@@ -72,7 +72,11 @@ MODELS: dict[str, Callable[[ModelSpec, tuple[int, ...], int], nn.Module]] = {"cn
 
 
 def build_model(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int, *, seed: int) -> nn.Module:
-    """A freshly initialised model; the same seed gives the same weights."""
+    """A freshly initialised model; the same seed gives the same weights.
+
+    ``num_classes == 0`` means a regression task: one real output.
+    """
+    num_classes = max(num_classes, 1)
     name = spec.name
     if name == "auto":
         name = "cnn28" if len(input_shape) == 3 and tuple(input_shape[-2:]) == (28, 28) else "mlp"

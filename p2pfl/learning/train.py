@@ -16,7 +16,7 @@ from torch.nn import functional as F
 from p2pfl.config.validation import Strict
 from pydantic import Field
 
-__all__ = ["TrainingSpec", "TrainResult", "train_local", "evaluate_accuracy", "average_loss"]
+__all__ = ["TrainingSpec", "TrainResult", "train_local", "task_loss", "evaluate_accuracy", "evaluate_rmse", "average_loss"]
 
 #: Extra loss term ``penalty(model) -> scalar tensor`` added to cross-entropy (e.g. a proximal term).
 Penalty = Callable[[nn.Module], torch.Tensor]
@@ -69,7 +69,7 @@ def train_local(
             idx = order[start : start + spec.batch_size]
             for p in params:
                 p.grad = None
-            loss = F.cross_entropy(model(x[idx]), y[idx])
+            loss = task_loss(model(x[idx]), y[idx])
             if penalty is not None:
                 loss = loss + penalty(model)
             loss.backward()
@@ -77,6 +77,13 @@ def train_local(
             total += float(loss.detach())
             batches += 1
     return TrainResult(samples=n * epochs, loss=total / max(batches, 1))
+
+
+def task_loss(out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy for class labels (int64); squared error for real targets (regression)."""
+    if torch.is_floating_point(y):
+        return F.mse_loss(out.reshape(-1), y, reduction=reduction)
+    return F.cross_entropy(out, y, reduction=reduction)
 
 
 @torch.no_grad()
@@ -116,12 +123,24 @@ def evaluate_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_
 
 
 @torch.no_grad()
+def evaluate_rmse(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> float:
+    """Root mean squared error of a regression model on ``(x, y)``."""
+    if x.shape[0] == 0:
+        return 0.0
+    model.eval()
+    sq = 0.0
+    for start in range(0, x.shape[0], batch_size):
+        sq += float(((model(x[start : start + batch_size]).reshape(-1) - y[start : start + batch_size]) ** 2).sum())
+    return (sq / x.shape[0]) ** 0.5
+
+
+@torch.no_grad()
 def average_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> float:
-    """Mean cross-entropy of ``model`` on ``(x, y)`` (used by IFCA/DAC to score models)."""
+    """Mean task loss (cross-entropy or squared error) of ``model`` on ``(x, y)`` (IFCA/DAC score models by it)."""
     if x.shape[0] == 0:
         return 0.0
     model.eval()
     total = 0.0
     for start in range(0, x.shape[0], batch_size):
-        total += float(F.cross_entropy(model(x[start : start + batch_size]), y[start : start + batch_size], reduction="sum"))
+        total += float(task_loss(model(x[start : start + batch_size]), y[start : start + batch_size], reduction="sum"))
     return total / x.shape[0]

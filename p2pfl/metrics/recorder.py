@@ -36,18 +36,19 @@ class Recorder:
         """Append one event (``t``, ``kind`` and its fields) to the log."""
         self.events.append({"t": t, "kind": kind, **fields})
 
-    def message(self, what: str, t: float, msg: Any, lost: bool) -> None:
-        """Count a finished transmission (``send``) or an arrival (``deliver``)."""
+    def message(self, what: str, t: float, msg: Any, lost: bool, u: int, v: int, t_start: float) -> None:
+        """Count one hop u->v of a message: a finished transmission (``send``) or an arrival (``deliver``)."""
+        relayed = {"origin": msg.src, "target": msg.dst} if (u, v) != (msg.src, msg.dst) else {}
         if what == "send":
-            self.bytes_sent[msg.src] += msg.size_bytes
-            self.messages_sent[msg.src] += 1
+            self.bytes_sent[u] += msg.size_bytes
+            self.messages_sent[u] += 1
             self.bytes_by_kind[msg.kind] += msg.size_bytes
             if lost:
                 self.messages_dropped += 1
-            self.event(t, "drop" if lost else "send", src=msg.src, dst=msg.dst, msg=msg.kind,
-                       bytes=msg.size_bytes, t_start=msg.sent_t)
+            self.event(t, "drop" if lost else "send", src=u, dst=v, msg=msg.kind, bytes=msg.size_bytes,
+                       t_start=t_start, **relayed)
         else:
-            self.bytes_received[msg.dst] += msg.size_bytes
+            self.bytes_received[v] += msg.size_bytes
             self.event(t, "deliver", src=msg.src, dst=msg.dst, msg=msg.kind, bytes=msg.size_bytes)
 
     def compute(self, t: float, node: int, flops: int, sim_s: float, what: str) -> None:

@@ -56,12 +56,13 @@ class NodeContext:
         """Current simulated time in seconds."""
         return self._env.now
 
-    def send(self, dst: int, kind: str, payload: Any, round: int = 0) -> simpy.Event:
+    def send(self, dst: int, kind: str, payload: Any, round: int = 0, routed: bool = False) -> simpy.Event:
         """Transfer ``payload`` to ``dst``; the event fires when this node's uplink is free again.
 
         The payload is snapshotted now, so the sender may keep changing its model.
+        ``routed=True`` relays to a non-neighbour over a shortest path (bytes counted per hop).
         """
-        return self._sim.network.send(self.id, dst, kind, _snapshot(payload), round)
+        return self._sim.network.send(self.id, dst, kind, _snapshot(payload), round, routed)
 
     def recv(self, kind: str, timeout: Optional[float] = None) -> simpy.Event:
         """Next message of ``kind`` for this node; with ``timeout`` the value is None if none came in time."""

@@ -19,7 +19,7 @@ from torch import nn
 from p2pfl.data import build_federation
 from p2pfl.errors import ConfigError, UserError
 from p2pfl.learning.models import build_model
-from p2pfl.learning.train import evaluate_accuracy
+from p2pfl.learning.train import evaluate_accuracy, evaluate_rmse
 from p2pfl.metrics.recorder import Recorder
 from p2pfl.protocols import get_protocol
 from p2pfl.seeding import child_seed, stream, torch_generator
@@ -87,7 +87,7 @@ class Simulation:
                 links[(d, sid)] = server.link
         loss_rngs = {i: stream(self.seed, "loss", i) for i in up}
         return Network(self.env, links, up, down, loss_rngs,
-                       lambda what, msg, lost: self.recorder.message(what, self.env.now, msg, lost))
+                       lambda what, msg, lost, u, v, t0: self.recorder.message(what, self.env.now, msg, lost, u, v, t0))
 
     # --- services for contexts and protocols -------------------------------------------------
 
@@ -106,10 +106,11 @@ class Simulation:
         return flops
 
     def evaluate_on(self, device: int, model: nn.Module, round: Optional[int]) -> float:
-        """Accuracy of ``model`` on ``device``'s local test set, recorded for that device."""
+        """Accuracy (RMSE for regression tasks) of ``model`` on ``device``'s local test set, recorded for it."""
         t0 = time.perf_counter()
         shard = self.federation.shards[device]
-        acc = evaluate_accuracy(model, shard.test_x, shard.test_y)
+        score = evaluate_rmse if self.federation.task == "regression" else evaluate_accuracy
+        acc = score(model, shard.test_x, shard.test_y)
         self.eval_wall_s += time.perf_counter() - t0
         self.recorder.evaluation(self.env.now, device, acc, round)
         return acc
@@ -163,7 +164,6 @@ class Simulation:
         """The deterministic summary.json content."""
         rec, n = self.recorder, self.n_devices
         acc = [rec.accuracy.get(i) for i in range(n)]
-        scored = [a for a in acc if a is not None]
         out: dict[str, Any] = {
             "scenario": self.scenario.name,
             "protocol": self.protocol.name,
@@ -172,9 +172,7 @@ class Simulation:
             "n_devices": n,
             "n_servers": len(self.server_ids),
             "sim_time_s": self.env.now,
-            "accuracy_mean": sum(scored) / len(scored) if scored else None,
-            "accuracy_worst": min(scored) if scored else None,
-            "accuracy_per_node": acc,
+            **self._scores(acc),
             "bytes_total": sum(rec.bytes_sent),
             "messages_total": sum(rec.messages_sent),
             "messages_dropped": rec.messages_dropped,
@@ -192,6 +190,17 @@ class Simulation:
         }
         out.update(self.protocol.result())
         return out
+
+    def _scores(self, values: list[Optional[float]]) -> dict[str, Any]:
+        """accuracy_mean/worst/per_node, or rmse_mean/worst/per_node for regression (worst = highest)."""
+        scored = [a for a in values if a is not None]
+        if self.federation.task == "regression":
+            return {"metric": "rmse", "accuracy_mean": None, "accuracy_worst": None,
+                    "accuracy_per_node": [None] * len(values),
+                    "rmse_mean": sum(scored) / len(scored) if scored else None,
+                    "rmse_worst": max(scored) if scored else None, "rmse_per_node": values}
+        return {"metric": "accuracy", "accuracy_mean": sum(scored) / len(scored) if scored else None,
+                "accuracy_worst": min(scored) if scored else None, "accuracy_per_node": values}
 
     def _accuracy_curve(self) -> list[dict[str, Any]]:
         """Mean device accuracy per evaluated round, at the time the last device of that round was scored."""

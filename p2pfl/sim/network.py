@@ -58,6 +58,7 @@ class Network:
         self._uplinks = {n: simpy.Resource(env, capacity=1) for n in uplink_bps}
         self._inboxes: dict[tuple[int, str], simpy.Store] = {}
         self._seq = 0
+        self._adj: "dict[int, list[int]] | None" = None
 
     def link(self, u: int, v: int) -> "Link":
         """The link between ``u`` and ``v``; ValueError if they are not adjacent."""
@@ -76,27 +77,66 @@ class Network:
             self._inboxes[key] = simpy.Store(self.env)
         return self._inboxes[key]
 
-    def send(self, src: int, dst: int, kind: str, payload: Any, round: int = 0) -> simpy.Process:
+    def send(self, src: int, dst: int, kind: str, payload: Any, round: int = 0, routed: bool = False) -> simpy.Process:
         """Start a transfer; the returned event fires when the sender's uplink is released.
 
         ``kind`` and ``round`` travel in the fixed header (see ``cost.HEADER_BYTES``).
+        With ``routed`` a message to a non-neighbour is relayed hop by hop along a
+        shortest path (store and forward): every hop costs its own uplink time,
+        latency, loss draw and bytes.
         """
-        link = self.link(src, dst)
+        path = self.route(src, dst) if routed else [src, dst]
+        if not routed:
+            self.link(src, dst)  # raises for a non-neighbour
         self._seq += 1
         msg = Message(src, dst, kind, payload, message_bytes(payload), round=round, seq=self._seq)
-        return self.env.process(self._transmit(msg, link))
+        return self.env.process(self._transmit(msg, path, 0))
 
-    def _transmit(self, msg: Message, link: "Link"):
-        with self._uplinks[msg.src].request() as slot:
+    def route(self, src: int, dst: int) -> list[int]:
+        """A shortest path src -> dst in hops (deterministic: BFS over sorted neighbours)."""
+        if src == dst:
+            raise ValueError(f"node {src} cannot send to itself")
+        if self._adj is None:
+            adj: dict[int, list[int]] = {}
+            for u, v in self._links:
+                adj.setdefault(u, []).append(v)
+                adj.setdefault(v, []).append(u)
+            self._adj = {u: sorted(vs) for u, vs in adj.items()}
+        parent = {src: src}
+        frontier = [src]
+        while frontier and dst not in parent:
+            nxt = []
+            for u in frontier:
+                for v in self._adj.get(u, ()):
+                    if v not in parent:
+                        parent[v] = u
+                        nxt.append(v)
+            frontier = nxt
+        if dst not in parent:
+            raise ValueError(f"no route from node {src} to node {dst}")
+        path = [dst]
+        while path[-1] != src:
+            path.append(parent[path[-1]])
+        return path[::-1]
+
+    def _transmit(self, msg: Message, path: list[int], hop: int):
+        u, v = path[hop], path[hop + 1]
+        link = self.link(u, v)
+        with self._uplinks[u].request() as slot:
             yield slot
-            msg.sent_t = self.env.now
-            yield self.env.timeout(tx_time_s(msg.size_bytes, self.bandwidth_bps(msg.src, msg.dst)))
-        lost = link.loss > 0 and self._loss_rngs[msg.src].random() < link.loss
-        self._on_event("send", msg, lost)
+            start = self.env.now
+            if hop == 0:
+                msg.sent_t = start
+            yield self.env.timeout(tx_time_s(msg.size_bytes, self.bandwidth_bps(u, v)))
+        lost = link.loss > 0 and self._loss_rngs[u].random() < link.loss
+        self._on_event("send", msg, lost, u, v, start)
         if not lost:
-            self.env.process(self._propagate(msg, link.latency_s))
+            self.env.process(self._propagate(msg, path, hop, link.latency_s))
 
-    def _propagate(self, msg: Message, latency_s: float):
+    def _propagate(self, msg: Message, path: list[int], hop: int, latency_s: float):
         yield self.env.timeout(latency_s)
-        self._on_event("deliver", msg, False)
-        self.inbox(msg.dst, msg.kind).put(msg)
+        if hop + 2 == len(path):
+            self._on_event("deliver", msg, False, path[hop], path[hop + 1], self.env.now)
+            self.inbox(msg.dst, msg.kind).put(msg)
+        else:
+            self.env.process(self._transmit(msg, path, hop + 1))

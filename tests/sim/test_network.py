@@ -141,3 +141,31 @@ def test_message_size_is_exact_tensor_bytes_plus_header():
     assert payload_bytes(state) == 10 * 3 * 4 + 3 * 8 + 8
     assert message_bytes(state) == HEADER_BYTES + 120 + 24 + 8
     assert tx_time_s(1000, 8000) == 1.0
+
+
+def test_routed_message_is_stored_and_forwarded_hop_by_hop(env):
+    # Line 0-1-2: 1 MB at 1 MB/s per hop, latencies 0.1 and 0.2 -> arrives 1 + 0.1 + 1 + 0.2 = 2.3.
+    log: list = []
+    net = _net(env, {(0, 1): Link(0.1, 8 * MB, 0.0), (1, 2): Link(0.2, 8 * MB, 0.0)}, log=log)
+    arrived = []
+
+    def receiver():
+        msg = yield net.inbox(2, "m").get()
+        arrived.append((env.now, msg.src, msg.dst))
+
+    env.process(receiver())
+    assert net.route(0, 2) == [0, 1, 2]
+    net.send(0, 2, "m", _payload(MB), routed=True)
+    env.run()
+    assert arrived == [(pytest.approx(2.3, abs=1e-12), 0, 2)]
+    hops = [(a[3], a[4]) for a in log if a[0] == "send"]
+    assert hops == [(0, 1), (1, 2)]  # bytes are charged to each relaying node
+
+
+def test_route_is_a_deterministic_shortest_path(env):
+    links = {(0, 1): Link(0, 1, 0), (1, 3): Link(0, 1, 0), (0, 2): Link(0, 1, 0), (2, 3): Link(0, 1, 0), (3, 4): Link(0, 1, 0)}
+    net = _net(env, links)
+    assert net.route(0, 4) == [0, 1, 3, 4]
+    assert net.route(4, 0) == [4, 3, 1, 0]
+    with pytest.raises(ValueError, match="no route"):
+        _net(env, {(0, 1): Link(0, 1, 0), (2, 3): Link(0, 1, 0)}).route(0, 3)
