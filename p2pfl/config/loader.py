@@ -12,25 +12,12 @@ from typing import Any, Mapping, Optional, Sequence
 import yaml
 
 from p2pfl.config.scenario import Scenario
-from p2pfl.config.validation import parse_model
+from p2pfl.config.validation import parse_model, read_yaml
 from p2pfl.errors import ConfigError
 from p2pfl.protocols import get_protocol
 from p2pfl.topology import TopologySpec
 
 __all__ = ["load", "load_dict", "parse_override", "apply_overrides", "read_yaml"]
-
-
-def read_yaml(path: Path) -> Any:
-    """``yaml.safe_load`` a file, turning every failure into a one-line ConfigError."""
-    if not path.is_file():
-        raise ConfigError(f"{path}: file not found; check the path")
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = " ".join(str(getattr(err, "problem", None) or err).split())
-        raise ConfigError(f"{path}: invalid YAML{where}: {problem}; fix the syntax") from None
 
 
 def parse_override(text: str) -> tuple[str, Any]:

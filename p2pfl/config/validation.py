@@ -9,11 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from p2pfl.errors import ConfigError
 
-__all__ = ["Strict", "parse_model", "format_validation_error"]
+__all__ = ["Strict", "parse_model", "format_validation_error", "read_yaml"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -71,3 +72,16 @@ def parse_model(model: type[M], data: Any, source: str | Path, prefix: str = "")
         return model.model_validate(data)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, source, prefix)) from None
+
+
+def read_yaml(path: Path) -> Any:
+    """``yaml.safe_load`` a file, turning every failure into a one-line ConfigError."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: file not found; check the path")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = " ".join(str(getattr(err, "problem", None) or err).split())
+        raise ConfigError(f"{path}: invalid YAML{where}: {problem}; fix the syntax") from None

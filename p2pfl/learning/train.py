@@ -110,37 +110,28 @@ def _sgd_step(params: list[torch.Tensor], bufs: list[Optional[torch.Tensor]], lr
 
 
 @torch.no_grad()
-def evaluate_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> float:
-    """Top-1 accuracy of ``model`` on ``(x, y)``; 0.0 on an empty set."""
-    if x.shape[0] == 0:
-        return 0.0
-    model.eval()
-    correct = 0
-    for start in range(0, x.shape[0], batch_size):
-        pred = model(x[start : start + batch_size]).argmax(dim=1)
-        correct += int((pred == y[start : start + batch_size]).sum())
-    return correct / x.shape[0]
-
-
-@torch.no_grad()
-def evaluate_rmse(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> float:
-    """Root mean squared error of a regression model on ``(x, y)``."""
-    if x.shape[0] == 0:
-        return 0.0
-    model.eval()
-    sq = 0.0
-    for start in range(0, x.shape[0], batch_size):
-        sq += float(((model(x[start : start + batch_size]).reshape(-1) - y[start : start + batch_size]) ** 2).sum())
-    return (sq / x.shape[0]) ** 0.5
-
-
-@torch.no_grad()
-def average_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> float:
-    """Mean task loss (cross-entropy or squared error) of ``model`` on ``(x, y)`` (IFCA/DAC score models by it)."""
+def _mean_over_batches(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int,
+                       per_batch_sum: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> float:
+    """(1/n) sum over batches of ``per_batch_sum(model(x_b), y_b)``, in eval mode; 0.0 on an empty set."""
     if x.shape[0] == 0:
         return 0.0
     model.eval()
     total = 0.0
     for start in range(0, x.shape[0], batch_size):
-        total += float(task_loss(model(x[start : start + batch_size]), y[start : start + batch_size], reduction="sum"))
+        total += float(per_batch_sum(model(x[start : start + batch_size]), y[start : start + batch_size]))
     return total / x.shape[0]
+
+
+def evaluate_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> float:
+    """Top-1 accuracy of ``model`` on ``(x, y)``; 0.0 on an empty set."""
+    return _mean_over_batches(model, x, y, batch_size, lambda out, yb: (out.argmax(dim=1) == yb).sum())
+
+
+def evaluate_rmse(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> float:
+    """Root mean squared error of a regression model on ``(x, y)``."""
+    return _mean_over_batches(model, x, y, batch_size, lambda out, yb: ((out.reshape(-1) - yb) ** 2).sum()) ** 0.5
+
+
+def average_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> float:
+    """Mean task loss (cross-entropy or squared error) of ``model`` on ``(x, y)`` (IFCA/DAC score models by it)."""
+    return _mean_over_batches(model, x, y, batch_size, lambda out, yb: task_loss(out, yb, reduction="sum"))

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import networkx as nx
-import yaml
 
-from p2pfl.config.validation import parse_model
+from p2pfl.config.validation import parse_model, read_yaml
 from p2pfl.errors import ConfigError, TopologyError
 from p2pfl.seeding import stream
 from p2pfl.topology import classic, files, geometric, random_graphs
@@ -150,15 +149,7 @@ def build_topology(spec: TopologySpec, *, seed: int, base_dir: str | Path | None
 def load_topology_file(path: str | Path) -> TopologySpec:
     """Read and validate a topology YAML file; a relative ``path`` inside it is resolved against its folder."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"topology file not found: {path}; check the path")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise ConfigError(f"{path}: invalid YAML{where}: {' '.join(str(problem).split())}; fix the syntax") from None
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of topology fields (kind, n, ...); got {type(data).__name__}")
     spec = parse_model(TopologySpec, data, path)

@@ -90,7 +90,7 @@ def test_relative_path_resolved_against_yaml_folder(tmp_path: Path, monkeypatch:
 
 
 def test_missing_yaml_file_names_path(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"^topology file not found: .*missing\.yaml; check the path$"):
+    with pytest.raises(ConfigError, match=r"^.*missing\.yaml: file not found; check the path$"):
         load_topology_file(tmp_path / "missing.yaml")
 
 

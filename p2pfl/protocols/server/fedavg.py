@@ -13,11 +13,13 @@ from typing import Generator, Optional
 
 import numpy as np
 from pydantic import Field
+from torch import nn
 
 from p2pfl.learning.aggregate import clone_state, weighted_average
 from p2pfl.learning.state import load_state_
+from p2pfl.learning.train import Penalty
 from p2pfl.protocols.base import Protocol, ProtocolParams
-from p2pfl.sim.context import DeviceContext, ServerContext
+from p2pfl.sim.context import DeviceContext, NodeContext, ServerContext
 
 __all__ = ["FedAvg", "FedAvgParams", "select_clients"]
 
@@ -45,7 +47,7 @@ class FedAvg(Protocol):
 
     def server(self, ctx: ServerContext) -> Generator:
         p = self.params
-        model = ctx.new_model()
+        model = self.make_model(ctx)
         for r in range(1, p.rounds + 1):
             selected = select_clients(ctx.devices, p.client_fraction, ctx.rng)
             state = clone_state(model.state_dict())
@@ -55,9 +57,17 @@ class FedAvg(Protocol):
             if updates:
                 load_state_(model, self.aggregate(updates))
             if self.should_eval(r):
-                for d in range(self.sim.n_devices):
-                    ctx.evaluate_device(d, model, r)
+                self.evaluate_global(ctx, model, r)
             ctx.round_done(r)
+
+    def make_model(self, ctx: NodeContext) -> nn.Module:
+        """The model a node holds (variants change the architecture here)."""
+        return ctx.new_model()
+
+    def evaluate_global(self, ctx: ServerContext, model: nn.Module, r: int) -> None:
+        """Score the global model on every device's local test set."""
+        for d in range(self.sim.n_devices):
+            ctx.evaluate_device(d, model, r)
 
     def collect(self, ctx: ServerContext, r: int, expected: int) -> Generator:
         """Receive this round's updates until all came or the round timeout passed."""
@@ -78,10 +88,14 @@ class FedAvg(Protocol):
     def device(self, ctx: DeviceContext) -> Generator:
         if not ctx.servers:
             return  # not attached to the server: not part of this federation
-        model = ctx.new_model()
+        model = self.make_model(ctx)
         server = ctx.servers[0]
         while True:
             msg = yield ctx.recv("model")
             load_state_(model, msg.payload["state"])
-            yield from ctx.train(model)
+            yield from self.local_update(ctx, model, msg.round)
             yield ctx.send(server, "update", {"state": model.state_dict(), "n_samples": ctx.n_samples}, round=msg.round)
+
+    def local_update(self, ctx: DeviceContext, model: nn.Module, r: int, penalty: Optional[Penalty] = None) -> Generator:
+        """Device step of round ``r``: local training from the global model (variants add a penalty)."""
+        return (yield from ctx.train(model, penalty=penalty))
