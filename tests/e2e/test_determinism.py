@@ -61,3 +61,22 @@ def test_run_directory_follows_the_outputs_contract(tmp_path):
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["package"] == "p2pfl-sim" and manifest["torch"].startswith("2.14")
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # no temp dir left behind
+
+
+def test_byte_identical_across_processes_with_different_hash_seeds(tmp_path):
+    """No hidden dependence on set/dict ordering of strings (PYTHONHASHSEED) or process state."""
+    import os
+    import subprocess
+    import sys
+
+    sc = digits_scenario({"name": "gossip", "rounds": 2, "mode": "async"}, n=5, kind="watts_strogatz")
+    sc["topology"].update({"k": 2, "p": 0.3})
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    for name, hash_seed in (("a", "1"), ("b", "2")):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        proc = subprocess.run([sys.executable, "-m", "p2pfl", "run", str(path), "--out", str(tmp_path / name),
+                               "--quiet"], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+    for f in ("summary.json", "events.jsonl"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
