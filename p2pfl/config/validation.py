@@ -7,7 +7,7 @@ the value received.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Mapping, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -25,26 +25,47 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _dotted(loc: tuple[Any, ...], prefix: str) -> str:
-    # Drop pydantic's discriminator tags (e.g. 'ring' in a tagged union) from the path.
+def _field_path(loc: tuple[Any, ...], data: Any, kind: str) -> tuple[list[Any], int]:
+    """The part of pydantic's ``loc`` that names keys of the user's data, and how deep it reached.
+
+    Pydantic puts union branch labels (``constrained-float``, a tagged union's tag,
+    ``function-after[...]``) into ``loc``; only keys present in the input (and list
+    indices) are fields the user wrote. A missing or unknown key is kept as the last item.
+    """
+    path: list[Any] = []
+    node = data
+    for i, item in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(item, int) and isinstance(node, (list, tuple)) and item < len(node):
+            path.append(item)
+            node = node[item]
+        elif isinstance(node, Mapping) and item in node:
+            path.append(item)
+            node = node[item]
+        elif last and kind in ("missing", "extra_forbidden"):
+            path.append(item)
+    return path, len(path)
+
+
+def _dotted(path: list[Any], prefix: str) -> str:
     parts = [prefix] if prefix else []
-    for item in loc:
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        else:
-            parts.append(str(item))
+    parts += [f"[{item}]" if isinstance(item, int) else str(item) for item in path]
     text = ".".join(parts).replace(".[", "[")
     return text or "(top level)"
 
 
-def format_validation_error(err: ValidationError, source: str | Path, prefix: str = "") -> str:
-    """One line: ``<file>: field '<a.b>': <reason>; got <value>`` (first error only)."""
-    first = err.errors(include_url=False)[0]
-    loc = tuple(first.get("loc", ()))
+def format_validation_error(err: ValidationError, source: str | Path, prefix: str = "", data: Any = None) -> str:
+    """One line: ``<file>: field '<a.b>': <reason>; got <value>``.
+
+    Of several errors (e.g. one per branch of a union) the one reaching deepest
+    into the user's data is reported: it is the most specific.
+    """
+    errors = err.errors(include_url=False)
+    scored = [(_field_path(tuple(e.get("loc", ())), data, e.get("type", "")), i, e) for i, e in enumerate(errors)]
+    # Deepest first; on a tie, prefer a broken rule over "wrong type" (another union branch's complaint).
+    (path, _), _, first = max(scored, key=lambda t: (t[0][1], not t[2].get("type", "").endswith("_type"), -t[1]))
     kind = first.get("type", "")
-    # Tagged unions put the tag name in the location; hide it.
-    ctx_tag = first.get("ctx", {}) or {}
-    field = _dotted(tuple(x for x in loc if not _is_tag(x, ctx_tag)), prefix)
+    field = _dotted(path, prefix)
     if kind == "extra_forbidden":
         return f"{source}: unknown field '{field}'; remove it or check its spelling"
     if kind == "missing":
@@ -62,16 +83,12 @@ def format_validation_error(err: ValidationError, source: str | Path, prefix: st
     return f"{source}: field '{field}': {msg}; got {got_text}"
 
 
-def _is_tag(item: Any, ctx: dict) -> bool:
-    return isinstance(item, str) and item.startswith("function-") or False
-
-
 def parse_model(model: type[M], data: Any, source: str | Path, prefix: str = "") -> M:
     """Validate ``data`` against ``model`` or raise a one-line ConfigError."""
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, source, prefix)) from None
+        raise ConfigError(format_validation_error(err, source, prefix, data)) from None
 
 
 def read_yaml(path: Path) -> Any:

@@ -39,8 +39,8 @@ def test_defaults():
     ({"sparsity": "rich", "clients_per_cluster": 7}, "sparsity=rich means clients_per_cluster=5 but clients_per_cluster=7"),
     ({"partition": {"kind": "feature_skew", "n_clusters": 3, "noise_std": [0.1, 0.2]}},
      "noise_std lists 2 values but n_clusters=3"),
-    ({"partition": {"kind": "dirichlet", "alpha": 0}}, "field 'data.partition.dirichlet.alpha': Input should be greater than 0"),
-    ({"partition": {"kind": "iid", "alpha": 1}}, "unknown field 'data.partition.iid.alpha'"),
+    ({"partition": {"kind": "dirichlet", "alpha": 0}}, "field 'data.partition.alpha': Input should be greater than 0"),
+    ({"partition": {"kind": "iid", "alpha": 1}}, "unknown field 'data.partition.alpha'"),
     ({"partition": {"kind": "shuffle"}}, "data.partition"),
     ({"test_fraction": 1.0}, "field 'data.test_fraction': Input should be less than 1"),
 ])
