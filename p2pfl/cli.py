@@ -5,6 +5,7 @@
     p2pfl list protocols|datasets|partitions|topologies
     p2pfl topology show FILE --out x.png
     p2pfl data show SCENARIO --out x.png
+    p2pfl report RUN_DIR [RUN_DIR ...] [--out x.png]
 
 A user error prints one line on stderr and exits with status 2.
 """
@@ -50,7 +51,20 @@ def _parser() -> argparse.ArgumentParser:
     dshow = dsub.add_parser("show", help="draw a scenario's partition (label histograms per device, samples per cluster)")
     _add_scenario_args(dshow)
     dshow.add_argument("--out", required=True)
+    rep = sub.add_parser("report", help="compare run directories: a markdown table and accuracy vs time/bytes plots")
+    rep.add_argument("runs", nargs="+", help="run directories written by 'p2pfl run'")
+    rep.add_argument("--out", default=None, help="PNG with accuracy vs simulated time and vs bytes")
     return ap
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from p2pfl.metrics.report import load_run, report_figure, report_table
+
+    runs = [load_run(p) for p in args.runs]
+    print(report_table(runs))
+    if args.out:
+        print(f"wrote {report_figure(runs, args.out)}")
+    return 0
 
 
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -138,6 +152,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _cmd_list(args.what)
         if args.command == "topology":
             return _cmd_topology_show(args)
+        if args.command == "report":
+            return _cmd_report(args)
         return _cmd_data_show(args)
     except UserError as err:
         print(f"p2pfl: error: {err}", file=sys.stderr)
