@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import os
 import pickle
-import time
 from pathlib import Path
 
 import numpy as np
@@ -150,12 +149,10 @@ REAL = Path(ds.FASHION_MNIST_SYSTEM_DIR)
 
 
 @pytest.mark.skipif(not (REAL / "train-images-idx3-ubyte.gz").is_file(), reason="dataset-fashion-mnist not installed")
-def test_real_fashion_mnist_loads_and_partitions_fast():
-    t0 = time.perf_counter()
+def test_real_fashion_mnist_loads_and_partitions():
+    # Its speed (< 5 s for 100 devices) is measured by analysis/bench_data.py, not asserted here.
     fed = build_federation(DataSpec(dataset="fashion_mnist", partition={"kind": "dirichlet", "alpha": 0.5}), 100, seed=0)
-    elapsed = time.perf_counter() - t0
     pool = load_dataset("fashion_mnist")
     assert pool.train_x.shape == (60000, 1, 28, 28) and pool.test_x.shape == (10000, 1, 28, 28)
     assert np.bincount(pool.train_y).tolist() == [6000] * 10
     assert sum(fed.stats()["samples_per_device"]) == 60000
-    assert elapsed < 5.0, f"load + partition took {elapsed:.2f} s"
