@@ -1,0 +1,43 @@
+"""Centralized training (the upper reference): one model trained on the union of all devices' data.
+
+No network: the pooled data are assumed to sit in one data centre, modelled
+as device 0, whose FLOP rate is charged for the training (``rounds`` passes of
+``training.epochs`` epochs over the pooled set). The single model is scored
+on every device's local test set (a measurement, no bytes). 0 bytes by design.
+"""
+
+from __future__ import annotations
+
+from typing import Generator
+
+import torch
+
+from p2pfl.protocols.base import Protocol, ProtocolParams
+from p2pfl.sim.context import DeviceContext
+
+__all__ = ["Centralized"]
+
+
+class Centralized(Protocol):
+    """Pooled training of one model on all data, run by device 0 as the data centre."""
+
+    name = "centralized"
+    Params = ProtocolParams
+    summary = "reference: one model trained on all devices' pooled data (no network)"
+
+    def progress_total(self) -> int:
+        return self.params.rounds
+
+    def device(self, ctx: DeviceContext) -> Generator:
+        if ctx.id != 0:
+            return
+        shards = self.sim.federation.shards
+        x = torch.cat([s.train_x for s in shards])
+        y = torch.cat([s.train_y for s in shards])
+        model = ctx.new_model()
+        for r in range(1, self.params.rounds + 1):
+            yield from ctx.train(model, x=x, y=y)
+            if self.should_eval(r):
+                for d in range(self.sim.n_devices):
+                    self.sim.evaluate_on(d, model, r)
+            ctx.round_done(r)

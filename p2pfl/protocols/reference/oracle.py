@@ -1,0 +1,72 @@
+"""Oracle (Conditional-PCA paper, App. B-A): one FedAvg federation per ground-truth cluster.
+
+The upper reference for clustering methods: each device announces its true
+cluster once (an 8-byte ``join``; this is the only protocol that reads
+``ctx.true_cluster``), then the server runs FedAvg separately within every
+cluster: each device receives its cluster's model, trains it and uploads it;
+the server averages per cluster, weighted by samples. Bytes are FedAvg's plus
+the joins.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generator
+
+from p2pfl.clustering import adjusted_rand_index
+from p2pfl.learning.aggregate import clone_state, weighted_average
+from p2pfl.learning.state import live_state, load_state_
+from p2pfl.protocols.server.fedavg import FedAvg, FedAvgParams
+from p2pfl.sim.context import DeviceContext, ServerContext
+
+__all__ = ["Oracle"]
+
+
+class Oracle(FedAvg):
+    """FedAvg within each true cluster, through one server."""
+
+    name = "oracle"
+    Params = FedAvgParams
+    needs_server = True
+    summary = "reference: FedAvg within each ground-truth cluster (knows the clusters)"
+
+    def __init__(self, params: FedAvgParams, sim) -> None:
+        super().__init__(params, sim)
+        self.groups: dict[int, list[int]] = {}
+
+    def server(self, ctx: ServerContext) -> Generator:
+        p = self.params
+        cluster_of: dict[int, int] = {}
+        while len(cluster_of) < len(ctx.devices):
+            msg = yield ctx.recv("join")
+            cluster_of[msg.src] = int(msg.payload["cluster"])
+        for d in sorted(cluster_of):
+            self.groups.setdefault(cluster_of[d], []).append(d)
+        self.groups = dict(sorted(self.groups.items()))
+        models = {c: self.make_model(ctx) for c in self.groups}
+        for r in range(1, p.rounds + 1):
+            states = {c: clone_state(live_state(m)) for c, m in models.items()}
+            for d in ctx.devices:
+                ctx.send(d, "model", {"state": states[cluster_of[d]]}, round=r)
+            updates: dict[int, tuple[dict, float]] = {}
+            while len(updates) < len(ctx.devices):
+                msg = yield ctx.recv("update")
+                if msg.round == r:
+                    updates[msg.src] = (msg.payload["state"], float(msg.payload["n_samples"]))
+            for c, members in self.groups.items():
+                load_state_(models[c], weighted_average([updates[d] for d in members]))
+            if self.should_eval(r):
+                for d in ctx.devices:
+                    ctx.evaluate_device(d, models[cluster_of[d]], r)
+            ctx.round_done(r)
+
+    def device(self, ctx: DeviceContext) -> Generator:
+        if not ctx.servers:
+            return
+        yield ctx.send(ctx.servers[0], "join", {"cluster": ctx.true_cluster})
+        yield from super().device(ctx)
+
+    def result(self) -> dict[str, Any]:
+        clusters = [members for _, members in sorted(self.groups.items())]
+        if not clusters:
+            return {}
+        return {"clusters": clusters, "ari": adjusted_rand_index(self.sim.federation.true_clusters, clusters)}

@@ -1,0 +1,269 @@
+"""Client-conditional FL on local PCA statistics (Conditional-PCA paper, Secs. III-IV).
+
+Prepare (Sec. III-A): every device builds Z = [x || onehot(y)] from its training
+data and keeps the top-l eigenvalues of its covariance (``pca_statistics``),
+charged as ``pca_flops`` of compute. The paper z-scores them across clients
+(App. B-C), which needs the population mean and spread:
+
+- ``normalization: zscore`` with ``transport: server``: each device sends its s
+  and s^2 (2l float32) to the server, which returns the mean and standard
+  deviation (2l float32). The server sees each device's s here; with secure
+  aggregation it would see only the sums (the bytes are the same).
+- ``normalization: zscore`` with ``transport: gossip``: the devices run
+  ``moment_rounds`` rounds of pairwise push-pull averaging of [s, s^2] over the
+  topology (2l float32 each way per exchange); the estimate is approximate.
+- ``normalization: log``: s -> log(1 + s), no communication at all.
+
+Train (Sec. III-B/C): one model with s concatenated before its FC layers
+(``conditioned_model``); s is not in the state dict and never travels.
+
+- ``mode: federated, transport: server``: FedAvg rounds (this class is a
+  FedAvg variant: same messages and bytes).
+- ``mode: federated, transport: gossip``: the Gossip protocol's exchange over
+  the topology, on the conditioned model.
+- ``mode: pooled``: the paper's evaluation protocol, one model trained on the
+  union of all devices' (x, s_i, y). The data are assumed to be in one place
+  already: no message is sent (0 bytes; the bytes an upload of the data and
+  statistics would cost are logged as ``pooled_upload_bytes``), the moments are
+  computed there directly, each device is charged its own statistics and
+  device 0, as the data centre, the training (``rounds`` x ``training.epochs``
+  epochs over the pooled set).
+
+Infer: every device is scored with the shared model and its own s.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Generator, Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+from torch import nn
+
+from p2pfl.conditioning import (
+    ConditionedModel,
+    conditioned_model,
+    feature_matrix,
+    log_normalize,
+    pca_flops,
+    pca_statistics,
+    population_moments,
+    zscore_normalize,
+)
+from p2pfl.errors import ConfigError
+from p2pfl.learning.train import train_local
+from p2pfl.protocols.server.fedavg import FedAvg, FedAvgParams
+from p2pfl.protocols.serverless.gossip import Gossip, GossipParams, select_peer
+from p2pfl.seeding import child_seed
+from p2pfl.sim.context import DeviceContext, NodeContext, ServerContext
+from p2pfl.sim.cost import HEADER_BYTES, payload_bytes, train_flops
+
+__all__ = ["Conditional", "ConditionalParams", "normalize_statistics"]
+
+
+class ConditionalParams(FedAvgParams):
+    components: int = Field(32, ge=1, description="l: eigenvalues kept")
+    normalization: Literal["zscore", "log"] = "zscore"
+    mode: Literal["federated", "pooled"] = "federated"
+    transport: Literal["server", "gossip"] = "server"
+    oversample: int = Field(10, ge=0, description="randomized SVD oversampling")
+    power_iterations: int = Field(4, ge=0, description="randomized SVD subspace iterations")
+    moment_rounds: int = Field(10, ge=1, description="gossip + zscore: pairwise averaging rounds of [s, s^2]")
+
+
+def normalize_statistics(raw: np.ndarray, how: str) -> np.ndarray:
+    """Rows of raw eigenvalues (one per client) -> z-scored across rows, or log."""
+    raw = np.asarray(raw, dtype=np.float64)
+    if how == "log":
+        return log_normalize(raw)
+    mean, std = population_moments(raw.sum(axis=0), (raw**2).sum(axis=0), raw.shape[0])
+    return zscore_normalize(raw, mean, std)
+
+
+class _ConditionedContext:
+    """A device context whose ``new_model`` builds the conditioned model (lets Gossip run on it unchanged)."""
+
+    def __init__(self, ctx: DeviceContext, protocol: "Conditional") -> None:
+        self._ctx = ctx
+        self._protocol = protocol
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+    def new_model(self, independent: bool = False) -> nn.Module:
+        return self._protocol.make_model(self._ctx, independent=independent)
+
+
+class _PooledView(nn.Module):
+    """Pooled training set as indices: forward(idx) = model(x[idx] with s[idx])."""
+
+    def __init__(self, model: ConditionedModel, x: torch.Tensor, s: torch.Tensor) -> None:
+        super().__init__()
+        self.model = model
+        self.x = x
+        self.s = s
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.model.forward_with(self.x[idx], self.s[idx])
+
+
+class Conditional(FedAvg):
+    """One shared model conditioned on each device's local PCA eigenvalues."""
+
+    name = "conditional"
+    Params = ConditionalParams
+    needs_server = False  # set per instance: only federated + server transport runs a server
+    summary = "Conditional: shared model conditioned on local PCA eigenvalues (FedAvg, gossip or pooled)"
+
+    def __init__(self, params: ConditionalParams, sim) -> None:
+        super().__init__(params, sim)
+        self.needs_server = params.mode == "federated" and params.transport == "server"
+        if self.needs_server and not sim.topology.servers:
+            raise ConfigError("protocol 'conditional' with transport 'server' needs a server; add "
+                              "'servers: [{attach: all}]' to the topology or set protocol.transport: gossip")
+        self.raw: dict[int, np.ndarray] = {}
+        self.stats: dict[int, np.ndarray] = {}
+        self._prep: dict[int, Any] = {}
+        self._gossip = Gossip(GossipParams(name="gossip", rounds=params.rounds, eval_every=params.eval_every), sim)
+
+    # --- model ---------------------------------------------------------------------------------
+    def make_model(self, ctx: NodeContext, independent: bool = False) -> ConditionedModel:
+        """The conditioned model (common init); a device's copy carries its own statistics."""
+        sim, fed = self.sim, self.sim.federation
+        seed = child_seed(sim.seed, "init", ctx.id) if independent else child_seed(sim.seed, "init")
+        model = conditioned_model(sim.scenario.model, fed.input_shape, fed.num_classes, self.params.components, seed=seed)
+        model = model if sim.torch_device.type == "cpu" else model.to(sim.torch_device)
+        if ctx.id in self.stats:
+            model.set_statistics(self.stats[ctx.id])
+        return model
+
+    def progress_total(self) -> int:
+        if self.params.mode == "pooled":
+            return self.params.rounds
+        return super().progress_total()
+
+    # --- prepare: statistics and their normalization -------------------------------------------
+    def local_statistics(self, ctx: DeviceContext) -> Generator:
+        """Raw top-l eigenvalues of this device's Z, charged as compute."""
+        p, shard = self.params, ctx.shard
+        z = feature_matrix(shard.train_x, shard.train_y, self.sim.federation.num_classes)
+        raw = pca_statistics(z, p.components, oversample=p.oversample, power_iterations=p.power_iterations)
+        yield from ctx.compute(pca_flops(z.shape[0], z.shape[1], p.components, oversample=p.oversample,
+                                         power_iterations=p.power_iterations), "statistics")
+        self.raw[ctx.id] = raw
+        return raw
+
+    def prepare(self, ctx: DeviceContext) -> Generator:
+        """Statistics, then normalization (federated modes)."""
+        raw = yield from self.local_statistics(ctx)
+        p = self.params
+        if p.normalization == "log":
+            s = log_normalize(raw)
+        elif p.transport == "server":
+            yield ctx.send(ctx.servers[0], "moments", {"sum": torch.tensor(raw, dtype=torch.float32),
+                                                       "sumsq": torch.tensor(raw**2, dtype=torch.float32)})
+            msg = yield ctx.recv("moments_reply")
+            s = zscore_normalize(raw, msg.payload["mean"].double().numpy(), msg.payload["std"].double().numpy())
+        else:
+            mean, std = yield from self.gossip_moments(ctx, raw)
+            s = zscore_normalize(raw, mean, std)
+        self.stats[ctx.id] = s
+        return s
+
+    def gossip_moments(self, ctx: DeviceContext, raw: np.ndarray) -> Generator:
+        """Push-pull averaging of m = [s, s^2] with random neighbours; mean and std from the average."""
+        m = torch.tensor(np.concatenate([raw, raw**2]), dtype=torch.float32)
+        ctx.spawn(self._moment_responder(ctx, m))
+        for t in range(self.params.moment_rounds):
+            peer = select_peer(ctx.neighbors, ctx.rng)
+            if peer is None:
+                break
+            sent = m.clone()
+            yield ctx.send(peer, "moment_push", {"m": sent}, round=t)
+            while True:
+                reply = yield ctx.recv("moment_reply")
+                if reply.src == peer and reply.round == t:
+                    break
+            m += 0.5 * (reply.payload["m"] - sent)
+        l = raw.shape[0]
+        mean = m[:l].double().numpy()
+        return mean, np.sqrt(np.clip(m[l:].double().numpy() - mean**2, 0.0, None))
+
+    def _moment_responder(self, ctx: DeviceContext, m: torch.Tensor) -> Generator:
+        while True:
+            msg = yield ctx.recv("moment_push")
+            mine = m.clone()
+            ctx.send(msg.src, "moment_reply", {"m": mine}, round=msg.round)
+            m += 0.5 * (msg.payload["m"] - mine)
+
+    # --- the processes ---------------------------------------------------------------------------
+    def server(self, ctx: ServerContext) -> Generator:
+        if self.params.normalization == "zscore":
+            got: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+            while len(got) < len(ctx.devices):
+                msg = yield ctx.recv("moments")
+                got[msg.src] = (msg.payload["sum"], msg.payload["sumsq"])
+            sums = sum(got[d][0].double() for d in sorted(got))
+            sumsqs = sum(got[d][1].double() for d in sorted(got))
+            mean, std = population_moments(sums.numpy(), sumsqs.numpy(), len(got))
+            reply = {"mean": torch.tensor(mean, dtype=torch.float32), "std": torch.tensor(std, dtype=torch.float32)}
+            for d in sorted(got):
+                ctx.send(d, "moments_reply", reply)
+        yield from super().server(ctx)
+
+    def device(self, ctx: DeviceContext) -> Generator:
+        p = self.params
+        if p.mode == "pooled":
+            yield from self.pooled_device(ctx)
+            return
+        if p.transport == "server" and not ctx.servers:
+            return  # not attached: not part of this federation
+        yield from self.prepare(ctx)
+        if p.transport == "gossip":
+            yield from self._gossip.device(_ConditionedContext(ctx, self))
+        else:
+            yield from super().device(ctx)
+
+    def evaluate_global(self, ctx: ServerContext, model: nn.Module, r: int) -> None:
+        """Each device scores the global model with its own statistics (a measurement: s does not travel)."""
+        for d in range(self.sim.n_devices):
+            model.set_statistics(self.stats[d])
+            ctx.evaluate_device(d, model, r)
+
+    def pooled_device(self, ctx: DeviceContext) -> Generator:
+        """Every device computes its statistics; device 0 (the data centre) trains on the pooled set."""
+        self._prep[ctx.id] = ctx.spawn(self.local_statistics(ctx))
+        if ctx.id != 0:
+            return
+        yield ctx.sleep(0)  # every device has started its statistics by now
+        sim, n = self.sim, self.sim.n_devices
+        for i in range(n):
+            yield self._prep[i]
+        norm = normalize_statistics(np.stack([self.raw[i] for i in range(n)]), self.params.normalization)
+        self.stats = {i: norm[i] for i in range(n)}
+        shards = sim.federation.shards
+        ctx.log("pooled_upload_bytes", sum(
+            HEADER_BYTES + payload_bytes([s.train_x, s.train_y]) + 4 * self.params.components for s in shards))
+        model = self.make_model(ctx)
+        x = torch.cat([s.train_x for s in shards])
+        y = torch.cat([s.train_y for s in shards])
+        owner = torch.cat([torch.full((s.train_y.shape[0],), i, dtype=torch.int64) for i, s in enumerate(shards)])
+        table = torch.tensor(norm, dtype=torch.float32, device=x.device)
+        view = _PooledView(model, x, table[owner.to(x.device)])
+        idx = torch.arange(x.shape[0], device=x.device)
+        for r in range(1, self.params.rounds + 1):
+            result = train_local(view, idx, y, sim.training, generator=ctx.torch_gen)
+            yield from ctx.compute(train_flops(sim.forward_flops(model), result.samples), "train")
+            if self.should_eval(r):
+                for d in range(n):
+                    model.set_statistics(self.stats[d])
+                    sim.evaluate_on(d, model, r)
+            ctx.round_done(r)
+
+    # --- outputs ---------------------------------------------------------------------------------
+    def artifacts(self) -> dict[str, bytes]:
+        rows = {str(i): {"raw": self.raw[i].tolist(), "normalized": np.asarray(self.stats[i]).tolist()}
+                for i in sorted(self.stats)}
+        return {"statistics.json": json.dumps(rows, indent=1).encode()} if rows else {}

@@ -1,0 +1,49 @@
+"""FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020, Sec. 3).
+
+FedAvg whose local objective adds the proximal term mu/2 ||w - w_global||^2,
+keeping local models near the global model under heterogeneity. Everything
+else (messages, bytes, aggregation) is FedAvg's: the variant overrides
+``local_update`` only.
+"""
+
+from __future__ import annotations
+
+from typing import Generator, Mapping, Optional
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from p2pfl.learning.aggregate import clone_state
+from p2pfl.learning.train import Penalty
+from p2pfl.protocols.server.fedavg import FedAvg, FedAvgParams
+from p2pfl.sim.context import DeviceContext
+
+__all__ = ["FedProx", "FedProxParams", "proximal_penalty"]
+
+
+class FedProxParams(FedAvgParams):
+    mu: float = Field(0.01, ge=0, description="proximal coefficient")
+
+
+def proximal_penalty(anchor: Mapping[str, torch.Tensor], coefficient: float) -> Penalty:
+    """penalty(model) = coefficient/2 * sum over parameters ||p - anchor[p]||^2 (anchor detached)."""
+    anchor = {k: v.detach() for k, v in anchor.items()}
+
+    def penalty(model: nn.Module) -> torch.Tensor:
+        terms = [((p - anchor[name]) ** 2).sum() for name, p in model.named_parameters() if p.requires_grad]
+        return 0.5 * coefficient * torch.stack(terms).sum()
+
+    return penalty
+
+
+class FedProx(FedAvg):
+    """FedAvg with a proximal term toward the round's global model."""
+
+    name = "fedprox"
+    Params = FedProxParams
+    summary = "FedAvg with a proximal term mu/2 ||w - w_global||^2 in local training"
+
+    def local_update(self, ctx: DeviceContext, model: nn.Module, r: int, penalty: Optional[Penalty] = None) -> Generator:
+        prox = proximal_penalty(clone_state(dict(model.named_parameters())), self.params.mu)
+        return (yield from super().local_update(ctx, model, r, penalty=prox))

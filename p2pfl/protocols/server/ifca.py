@@ -1,0 +1,161 @@
+"""IFCA (Ghosh et al., "An Efficient Framework for Clustered Federated Learning", NeurIPS 2020, Alg. 2).
+
+As the Conditional-PCA paper runs it (App. K-A): the server keeps K cluster
+models and broadcasts all K to every device each round (one message, K x
+model bytes). A device scores each on its training data (E-step; charged as K
+forward passes over its samples), picks the one with the lowest loss, trains
+it and uploads it with its cluster id (8 bytes) and sample count. The server
+averages each cluster's uploads weighted by samples; a cluster nobody chose
+keeps its model. Cluster models start from independent random inits; with
+``balanced_init`` (the reference code's initializer, off by default as in the
+paper) the server probes the devices' choices (K models down, an 8-byte id up)
+and redraws the inits, up to ``init_tries`` times, until every cluster gets at
+least ceil(n / 2K) devices.
+
+Each round's assignment and its adjusted Rand index against the true clusters
+(scoring only) are logged; ``result()`` reports the final ``clusters`` and ``ari``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Generator
+
+import numpy as np
+from pydantic import Field
+from torch import nn
+
+from p2pfl.clustering import adjusted_rand_index
+from p2pfl.learning.aggregate import clone_state, weighted_average
+from p2pfl.learning.models import build_model
+from p2pfl.learning.state import live_state, load_state_
+from p2pfl.learning.train import average_loss
+from p2pfl.protocols.base import Protocol, ProtocolParams
+from p2pfl.seeding import child_seed
+from p2pfl.sim.context import DeviceContext, ServerContext
+
+__all__ = ["IFCA", "IFCAParams", "choose_cluster", "clusters_from_assignment", "is_balanced"]
+
+
+class IFCAParams(ProtocolParams):
+    n_clusters: int = Field(2, ge=1, description="K cluster models")
+    balanced_init: bool = False
+    init_tries: int = Field(10, ge=1)
+
+
+def choose_cluster(losses: list[float]) -> int:
+    """E-step: the cluster whose model has the lowest training loss (ties: the lowest id)."""
+    return int(np.argmin(np.asarray(losses, dtype=np.float64)))
+
+
+def clusters_from_assignment(assignment: list[int], k: int) -> list[list[int]]:
+    """Non-empty clusters as lists of device ids, in cluster-id order."""
+    groups = [[d for d, c in enumerate(assignment) if c == q] for q in range(k)]
+    return [g for g in groups if g]
+
+
+def is_balanced(assignment: list[int], k: int) -> bool:
+    """Every cluster holds at least ceil(n / 2K) devices."""
+    need = math.ceil(len(assignment) / (2 * k))
+    counts = np.bincount(np.asarray(assignment, dtype=np.int64), minlength=k)
+    return bool(counts.min() >= need)
+
+
+class IFCA(Protocol):
+    """Iterative federated clustering through one server."""
+
+    name = "ifca"
+    Params = IFCAParams
+    needs_server = True
+    summary = "IFCA: K cluster models broadcast, devices pick the lowest-loss one (K x download)"
+
+    def __init__(self, params: IFCAParams, sim) -> None:
+        super().__init__(params, sim)
+        self.assignment: list[int] = []
+
+    def init_models(self, draw: int) -> list[nn.Module]:
+        """K independently initialised cluster models (draw ``draw`` of the init stream)."""
+        fed, sim = self.sim.federation, self.sim
+        models = []
+        for k in range(self.params.n_clusters):
+            m = build_model(sim.scenario.model, fed.input_shape, fed.num_classes, seed=child_seed(sim.seed, "ifca.init", draw, k))
+            models.append(m if sim.torch_device.type == "cpu" else m.to(sim.torch_device))
+        return models
+
+    def server(self, ctx: ServerContext) -> Generator:
+        p, n = self.params, len(ctx.devices)
+        models = self.init_models(0)
+        if p.balanced_init:
+            for draw in range(p.init_tries):
+                states = [clone_state(live_state(m)) for m in models]
+                for d in ctx.devices:
+                    ctx.send(d, "probe", {"states": states})
+                picks = {}
+                while len(picks) < n:
+                    msg = yield ctx.recv("probe_reply")
+                    picks[msg.src] = int(msg.payload["cluster"])
+                balanced = is_balanced([picks[d] for d in sorted(picks)], p.n_clusters)
+                ctx.log("ifca_init_balanced", balanced, draw=draw)
+                if balanced or draw == p.init_tries - 1:
+                    break
+                models = self.init_models(draw + 1)
+        for r in range(1, p.rounds + 1):
+            states = [clone_state(live_state(m)) for m in models]
+            for d in ctx.devices:
+                ctx.send(d, "models", {"states": states}, round=r)
+            updates: dict[int, tuple[dict, float, int]] = {}
+            while len(updates) < n:
+                msg = yield ctx.recv("update")
+                if msg.round == r:
+                    updates[msg.src] = (msg.payload["state"], float(msg.payload["n_samples"]), int(msg.payload["cluster"]))
+            for k in range(p.n_clusters):
+                members = [(s, w) for s, w, c in updates.values() if c == k]
+                if members:
+                    load_state_(models[k], weighted_average(members))
+            self.assignment = [updates[d][2] for d in sorted(updates)]
+            ctx.log("assignment", list(self.assignment), round=r)
+            ctx.log("ari", self.ari(), round=r)
+            if self.should_eval(r):
+                for d, c in zip(sorted(updates), self.assignment):
+                    ctx.evaluate_device(d, models[c], r)
+            ctx.round_done(r)
+
+    def device(self, ctx: DeviceContext) -> Generator:
+        if not ctx.servers:
+            return
+        server = ctx.servers[0]
+        work = ctx.new_model()
+        if self.params.balanced_init:
+            ctx.spawn(self.answer_probes(ctx, server))
+        while True:
+            msg = yield ctx.recv("models")
+            k = yield from self.estep(ctx, work, msg.payload["states"])
+            load_state_(work, msg.payload["states"][k])
+            yield from ctx.train(work)
+            yield ctx.send(server, "update", {"state": live_state(work), "n_samples": ctx.n_samples, "cluster": k},
+                           round=msg.round)
+
+    def estep(self, ctx: DeviceContext, work: nn.Module, states: list[dict]) -> Generator:
+        """Training loss of each cluster model (K forward passes over the shard, charged); the argmin."""
+        losses = []
+        for state in states:
+            load_state_(work, state)
+            losses.append(average_loss(work, ctx.shard.train_x, ctx.shard.train_y))
+        yield from ctx.compute(len(states) * self.sim.forward_flops(work) * ctx.n_samples, "ifca_estep")
+        return choose_cluster(losses)
+
+    def answer_probes(self, ctx: DeviceContext, server: int) -> Generator:
+        work = ctx.new_model()
+        while True:
+            msg = yield ctx.recv("probe")
+            k = yield from self.estep(ctx, work, msg.payload["states"])
+            ctx.send(server, "probe_reply", {"cluster": k})
+
+    def ari(self) -> float:
+        clusters = clusters_from_assignment(self.assignment, self.params.n_clusters)
+        return adjusted_rand_index(self.sim.federation.true_clusters, clusters)
+
+    def result(self) -> dict[str, Any]:
+        if not self.assignment:
+            return {}
+        return {"clusters": clusters_from_assignment(self.assignment, self.params.n_clusters), "ari": self.ari()}
