@@ -5,6 +5,7 @@
     p2pfl list protocols|datasets|partitions|topologies
     p2pfl topology show FILE --out x.png
     p2pfl data show SCENARIO --out x.png
+    p2pfl robot demo TASK --out x.gif|x.png [--seed N]
     p2pfl report RUN_DIR [RUN_DIR ...] [--out x.png]
 
 A user error prints one line on stderr and exits with status 2.
@@ -54,6 +55,12 @@ def _parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="compare run directories: a markdown table and accuracy vs time/bytes plots")
     rep.add_argument("runs", nargs="+", help="run directories written by 'p2pfl run'")
     rep.add_argument("--out", default=None, help="PNG with accuracy vs simulated time and vs bytes")
+    robot = sub.add_parser("robot", help="robot manipulation tools")
+    rsub = robot.add_subparsers(dest="robot_command", required=True)
+    rdemo = rsub.add_parser("demo", help="render a scripted-expert rollout of a task (suite/name) to a GIF or PNG strip")
+    rdemo.add_argument("task", help="e.g. object/red; 'list' prints the tasks")
+    rdemo.add_argument("--out", default="demo.gif")
+    rdemo.add_argument("--seed", type=int, default=0)
     return ap
 
 
@@ -109,9 +116,9 @@ def _cmd_list(what: str) -> int:
         from p2pfl.topology import BUILDERS
 
         rows = [(k, v) for k, v in sorted(BUILDERS.items())]
-    width = max(len(r[0]) for r in rows)
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
-        print(f"{r[0]:<{width}}  " + "  ".join(str(x) for x in r[1:]))
+        print("  ".join(f"{str(x):<{w}}" for x, w in zip(r, widths)) + "  " + str(r[-1]))
     return 0
 
 
@@ -139,6 +146,24 @@ def _cmd_data_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_robot_demo(args: argparse.Namespace) -> int:
+    from p2pfl.errors import ConfigError
+    from p2pfl.robotics.suites import TASKS
+
+    if args.task == "list":
+        for tid, task in TASKS.items():
+            print(f"{tid:<20}  {task.instruction}")
+        return 0
+    if args.task not in TASKS:
+        raise ConfigError(f"unknown task {args.task!r}; valid: {', '.join(TASKS)}")
+    from p2pfl.robotics.show import expert_rollout_frames, save_frames
+
+    frames, ok = expert_rollout_frames(args.task, seed=args.seed)
+    save_frames(frames, Path(args.out))
+    print(f"wrote {args.out} ({len(frames)} frames, {'success' if ok else 'failure'}): {TASKS[args.task].instruction}")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``p2pfl`` console script and ``python -m p2pfl``."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -154,6 +179,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _cmd_topology_show(args)
         if args.command == "report":
             return _cmd_report(args)
+        if args.command == "robot":
+            return _cmd_robot_demo(args)
         return _cmd_data_show(args)
     except UserError as err:
         print(f"p2pfl: error: {err}", file=sys.stderr)

@@ -60,8 +60,6 @@ class Simulation:
         self.torch_device = resolve_torch_device(scenario.torch_device)
         cls = get_protocol(scenario.protocol.name)
         self.topology = build_topology(scenario.topology, seed=seed)
-        if cls.needs_server and not self.topology.servers:
-            raise ConfigError(f"protocol {cls.name!r} needs a server; add 'servers: [{{attach: all}}]' to the topology")
         self.n_devices = n = self.topology.n_devices
         self.server_ids = tuple(range(n, n + len(self.topology.servers)))
         self.federation = build_federation(scenario.data, n, seed=seed)
@@ -72,6 +70,8 @@ class Simulation:
         self.profiles = draw_profiles(scenario.devices, n, stream(seed, "profiles"))
         self.network = self._build_network()
         self.protocol = cls(scenario.protocol, self)
+        if self.protocol.needs_server and not self.topology.servers:
+            raise ConfigError(f"protocol {cls.name!r} needs a server; add 'servers: [{{attach: all}}]' to the topology")
         self.executor = EXECUTORS[scenario.executor]()
         self._flops: "weakref.WeakKeyDictionary[nn.Module, int]" = weakref.WeakKeyDictionary()
         self.eval_wall_s = 0.0
@@ -87,7 +87,8 @@ class Simulation:
                 links[(d, sid)] = server.link
         loss_rngs = {i: stream(self.seed, "loss", i) for i in up}
         return Network(self.env, links, up, down, loss_rngs,
-                       lambda what, msg, lost, u, v, t0: self.recorder.message(what, self.env.now, msg, lost, u, v, t0))
+                       lambda what, msg, lost, u, v, t0: self.recorder.message(what, self.env.now, msg, lost, u, v, t0),
+                       no_relay=frozenset(self.server_ids))
 
     # --- services for contexts and protocols -------------------------------------------------
 
@@ -95,7 +96,8 @@ class Simulation:
         """The scenario's model; common initial weights, or node-specific ones when ``node`` is given."""
         seed = child_seed(self.seed, "init") if node is None else child_seed(self.seed, "init", node)
         fed = self.federation
-        model = build_model(self.scenario.model, fed.input_shape, fed.num_classes, seed=seed)
+        model = build_model(self.scenario.model, fed.input_shape, fed.num_classes, seed=seed,
+                            hint=getattr(fed, "model_hint", None))
         return model if self.torch_device.type == "cpu" else model.to(self.torch_device)
 
     def forward_flops(self, model: nn.Module) -> int:
@@ -108,6 +110,15 @@ class Simulation:
     def evaluate_on(self, device: int, model: nn.Module, round: Optional[int]) -> float:
         """Accuracy (RMSE for regression tasks) of ``model`` on ``device``'s local test set, recorded for it."""
         t0 = time.perf_counter()
+        scorer = getattr(self.federation, "score_device", None)
+        if scorer is not None:  # robot data: closed-loop rollouts, their compute charged to the device
+            report = scorer(device, model, self.forward_flops(model))
+            if report.flops:
+                self.recorder.compute(self.env.now, device, report.flops, report.flops / self.profiles[device].flops_per_s, "rollout")
+            self.recorder.log(self.env.now, device, "rollout_success", report.score, round=round, **report.fields)
+            self.eval_wall_s += time.perf_counter() - t0
+            self.recorder.evaluation(self.env.now, device, report.score, round)
+            return report.score
         shard = self.federation.shards[device]
         score = evaluate_rmse if self.federation.task == "regression" else evaluate_accuracy
         acc = score(model, shard.test_x, shard.test_y)

@@ -114,7 +114,7 @@ class Conditional(FedAvg):
 
     name = "conditional"
     Params = ConditionalParams
-    needs_server = False  # set per instance: only federated + server transport runs a server
+    # needs_server (True, from FedAvg) is narrowed per instance: only federated + server transport runs one.
     summary = "Conditional: shared model conditioned on local PCA eigenvalues (FedAvg, gossip or pooled)"
 
     def __init__(self, params: ConditionalParams, sim) -> None:
