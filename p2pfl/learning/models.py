@@ -21,9 +21,9 @@ __all__ = ["ModelSpec", "CNN28", "MLP", "MODELS", "build_model"]
 
 
 class ModelSpec(Strict):
-    """YAML ``model:`` block. ``auto`` picks ``cnn28`` for 28x28 images, else ``mlp``."""
+    """YAML ``model:`` block. ``auto`` picks ``robot_policy`` for robot data, ``cnn28`` for 28x28 images, else ``mlp``."""
 
-    name: Literal["auto", "cnn28", "mlp"] = "auto"
+    name: Literal["auto", "cnn28", "mlp", "robot_policy"] = "auto"
     hidden: int = 64
 
 
@@ -71,17 +71,26 @@ def _mlp(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int) -> nn.
 MODELS: dict[str, Callable[[ModelSpec, tuple[int, ...], int], nn.Module]] = {"cnn28": _cnn28, "mlp": _mlp}
 
 
-def build_model(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int, *, seed: int) -> nn.Module:
+def build_model(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int, *, seed: int, hint: object = None) -> nn.Module:
     """A freshly initialised model; the same seed gives the same weights.
 
-    ``num_classes == 0`` means a regression task: one real output.
+    ``num_classes == 0`` means a regression task: one real output. ``hint`` is what a dataset
+    tells its model beyond the input shape (robot data: the observation layout).
     """
     num_classes = max(num_classes, 1)
     name = spec.name
+    if name == "auto" and hint is not None:
+        name = "robot_policy"
     if name == "auto":
         name = "cnn28" if len(input_shape) == 3 and tuple(input_shape[-2:]) == (28, 28) else "mlp"
     with torch.random.fork_rng(devices=[]):
         # Seed only the CPU generator (weights are initialised on the CPU): torch.manual_seed
         # would also queue a CUDA seeding call, which costs ~1 ms per model on large fleets.
         torch.default_generator.manual_seed(seed)
+        if name == "robot_policy":
+            from p2pfl.robotics.policy import ObsLayout, ResNetTPolicy
+
+            if not isinstance(hint, ObsLayout):
+                raise ConfigError("model.name 'robot_policy' needs robot data (data.dataset: robotics)")
+            return ResNetTPolicy(hint)
         return MODELS[name](spec, tuple(input_shape), num_classes)

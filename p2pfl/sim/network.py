@@ -48,6 +48,7 @@ class Network:
         downlink_bps: dict[int, float],
         loss_rngs: dict[int, np.random.Generator],
         on_event: Callable[..., None],
+        no_relay: frozenset[int] = frozenset(),
     ) -> None:
         self.env = env
         self._links = links
@@ -59,6 +60,7 @@ class Network:
         self._inboxes: dict[tuple[int, str], simpy.Store] = {}
         self._seq = 0
         self._adj: "dict[int, list[int]] | None" = None
+        self._no_relay = frozenset(no_relay)  # endpoints only (servers): never a hop inside a route
 
     def link(self, u: int, v: int) -> "Link":
         """The link between ``u`` and ``v``; ValueError if they are not adjacent."""
@@ -93,7 +95,12 @@ class Network:
         return self.env.process(self._transmit(msg, path, 0))
 
     def route(self, src: int, dst: int) -> list[int]:
-        """A shortest path src -> dst in hops (deterministic: BFS over sorted neighbours)."""
+        """A shortest path src -> dst in hops (deterministic: BFS over sorted neighbours).
+
+        Nodes in ``no_relay`` (the servers) may be the source or the destination
+        but never an intermediate hop, so device-to-device routes stay on the
+        device graph even when a server is attached to every device.
+        """
         if src == dst:
             raise ValueError(f"node {src} cannot send to itself")
         if self._adj is None:
@@ -107,6 +114,8 @@ class Network:
         while frontier and dst not in parent:
             nxt = []
             for u in frontier:
+                if u != src and u in self._no_relay:
+                    continue
                 for v in self._adj.get(u, ()):
                     if v not in parent:
                         parent[v] = u
