@@ -1,0 +1,155 @@
+"""Clustering-phase cost of RND versus IFCA (RND clustered-FL paper, Fig. 3), on Fashion-MNIST.
+
+Setup: k = 4 feature-skew groups x 3 devices (pattern mode, RMS 0.5, 300 training samples per device),
+the same data as ``scenarios/rnd/fmnist_feature_skew.yaml``.
+
+* RND clustering phase, per device: train the predictor (``rnd_epochs`` epochs of Adam, batch 32), then
+  score all N predictors on the local training inputs (the target embedded once per phase).
+* IFCA clustering phase, per device and round: evaluate the K = 4 cluster models on the local training
+  data (forward passes only). Task model: torchvision ResNet-18 (random init, no download), adapted to
+  1 x 28 x 28 as for CIFAR: first conv 3x3 stride 1 with 1 input channel, no max-pool.
+
+Two measures:
+
+* modelled FLOPs from ``p2pfl.sim.cost.forward_flops_per_sample`` (counts conv, linear, BatchNorm,
+  ReLU, pooling; the 8 residual additions of ResNet-18 are not modules and are added here by hand)
+  and ``p2pfl.clustering.rnd_flops``;
+* measured machine time: ``time.perf_counter`` around the real work, one torch thread. RND is timed on
+  every device. IFCA is timed on ``--ifca-devices`` devices and scaled by N / that number (every device
+  has the same number of samples, so every device does the same work); a ResNet-18 forward at 28x28
+  costs ~0.9 GFLOP per sample, and timing all 12 devices would take minutes per round here.
+
+(i) once = one clustering phase; (ii) every round = R phases (RND re-clustering every round, IFCA's
+E-step every round). Both scale linearly in R, so (ii) is R x (i) and is reported, not re-measured.
+
+    python analysis/rnd_overhead.py [--rounds 10] [--ifca-devices 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torchvision
+from torch import nn
+
+from p2pfl.clustering import make_predictor, make_target, novelty_row, rnd_flops, train_predictor
+from p2pfl.data import build_federation
+from p2pfl.data.schema import DataSpec
+from p2pfl.learning.train import average_loss
+from p2pfl.seeding import torch_generator
+from p2pfl.sim.cost import forward_flops_per_sample
+
+ROOT = Path(__file__).resolve().parents[1]
+K, PER_GROUP, SAMPLES, RMS = 4, 3, 300, 0.5
+RND_EPOCHS, RND_BATCH = 30, 32
+
+
+def resnet18_28() -> nn.Module:
+    """ResNet-18 for 1 x 28 x 28 inputs (CIFAR-style stem: 3x3 stride-1 conv, no max-pool), random init."""
+    m = torchvision.models.resnet18(weights=None, num_classes=10)
+    m.conv1 = nn.Conv2d(1, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    m.maxpool = nn.Identity()
+    return m
+
+
+def residual_add_flops(model: nn.Module, shape: tuple[int, ...]) -> int:
+    """FLOPs of the residual additions (one add per output element of each BasicBlock)."""
+    total = 0
+
+    def hook(module, args, out):
+        nonlocal total
+        total += out[0].numel()
+
+    hs = [b.register_forward_hook(hook) for b in model.modules() if isinstance(b, torchvision.models.resnet.BasicBlock)]
+    with torch.no_grad():
+        model.eval()(torch.zeros((1, *shape)))
+    for h in hs:
+        h.remove()
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=10, help="R for the every-round case")
+    ap.add_argument("--ifca-devices", type=int, default=1, help="devices on which IFCA's E-step is timed")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=ROOT / "analysis/results/rnd_overhead.md")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    n = K * PER_GROUP
+    spec = DataSpec(dataset="fashion_mnist", samples_per_client=SAMPLES,
+                    partition={"kind": "feature_skew", "n_clusters": K, "mode": "pattern", "rms": RMS})
+    fed = build_federation(spec, n, seed=args.seed)
+    shape = tuple(fed.input_shape)
+    xs = [s.train_x for s in fed.shards]
+    ys = [s.train_y for s in fed.shards]
+
+    # ---- RND: every device trains its predictor, then scores all N predictors on its data
+    target = make_target(shape, seed=args.seed)
+    predictors, rnd_wall = [], 0.0
+    for i, x in enumerate(xs):
+        t = time.perf_counter()
+        p = make_predictor(shape, seed=args.seed)
+        train_predictor(p, target, x, epochs=RND_EPOCHS, batch_size=RND_BATCH,
+                        generator=torch_generator(args.seed, "rnd.shuffle", i, 1))
+        rnd_wall += time.perf_counter() - t
+        predictors.append(p)
+    for x in xs:
+        t = time.perf_counter()
+        novelty_row(predictors, target, x)
+        rnd_wall += time.perf_counter() - t
+    rnd_fl = sum(rnd_flops(shape, int(x.shape[0]), RND_EPOCHS, n, int(x.shape[0])) for x in xs)
+
+    # ---- IFCA: every device evaluates the K cluster models on its training data
+    torch.manual_seed(args.seed)  # torchvision initialises from the global generator; values do not affect cost
+    models = [resnet18_28() for _ in range(K)]
+    fwd_layers = forward_flops_per_sample(models[0], shape)
+    fwd = fwd_layers + residual_add_flops(models[0], shape)
+    ifca_fl = sum(K * fwd * int(x.shape[0]) for x in xs)
+    timed = min(args.ifca_devices, n)
+    t = time.perf_counter()
+    for i in range(timed):
+        for m in models:
+            average_loss(m, xs[i], ys[i], batch_size=100)
+    ifca_wall = (time.perf_counter() - t) * n / timed
+
+    R = args.rounds
+    rows = [
+        ("one phase (RND once vs one IFCA E-step)", rnd_wall, ifca_wall, rnd_fl, ifca_fl),
+        (f"(i) R = {R} rounds, RND once, IFCA every round", rnd_wall, R * ifca_wall, rnd_fl, R * ifca_fl),
+        (f"(ii) R = {R} rounds, RND every round, IFCA every round", R * rnd_wall, R * ifca_wall, R * rnd_fl,
+         R * ifca_fl),
+    ]
+    head = [
+        "# Clustering-phase overhead: RND vs IFCA (RND paper Fig. 3), Fashion-MNIST, 4 groups x 3 devices",
+        "",
+        f"Command: `python analysis/rnd_overhead.py --rounds {R} --ifca-devices {args.ifca_devices} --seed {args.seed}`"
+        " (one torch thread, CPU).",
+        "",
+        f"Data: feature skew, pattern RMS {RMS}, {SAMPLES} training samples per device, N = {n}. "
+        f"RND: predictor {RND_EPOCHS} epochs, batch {RND_BATCH}, scoring all {n} predictors. IFCA: K = {K} "
+        f"ResNet-18 (1x28x28, CIFAR stem) evaluated on each device's training data. "
+        f"ResNet-18 forward: {fwd / 1e9:.3f} GFLOP/sample ({fwd_layers:,} from layers incl. BatchNorm, ReLU, "
+        f"pooling + {fwd - fwd_layers:,} residual adds). IFCA wall time measured on {timed} device(s), "
+        f"scaled x{n / timed:g}. Over R rounds each phase is repeated R times (costs scale linearly, so "
+        "they are multiplied, not re-measured). Wall seconds are noisy on a shared 2-core machine.",
+        "",
+        "| schedule | RND wall s | IFCA wall s | IFCA/RND (wall) | RND GFLOP | IFCA GFLOP | IFCA/RND (FLOPs) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, rw, iw, rf, ifl in rows:
+        head.append(f"| {label} | {rw:.2f} | {iw:.2f} | {iw / rw:.1f} | {rf / 1e9:.2f} | {ifl / 1e9:.1f} | "
+                    f"{ifl / rf:.1f} |")
+    text = "\n".join(head) + "\n"
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

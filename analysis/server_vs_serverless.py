@@ -1,0 +1,242 @@
+"""Server vs serverless clustered FL on one fleet: rnd, rnd_gossip, ifca, dac (both), gossip, fedavg, local, oracle.
+
+Same devices, data and seed for every protocol; a neighbourhood device graph (random geometric, radius
+chosen for a mean degree of about 7, redrawn until connected) for N = 12, 48, 192; server protocols get
+the same device graph plus one server attached to every device. Two partitions with 4 true clusters:
+``feature_skew`` (pattern mode, RMS 0.5) and ``label_shift`` (disjoint class groups).
+
+Reduced budget (so that the whole script runs in about 25 minutes on 2 shared cores): Fashion-MNIST,
+100 training samples per device, an MLP (hidden 32), 8 rounds of 1 local epoch, RND predictors
+40 epochs of batch 16 (about 280 Adam steps). The scenario files in ``scenarios/server_vs_serverless/`` hold the common part;
+this script sets N, partition, topology and protocol.
+
+Writes ``analysis/results/server_vs_serverless.md`` (table) and PNG plots next to it:
+``svs_accuracy_vs_time_N{N}.png`` and ``svs_bytes_vs_n.png`` (log-log, with N^2 and N x degree guides).
+
+    python analysis/server_vs_serverless.py [--sizes 12 48 192] [--protocols ...] [--rounds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from p2pfl.api import resolve
+from p2pfl.protocols import PROTOCOLS
+from p2pfl.sim.kernel import Simulation
+
+ROOT = Path(__file__).resolve().parents[1]
+SCEN = ROOT / "scenarios/server_vs_serverless"
+RESULTS = ROOT / "analysis/results"
+CLUSTER_COMPUTE = {"rnd_train", "rnd_score", "ifca_estep", "dac_similarity"}
+
+#: label -> (registry name, YAML file with its parameters)
+PROTOCOL_FILES = {
+    "rnd": ("rnd", "rnd.yaml"),
+    "rnd_gossip": ("rnd_gossip", "rnd_gossip.yaml"),
+    "ifca": ("ifca", "ifca.yaml"),
+    "dac_cosine": ("dac", "dac_cosine.yaml"),
+    "dac_original": ("dac", "dac_original.yaml"),
+    "gossip": ("gossip", "gossip.yaml"),
+    "fedavg": ("fedavg", "fedavg.yaml"),
+    "local": ("local", "local.yaml"),
+    "oracle": ("oracle", "oracle.yaml"),
+}
+PARTITIONS = {
+    "feature_skew": {"kind": "feature_skew", "n_clusters": 4, "mode": "pattern", "rms": 0.5},
+    "label_shift": {"kind": "label_shift", "n_clusters": 4},
+}
+
+
+def radius_for(n: int, degree: float = 7.0) -> float:
+    """Radius giving about ``degree`` neighbours in the unit square (1.1 x the interior estimate)."""
+    return round(min(1.0, 1.1 * math.sqrt(degree / (math.pi * max(n - 1, 1)))), 3)
+
+
+def scenario(label: str, n: int, partition: str, seed: int, rounds: int) -> dict[str, Any]:
+    base = yaml.safe_load((SCEN / "base.yaml").read_text())
+    name, fname = PROTOCOL_FILES[label]
+    proto = yaml.safe_load((SCEN / fname).read_text())
+    sc = copy.deepcopy(base)
+    sc["name"] = f"svs_{label}_{partition}_n{n}"
+    sc["seed"] = seed
+    sc["protocol"] = {**proto, "rounds": rounds}
+    sc["data"]["partition"] = PARTITIONS[partition]
+    topo = {"kind": "random_geometric", "n": n, "radius": radius_for(n), "seed": seed, "tries": 500,
+            "link": {"latency_s": 0.005, "bandwidth_bps": 5.0e7}}
+    if PROTOCOLS[name].needs_server:
+        topo["servers"] = [{"name": "server", "attach": "all", "link": {"latency_s": 0.02, "bandwidth_bps": 5.0e7}}]
+    sc["topology"] = topo
+    return sc
+
+
+def time_to_fraction(curve: list[dict[str, Any]], frac: float = 0.9) -> float | None:
+    """Simulated time at which the mean accuracy first reaches ``frac`` x its final value."""
+    if not curve:
+        return None
+    goal = frac * curve[-1]["accuracy_mean"]
+    return next((p["t"] for p in curve if p["accuracy_mean"] >= goal), None)
+
+
+def run_one(sc: dict[str, Any]) -> dict[str, Any]:
+    sim = Simulation(resolve(sc))
+    t0 = time.perf_counter()
+    s = sim.run()
+    cl_flops = sum(e["flops"] for e in sim.recorder.events if e["kind"] == "compute" and e["what"] in CLUSTER_COMPUTE)
+    degree = 2 * sim.topology.graph.number_of_edges() / sim.n_devices
+    return {**s, "clustering_compute_flops": cl_flops, "wall": time.perf_counter() - t0, "mean_degree": degree}
+
+
+def fmt_bytes(b: float) -> str:
+    for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if b >= k:
+            return f"{b / k:.2f} {unit}"
+    return f"{b:.0f} B"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[12, 48, 192])
+    ap.add_argument("--protocols", nargs="+", default=list(PROTOCOL_FILES))
+    ap.add_argument("--partitions", nargs="+", default=list(PARTITIONS))
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    t_start = time.perf_counter()
+    results: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for n in args.sizes:
+        for part in args.partitions:
+            for label in args.protocols:
+                name = PROTOCOL_FILES[label][0]
+                if name not in PROTOCOLS:
+                    note = f"{label}: protocol {name!r} is not registered yet; skipped"
+                    print("NOTE:", note, flush=True)
+                    skipped.append(note)
+                    continue
+                try:
+                    r = run_one(scenario(label, n, part, args.seed, args.rounds))
+                except Exception as err:  # report and go on: one failing protocol must not hide the others
+                    note = f"{label} N={n} {part}: {type(err).__name__}: {err}"
+                    print("NOTE:", note, flush=True)
+                    skipped.append(note)
+                    continue
+                r.update(label=label, n=n, part=part)
+                results.append(r)
+                print(f"N={n:4d} {part:12s} {label:13s} acc {r['accuracy_mean']:.3f} (worst {r['accuracy_worst']:.3f}) "
+                      f"ARI {r.get('ari', float('nan')):.2f} bytes {fmt_bytes(r['bytes_total'])} "
+                      f"wall {r['wall']:.1f}s", flush=True)
+                write_report(results, skipped, args, time.perf_counter() - t_start, quiet=True)  # partial
+        plot_accuracy(results)
+        plot_bytes(results)
+    total_s = time.perf_counter() - t_start
+    write_report(results, skipped, args, total_s)
+    plot_accuracy(results)
+    plot_bytes(results)
+    return 0
+
+
+def write_report(results: list[dict[str, Any]], skipped: list[str], args, total_s: float, quiet: bool = False) -> None:
+    cmd = (f"python analysis/server_vs_serverless.py --sizes {' '.join(map(str, args.sizes))} --rounds {args.rounds}"
+           f" --seed {args.seed}")
+    lines = [
+        "# Server vs serverless clustered FL on one fleet",
+        "",
+        f"Command: `{cmd}` ({total_s / 60:.1f} min, one torch thread).",
+        "",
+        "Reduced budget: Fashion-MNIST, 100 training samples per device (25 local test samples), MLP hidden 32, "
+        f"{args.rounds} rounds x 1 local epoch (SGD lr 0.05, momentum 0.9, batch 32), 4 true clusters "
+        "(assignment: blocks). Device graph: random geometric, radius 1.1 sqrt(7 / (pi (N-1))) (mean degree "
+        "column), the same graph for every protocol; server protocols add one server attached to every device. "
+        "IFCA is given K = 4; DAC cosine top_k 2, DAC original n_sampled 3, both over topology neighbours; "
+        "rnd exchanges predictors all-to-all over the device graph (routed), rnd_gossip within 1 hop; RND "
+        "predictors 40 epochs of batch 16, alpha 0.3. "
+        "Clustering compute = modelled FLOPs of rnd_train + rnd_score, ifca_estep, dac_similarity. "
+        "t90 = simulated time at which mean accuracy first reaches 90% of its final value.",
+        "",
+    ]
+    for note in skipped:
+        lines.append(f"- skipped: {note}")
+    if skipped:
+        lines.append("")
+    lines += ["| N | partition | protocol | acc mean | acc worst | ARI | federations | bytes total | bytes / device "
+              "| clustering GFLOP | t90 (s) | sim time (s) | mean degree |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        ari = r.get("ari")
+        feds = r.get("n_federations", len(r["clusters"]) if r.get("clusters") else None)
+        t90 = time_to_fraction(r["accuracy_curve"])
+        lines.append(
+            f"| {r['n']} | {r['part']} | {r['label']} | {r['accuracy_mean']:.3f} | {r['accuracy_worst']:.3f} | "
+            f"{'—' if ari is None else f'{ari:.2f}'} | {'—' if feds is None else feds} | "
+            f"{fmt_bytes(r['bytes_total'])} | {fmt_bytes(r['bytes_total'] / r['n'])} | "
+            f"{r['clustering_compute_flops'] / 1e9:.2f} | {'—' if t90 is None else f'{t90:.2f}'} | "
+            f"{r['sim_time_s']:.2f} | {r['mean_degree']:.1f} |")
+    lines += ["", "Plots: `svs_accuracy_vs_time_N{N}.png` (mean accuracy vs simulated time), `svs_bytes_vs_n.png` "
+              "(total bytes vs N, log-log)."]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "server_vs_serverless.md").write_text("\n".join(lines) + "\n")
+    if not quiet:
+        print("\n".join(lines))
+
+
+def plot_accuracy(results: list[dict[str, Any]]) -> None:
+    for n in sorted({r["n"] for r in results}):
+        parts = sorted({r["part"] for r in results if r["n"] == n})
+        fig = Figure(figsize=(6 * len(parts), 4.2), dpi=110)
+        FigureCanvasAgg(fig)
+        for k, part in enumerate(parts):
+            ax = fig.add_subplot(1, len(parts), k + 1)
+            for r in results:
+                if r["n"] == n and r["part"] == part and r["accuracy_curve"]:
+                    ax.plot([p["t"] for p in r["accuracy_curve"]], [p["accuracy_mean"] for p in r["accuracy_curve"]],
+                            marker="o", markersize=3, label=r["label"])
+            ax.set_xscale("log")
+            ax.set_xlabel("simulated time (s, log)")
+            ax.set_ylabel("mean device accuracy")
+            ax.set_title(f"N = {n}, {part}")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(RESULTS / f"svs_accuracy_vs_time_N{n}.png")
+
+
+def plot_bytes(results: list[dict[str, Any]]) -> None:
+    fig = Figure(figsize=(6.5, 4.6), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    part = "feature_skew" if any(r["part"] == "feature_skew" for r in results) else results[0]["part"]
+    rows = [r for r in results if r["part"] == part]
+    for label in dict.fromkeys(r["label"] for r in rows):
+        pts = sorted((r["n"], r["bytes_total"]) for r in rows if r["label"] == label)
+        if any(b > 0 for _, b in pts):
+            ax.plot([p[0] for p in pts], [max(p[1], 1) for p in pts], marker="o", label=label)
+    ns = np.array(sorted({r["n"] for r in rows}), dtype=float)
+    if len(ns) > 1:
+        ref = [r for r in rows if r["label"] == "rnd"]
+        ref_b = ref[0]["bytes_total"] / ref[0]["n"] ** 2 if ref else 1e4
+        ax.plot(ns, ref_b * ns**2, "k--", linewidth=1, label="∝ N² (all-to-all)")
+        g = [r for r in rows if r["label"] == "gossip"]
+        g_b = g[0]["bytes_total"] / g[0]["n"] if g else 1e5
+        ax.plot(ns, g_b * ns, "k:", linewidth=1, label="∝ N × degree (neighbourhood)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("devices N")
+    ax.set_ylabel("bytes total (whole run)")
+    ax.set_title(f"bytes vs N ({part})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "svs_bytes_vs_n.png")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

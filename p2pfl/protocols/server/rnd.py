@@ -1,0 +1,306 @@
+"""RND clustered FL with a server (RND clustered-FL paper, Sec. IV, Algorithms 1-2; Sec. V).
+
+Clustering event (round 1, then every ``recluster_every`` rounds if set):
+
+1. Every device trains a small RND predictor on its local inputs to imitate a
+   frozen random target (paper Eq. 3). The target and the predictor's
+   initial weights are pure functions of the scenario seed, so every device
+   rebuilds them locally: **only trained predictors travel**.
+2. Every device sends its predictor to every other device:
+   ``exchange: direct`` routes it device to device over the topology (every
+   hop is charged; the server is never a relay), ``exchange: relay`` uploads
+   it once to the server, which forwards it to each other device (the
+   forwarded copy carries the owner's id, 8 bytes).
+3. Device i scores every predictor (its own included) on its training inputs,
+   ``s_ij = mean_x ||f_hat_j(x) - f(x)||^2``, and uploads its row (N float64).
+4. The server stacks the rows into the N x N novelty matrix and forms
+   federations with the compatibility criterion (``alpha``), with no number
+   of clusters given (``p2pfl.clustering.compatibility_clusters``).
+
+Training: FedAvg per federation (McMahan et al.), each device receiving its
+own federation's model and uploading its update with its sample count; the
+server averages per federation, sample-weighted. After a re-clustering, a new
+federation starts from the sample-weighted average of its members' previous
+federation models.
+
+Modelled compute of the clustering phase is charged with
+``p2pfl.clustering.rnd_flops`` (predictor training, then scoring).
+"""
+
+from __future__ import annotations
+
+import io
+import tempfile
+from pathlib import Path
+from typing import Any, Generator, Literal, Optional
+
+import numpy as np
+import torch
+from pydantic import Field
+from torch import nn
+
+from p2pfl.clustering import (
+    adjusted_rand_index,
+    compatibility_clusters,
+    make_predictor,
+    make_target,
+    misclassification_rate,
+    novelty_heatmap,
+    novelty_row,
+    rnd_flops,
+    train_predictor,
+)
+from p2pfl.errors import ConfigError
+from p2pfl.learning.aggregate import clone_state, weighted_average
+from p2pfl.learning.state import load_state_
+from p2pfl.protocols.base import Protocol, ProtocolParams
+from p2pfl.seeding import torch_generator
+from p2pfl.sim.context import DeviceContext, ServerContext
+
+__all__ = ["RND", "RNDParams", "RNDProbe", "clustering_rounds", "federation_index", "regroup_weights",
+           "clustering_scores"]
+
+
+class RNDParams(ProtocolParams):
+    alpha: float = Field(0.3, ge=0, lt=1, description="compatibility band: |s_ij - s_ii| <= alpha s_ii")
+    exchange: Literal["direct", "relay"] = "direct"
+    recluster_every: Optional[int] = Field(None, ge=1, description="repeat clustering every R rounds (null: once)")
+    rnd_epochs: int = Field(10, ge=1, description="predictor training epochs (Adam)")
+    rnd_batch_size: int = Field(128, ge=1)
+    rnd_lr: float = Field(1e-3, gt=0)
+
+
+# --------------------------------------------------------------------------- pure decisions
+
+
+def clustering_rounds(rounds: int, every: Optional[int]) -> list[int]:
+    """Rounds (1-based) that start with a clustering event: 1, then 1 + R, 1 + 2R, ..."""
+    if every is None:
+        return [1]
+    return list(range(1, rounds + 1, every))
+
+
+def federation_index(clusters: list[list[int]], n: int) -> list[int]:
+    """``fed[d]`` = index of the federation that holds device ``d``."""
+    fed = [-1] * n
+    for q, members in enumerate(clusters):
+        for d in members:
+            fed[d] = q
+    if -1 in fed:
+        raise ValueError(f"federations do not cover device {fed.index(-1)}")
+    return fed
+
+
+def regroup_weights(members: list[int], old_fed: list[int], n_samples: list[int]) -> dict[int, float]:
+    """Weights of the previous federation models in a new federation's start model (sample shares)."""
+    w: dict[int, float] = {}
+    for d in members:
+        w[old_fed[d]] = w.get(old_fed[d], 0.0) + float(n_samples[d])
+    return w
+
+
+def clustering_scores(true_clusters: tuple[int, ...], clusters: list[list[int]]) -> dict[str, Any]:
+    """ARI, misclassification rate and count of federations against the ground truth (scoring only)."""
+    return {
+        "clusters": clusters,
+        "ari": adjusted_rand_index(list(true_clusters), clusters),
+        "misclassification_rate": misclassification_rate(list(true_clusters), clusters),
+        "n_federations": len(clusters),
+    }
+
+
+# --------------------------------------------------------------------------- the RND probe
+
+
+class RNDProbe:
+    """A device's side of RND: train its predictor, score predictors on its data, charge the FLOPs.
+
+    Shared by ``rnd`` and ``rnd_gossip``. Real work runs in torch; simulated
+    time comes from ``rnd_flops``; ``flops`` accumulates the clustering compute.
+    """
+
+    def __init__(self, sim, *, epochs: int, batch_size: int, lr: float) -> None:
+        self.seed = sim.seed
+        self.shape = tuple(sim.federation.input_shape)
+        self.epochs, self.batch_size, self.lr = epochs, batch_size, lr
+        self.device = sim.torch_device
+        self.target = make_target(self.shape, seed=self.seed).to(self.device)
+        self.flops = 0
+
+    def new_predictor(self) -> nn.Module:
+        """The shared initial predictor (every device builds the same from the seed)."""
+        return make_predictor(self.shape, seed=self.seed).to(self.device)
+
+    def predictor_from(self, state: dict[str, torch.Tensor]) -> nn.Module:
+        p = self.new_predictor()
+        p.load_state_dict(state)
+        return p.eval()
+
+    def train(self, ctx: DeviceContext, event: int) -> Generator:
+        """Train this device's predictor on its training inputs; returns the predictor."""
+        x = ctx.shard.train_x
+        predictor = self.new_predictor()
+        train_predictor(predictor, self.target, x, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+                        generator=torch_generator(self.seed, "rnd.shuffle", ctx.id, event))
+        flops = rnd_flops(self.shape, int(x.shape[0]), self.epochs, 0, 0)
+        self.flops += flops
+        yield from ctx.compute(flops, "rnd_train")
+        return predictor
+
+    def score(self, ctx: DeviceContext, predictors: dict[int, nn.Module], n: int) -> Generator:
+        """Row of the novelty matrix: s_ij for every predictor held, nan elsewhere."""
+        x = ctx.shard.train_x
+        ids = sorted(predictors)
+        row = np.full(n, np.nan)
+        row[ids] = novelty_row([predictors[j] for j in ids], self.target, x)
+        flops = rnd_flops(self.shape, 0, 0, len(ids), int(x.shape[0]))
+        self.flops += flops
+        yield from ctx.compute(flops, "rnd_score")
+        return row
+
+
+def heatmap_png(U: np.ndarray, true_clusters: tuple[int, ...], title: str) -> bytes:
+    """Fig. 2 heatmap (u_ii - u_ij) as PNG bytes (rendered in a private temporary folder)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = novelty_heatmap(U, Path(tmp) / "heatmap.png", true_labels=list(true_clusters), title=title)
+        return path.read_bytes()
+
+
+def npy_bytes(U: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, U)
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- protocol
+
+
+class RND(Protocol):
+    """Server-side RND federation discovery, then FedAvg per federation."""
+
+    name = "rnd"
+    Params = RNDParams
+    needs_server = True
+    summary = "RND novelty clustering (all-to-all predictors, server builds the matrix) + FedAvg per federation"
+
+    def __init__(self, params: RNDParams, sim) -> None:
+        super().__init__(params, sim)
+        servers = sim.topology.servers
+        if len(servers) != 1 or len(servers[0].attached) != sim.n_devices:
+            raise ConfigError("protocol 'rnd' needs exactly one server attached to every device "
+                              "(topology 'servers: [{attach: all}]')")
+        self.probe = RNDProbe(sim, epochs=params.rnd_epochs, batch_size=params.rnd_batch_size, lr=params.rnd_lr)
+        self.events = clustering_rounds(params.rounds, params.recluster_every)
+        self.history: list[dict[str, Any]] = []
+        self.novelty: Optional[np.ndarray] = None
+
+    # ---- device -----------------------------------------------------------------------
+
+    def device(self, ctx: DeviceContext) -> Generator:
+        model = ctx.new_model()
+        server = ctx.servers[0]
+        for r in range(1, self.params.rounds + 1):
+            if r in self.events:
+                yield from self.discover(ctx, self.events.index(r) + 1, server)
+            msg = yield ctx.recv("model")
+            load_state_(model, msg.payload["state"])
+            yield from ctx.train(model)
+            yield ctx.send(server, "update", {"state": model.state_dict(), "n_samples": ctx.n_samples}, round=msg.round)
+
+    def discover(self, ctx: DeviceContext, event: int, server: int) -> Generator:
+        """Algorithm 1: train the predictor, share it, score all predictors, upload the row."""
+        n = self.sim.n_devices
+        predictor = yield from self.probe.train(ctx, event)
+        state = predictor.state_dict()
+        if self.params.exchange == "direct":
+            for j in range(n):
+                if j != ctx.id:
+                    yield ctx.send(j, "rnd_predictor", {"state": state}, round=event, routed=True)
+        else:
+            yield ctx.send(server, "rnd_upload", {"state": state}, round=event)
+        held = {ctx.id: predictor}
+        while len(held) < n:
+            msg = yield ctx.recv("rnd_predictor")
+            owner = msg.src if self.params.exchange == "direct" else int(msg.payload["owner"])
+            held[owner] = self.probe.predictor_from(msg.payload["state"])
+        row = yield from self.probe.score(ctx, held, n)
+        yield ctx.send(server, "rnd_row", {"row": row}, round=event)
+
+    # ---- server -----------------------------------------------------------------------
+
+    def server(self, ctx: ServerContext) -> Generator:
+        p, n = self.params, self.sim.n_devices
+        n_samples = [int(s.train_y.shape[0]) for s in self.sim.federation.shards]
+        models: list[nn.Module] = [ctx.new_model()]
+        fed = [0] * n
+        for r in range(1, p.rounds + 1):
+            if r in self.events:
+                clusters = yield from self.build_federations(ctx, self.events.index(r) + 1, r)
+                models, fed = self.regroup(ctx, clusters, models, fed, n_samples)
+            states = [clone_state(m.state_dict()) for m in models]
+            for d in range(n):
+                ctx.send(d, "model", {"state": states[fed[d]]}, round=r)
+            updates: list[list[tuple[dict, float]]] = [[] for _ in models]
+            for _ in range(n):
+                msg = yield ctx.recv("update")
+                updates[fed[msg.src]].append((msg.payload["state"], float(msg.payload["n_samples"])))
+            for q, ups in enumerate(updates):
+                if ups:
+                    load_state_(models[q], weighted_average(ups))
+            if self.should_eval(r):
+                for d in range(n):
+                    ctx.evaluate_device(d, models[fed[d]], r)
+            ctx.round_done(r)
+
+    def build_federations(self, ctx: ServerContext, event: int, r: int) -> Generator:
+        """Algorithm 2: (relay the predictors,) stack the rows, apply the compatibility criterion."""
+        n = self.sim.n_devices
+        if self.params.exchange == "relay":
+            for _ in range(n):
+                msg = yield ctx.recv("rnd_upload")
+                for j in range(n):
+                    if j != msg.src:
+                        ctx.send(j, "rnd_predictor", {"state": msg.payload["state"], "owner": msg.src}, round=event)
+        U = np.full((n, n), np.nan)
+        for _ in range(n):
+            msg = yield ctx.recv("rnd_row")
+            U[msg.src] = msg.payload["row"]
+        clusters = compatibility_clusters(U, self.params.alpha)
+        self.novelty = U
+        record = {"round": r, "t": ctx.now, **clustering_scores(self.sim.federation.true_clusters, clusters)}
+        self.history.append(record)
+        ctx.log("rnd_federations", len(clusters), round=r)
+        return clusters
+
+    def regroup(self, ctx: ServerContext, clusters: list[list[int]], models: list[nn.Module], fed: list[int],
+                n_samples: list[int]) -> tuple[list[nn.Module], list[int]]:
+        """One model per new federation, started from its members' previous models (sample-weighted)."""
+        new_models = []
+        for members in clusters:
+            weights = regroup_weights(members, fed, n_samples)
+            m = ctx.new_model()
+            load_state_(m, weighted_average([(models[q].state_dict(), w) for q, w in sorted(weights.items())]))
+            new_models.append(m)
+        return new_models, federation_index(clusters, self.sim.n_devices)
+
+    # ---- outputs ----------------------------------------------------------------------
+
+    def result(self) -> dict[str, Any]:
+        if not self.history:
+            return {}
+        last = self.history[-1]
+        return {
+            "clusters": last["clusters"],
+            "ari": last["ari"],
+            "misclassification_rate": last["misclassification_rate"],
+            "n_federations": last["n_federations"],
+            "clustering_events": self.history,
+            "clustering_flops": self.probe.flops,
+        }
+
+    def artifacts(self) -> dict[str, bytes]:
+        if self.novelty is None:
+            return {}
+        return {"novelty.npy": npy_bytes(self.novelty),
+                "novelty_heatmap.png": heatmap_png(self.novelty, self.sim.federation.true_clusters,
+                                                   r"RND (server): $u_{ii} - u_{ij}$")}

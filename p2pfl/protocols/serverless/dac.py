@@ -1,0 +1,236 @@
+"""DAC: decentralized adaptive clustering (Listo Zec et al., FL-IJCAI 2022), two variants.
+
+``variant: cosine`` -- the Conditional paper's practical variant (App. K-C):
+"cosine-similarity-based neighbor discovery in model parameter space,
+deterministic top-k neighbor selection, and uniform weight averaging".
+Synchronous rounds: train locally; send the model to every candidate peer;
+wait for all candidates' round-r models (the device's neighbours are the
+devices whose models it has received); keep the ``top_k`` with the highest
+cosine similarity of flattened parameters to its own (ties: lower id); set
+its model to the uniform average of itself and those k.
+
+``variant: original`` -- DAC as published: each device keeps a similarity
+vector s_i (0 = unknown) and samples ``n_sampled`` peers without replacement
+from the prior p_i = softmax(tau_r * s_i) over its candidates; it requests
+their models (a 64-byte header), each reply carries the peer's current model,
+its sample count and its similarity vector (N float64, read by the two-hop
+update); s_ij = 1 / loss of j's model on i's training data; for every
+candidate k that i has never sampled but some sampled j knows (s_jk > 0),
+s_ik takes s_jk from the sampled j that i finds most similar (two-hop
+update); the model becomes the sample-weighted average of itself and the
+sampled models. ``tau_schedule: linear`` anneals tau_r = tau * r / rounds
+(explore first, exploit later); ``constant`` keeps tau.
+
+Round order (both variants): local training first, then exchange and
+aggregation, so similarities are measured on locally trained models (with a
+common initialisation every model is identical before the first training).
+
+Candidates: ``candidates: neighbors`` (default) = the device's topology
+neighbours; ``candidates: all`` = every other device, reached by routed
+sends (every hop charged).
+
+Reported federations (``clusters``, ``ari``): DAC has soft, per-device
+collaborations, not federations; for scoring we report the connected
+components of the last round's "i aggregated j" graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generator, Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from p2pfl.learning.aggregate import State, clone_state, state_to_vector, weighted_average
+from p2pfl.learning.state import live_state, load_state_
+from p2pfl.learning.train import average_loss
+from p2pfl.protocols.base import Protocol, ProtocolParams
+from p2pfl.protocols.server.rnd import clustering_scores
+from p2pfl.protocols.serverless.dsgd import gather_round
+from p2pfl.sim.context import DeviceContext
+
+__all__ = ["DAC", "DACParams", "cosine_top_k", "dac_prior", "two_hop_update", "tau_at", "selection_components"]
+
+
+class DACParams(ProtocolParams):
+    variant: Literal["cosine", "original"] = "cosine"
+    candidates: Literal["neighbors", "all"] = "neighbors"
+    top_k: int = Field(2, ge=1, description="cosine: peers averaged per round")
+    n_sampled: int = Field(3, ge=1, description="original: peers sampled per round")
+    tau: float = Field(30.0, gt=0, description="original: softmax temperature (inverse) on similarities")
+    tau_schedule: Literal["constant", "linear"] = "constant"
+
+
+# --------------------------------------------------------------------------- pure decisions
+
+
+def cosine_top_k(own: State, received: dict[int, State], k: int) -> list[int]:
+    """Ids of the ``k`` received models most cosine-similar to ``own`` in parameter space (ties: lower id)."""
+    a = state_to_vector(own)
+    scored = []
+    for j in sorted(received):
+        b = state_to_vector(received[j])
+        cos = float(a @ b / (a.norm() * b.norm()).clamp_min(1e-300))
+        scored.append((-cos, j))
+    return sorted(j for _, j in sorted(scored)[:k])
+
+
+def tau_at(tau: float, schedule: str, r: int, rounds: int) -> float:
+    """Temperature of round ``r``: constant, or linearly annealed tau * r / rounds."""
+    return tau if schedule == "constant" else tau * r / rounds
+
+
+def dac_prior(sims: np.ndarray, candidates: tuple[int, ...], tau: float) -> np.ndarray:
+    """Sampling probabilities over ``candidates``: softmax(tau * s) (unknown similarity = 0)."""
+    z = tau * sims[list(candidates)]
+    z = z - z.max()
+    p = np.maximum(np.exp(z), 1e-12)  # no candidate underflows to 0: sampling without replacement stays possible
+    return p / p.sum()
+
+
+def two_hop_update(sims: np.ndarray, sampled_ever: np.ndarray, me: int, candidates: tuple[int, ...],
+                   replies: dict[int, np.ndarray]) -> np.ndarray:
+    """DAC's two-hop step: a never-sampled candidate k known to a sampled j gets s_jk from the most similar j."""
+    out = sims.copy()
+    ranked = sorted(replies, key=lambda j: (-sims[j], j))  # most similar sampled peer first
+    for k in candidates:
+        if k == me or sampled_ever[k]:
+            continue
+        for j in ranked:
+            if replies[j][k] > 0:
+                out[k] = replies[j][k]
+                break
+    return out
+
+
+def selection_components(n: int, chosen: dict[int, list[int]]) -> list[list[int]]:
+    """Connected components of the undirected graph {i -- j : i aggregated j}."""
+    parent = list(range(n))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for i, js in chosen.items():
+        for j in js:
+            a, b = find(i), find(j)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    groups: dict[int, list[int]] = {}
+    for v in range(n):
+        groups.setdefault(find(v), []).append(v)
+    return sorted(groups.values(), key=lambda f: f[0])
+
+
+# --------------------------------------------------------------------------- protocol
+
+
+class DAC(Protocol):
+    """Decentralized adaptive clustering: cosine top-k (Conditional App. K-C) or the original loss-based DAC."""
+
+    name = "dac"
+    Params = DACParams
+    summary = "DAC: similarity-weighted decentralized collaboration (cosine top-k, or original loss-based priors)"
+
+    def __init__(self, params: DACParams, sim) -> None:
+        super().__init__(params, sim)
+        self.chosen: dict[int, list[int]] = {}
+        self.similarity_flops = 0
+
+    def candidates(self, ctx: DeviceContext) -> tuple[int, ...]:
+        if self.params.candidates == "all":
+            return tuple(j for j in range(self.sim.n_devices) if j != ctx.id)
+        return ctx.neighbors
+
+    def device(self, ctx: DeviceContext) -> Generator:
+        if self.params.variant == "cosine":
+            yield from self.run_cosine(ctx)
+        else:
+            yield from self.run_original(ctx)
+
+    # ---- cosine top-k (Conditional paper App. K-C) -------------------------------------
+
+    def run_cosine(self, ctx: DeviceContext) -> Generator:
+        model = ctx.new_model()
+        peers = self.candidates(ctx)
+        routed = self.params.candidates == "all"
+        pending: dict[int, dict[int, Any]] = {}
+        for r in range(1, self.params.rounds + 1):
+            yield from ctx.train(model)
+            mine = clone_state(live_state(model))
+            for j in peers:
+                yield ctx.send(j, "dac_model", {"state": mine}, round=r, routed=routed)
+            got = yield from gather_round(ctx, "dac_model", r, peers, pending)
+            received = {j: m.payload["state"] for j, m in got.items()}
+            top = cosine_top_k(mine, received, self.params.top_k)
+            self.chosen[ctx.id] = top
+            load_state_(model, weighted_average([(mine, 1.0)] + [(received[j], 1.0) for j in top]))
+            if self.should_eval(r):
+                ctx.evaluate(model, r)
+            ctx.round_done(r)
+
+    # ---- original DAC (Listo Zec et al. 2022) ---------------------------------------------
+
+    def run_original(self, ctx: DeviceContext) -> Generator:
+        p, n, me = self.params, self.sim.n_devices, ctx.id
+        model = ctx.new_model()
+        peers = self.candidates(ctx)
+        routed = p.candidates == "all"
+        sims = np.zeros(n)
+        sampled_ever = np.zeros(n, dtype=bool)
+        shared = {"state": clone_state(live_state(model)), "sims": sims.copy()}
+        ctx.spawn(self.serve(ctx, shared, routed))
+        pending: dict[int, dict[int, Any]] = {}
+        x, y = ctx.shard.train_x, ctx.shard.train_y
+        for r in range(1, p.rounds + 1):
+            yield from ctx.train(model)
+            shared["state"] = clone_state(live_state(model))
+            if not peers:
+                self._finish_round(ctx, model, r)
+                continue
+            prior = dac_prior(sims, peers, tau_at(p.tau, p.tau_schedule, r, p.rounds))
+            size = min(p.n_sampled, len(peers))
+            sampled = sorted(int(j) for j in ctx.rng.choice(np.asarray(peers), size=size, replace=False, p=prior))
+            for j in sampled:
+                yield ctx.send(j, "dac_request", {}, round=r, routed=routed)
+            got = yield from gather_round(ctx, "dac_reply", r, tuple(sampled), pending)
+            states = {j: got[j].payload["state"] for j in sampled}
+            for j in sampled:
+                probe = ctx.new_model()
+                load_state_(probe, states[j])
+                sims[j] = 1.0 / max(average_loss(probe, x, y), 1e-12)
+                sampled_ever[j] = True
+            flops = len(sampled) * self.sim.forward_flops(model) * int(x.shape[0])
+            self.similarity_flops += flops
+            yield from ctx.compute(flops, "dac_similarity")
+            sims[:] = two_hop_update(sims, sampled_ever, me, peers, {j: got[j].payload["sims"] for j in sampled})
+            shared["sims"] = sims.copy()
+            mine = clone_state(live_state(model))
+            ups = [(mine, float(ctx.n_samples))] + [(states[j], float(got[j].payload["n_samples"])) for j in sampled]
+            load_state_(model, weighted_average(ups))
+            shared["state"] = clone_state(live_state(model))
+            self.chosen[me] = sampled
+            self._finish_round(ctx, model, r)
+
+    def serve(self, ctx: DeviceContext, shared: dict[str, Any], routed: bool) -> Generator:
+        """Answer each model request with the current model, sample count and similarity vector."""
+        while True:
+            msg = yield ctx.recv("dac_request")
+            ctx.send(msg.src, "dac_reply", {"state": shared["state"], "n_samples": ctx.n_samples,
+                                            "sims": shared["sims"]}, round=msg.round, routed=routed)
+
+    def _finish_round(self, ctx: DeviceContext, model: torch.nn.Module, r: int) -> None:
+        if self.should_eval(r):
+            ctx.evaluate(model, r)
+        ctx.round_done(r)
+
+    # ---- outputs ----------------------------------------------------------------------
+
+    def result(self) -> dict[str, Any]:
+        clusters = selection_components(self.sim.n_devices, self.chosen)
+        out = clustering_scores(self.sim.federation.true_clusters, clusters)
+        out["clustering_flops"] = self.similarity_flops
+        return out

@@ -1,0 +1,73 @@
+"""DAC: cosine top-k (Conditional App. K-C) and original loss-based DAC -- selection maths and exact bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import p2pfl
+from p2pfl.protocols.serverless.dac import cosine_top_k, dac_prior, selection_components, tau_at, two_hop_update
+from tests.helpers import digits_scenario
+from tests.protocols.test_rnd import H, M
+
+SCALAR = 8
+
+
+def test_cosine_top_k_keeps_the_most_aligned_models_ties_to_lower_id():
+    own = {"w": torch.tensor([1.0, 0.0])}
+    received = {3: {"w": torch.tensor([0.0, 1.0])}, 5: {"w": torch.tensor([2.0, 0.1])},
+                7: {"w": torch.tensor([-1.0, 0.0])}, 9: {"w": torch.tensor([4.0, 0.2])}}
+    assert cosine_top_k(own, received, 2) == [5, 9]
+    assert cosine_top_k(own, received, 1) == [5]  # 5 and 9 tie (same direction): lower id
+    assert cosine_top_k(own, received, 10) == [3, 5, 7, 9]
+
+
+def test_prior_is_a_softmax_over_candidates_and_never_zero():
+    sims = np.array([0.0, 1.0, 2.0, 0.0])
+    p = dac_prior(sims, (1, 2), 1.0)
+    assert p == pytest.approx([1 / (1 + np.e), np.e / (1 + np.e)])
+    assert dac_prior(np.array([0.0, 1000.0, 0.0]), (0, 1, 2), 30.0).min() > 0
+    assert tau_at(30.0, "constant", 2, 10) == 30.0 and tau_at(30.0, "linear", 2, 10) == 6.0
+
+
+def test_two_hop_update_copies_the_most_similar_sampled_peers_view():
+    sims = np.array([0.0, 2.0, 1.0, 0.0, 0.0])
+    sampled_ever = np.array([False, True, True, False, False])
+    replies = {1: np.array([0.0, 0.0, 0.0, 0.7, 0.0]), 2: np.array([0.0, 0.0, 0.0, 0.3, 0.9])}
+    out = two_hop_update(sims, sampled_ever, 0, (1, 2, 3, 4), replies)
+    assert out.tolist() == [0.0, 2.0, 1.0, 0.7, 0.9]  # 3 from peer 1 (more similar), 4 only known to 2
+
+
+def test_selection_components():
+    assert selection_components(5, {0: [1], 3: [4], 4: [3]}) == [[0, 1], [2], [3, 4]]
+
+
+def test_cosine_bytes_are_one_model_per_neighbour_per_round():
+    n, rounds = 6, 3
+    r = p2pfl.run(digits_scenario({"name": "dac", "rounds": rounds, "top_k": 1}, n=n), write=False)
+    assert r.bytes_total == rounds * n * 2 * (M + H)
+
+
+def test_cosine_with_all_candidates_routes_models_over_the_ring():
+    n, rounds = 6, 1  # ring of 6: 9 hops per device to reach all 5 others
+    r = p2pfl.run(digits_scenario({"name": "dac", "rounds": rounds, "candidates": "all"}, n=n), write=False)
+    assert r.bytes_total == rounds * n * 9 * (M + H)
+
+
+@pytest.mark.parametrize("candidates,sampled", [("neighbors", 2), ("all", 3)])
+def test_original_bytes_are_requests_plus_model_count_and_similarity_vector(candidates, sampled):
+    n, rounds = 6, 2
+    sc = digits_scenario({"name": "dac", "variant": "original", "rounds": rounds, "n_sampled": 3,
+                          "candidates": candidates}, n=n, kind="complete" if candidates == "all" else "ring")
+    r = p2pfl.run(sc, write=False)
+    per_round = n * sampled
+    assert r.bytes_by_kind["dac_request"] == rounds * per_round * H
+    assert r.bytes_by_kind["dac_reply"] == rounds * per_round * (M + SCALAR + 8 * n + H)
+    assert r.clustering_flops > 0
+
+
+@pytest.mark.parametrize("variant", ["cosine", "original"])
+def test_dac_is_deterministic(variant):
+    sc = digits_scenario({"name": "dac", "variant": variant, "rounds": 2}, n=5, kind="complete")
+    assert p2pfl.run(sc, write=False).summary == p2pfl.run(sc, write=False).summary
