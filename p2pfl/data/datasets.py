@@ -84,6 +84,7 @@ DATASET_INFO: dict[str, DatasetInfo] = {
     "cifar10": DatasetInfo("CIFAR-10 32x32 RGB, 10 classes (python pickle batches)", 10, (3, 32, 32)),
     "cifar100": DatasetInfo("CIFAR-100 32x32 RGB, 100 classes in 20 superclasses (python pickle batches)", 100, (3, 32, 32)),
     "synthetic_linear": DatasetInfo("MCDC synthetic linear regression: per-cluster generating parameters, vectors (n, D)", 0, (10,), True),
+    "robotics": DatasetInfo("robot manipulation demos (MuJoCo suites spatial/object/goal by scripted experts, or LIBERO hdf5); partition robot_suites", 0, (6170,)),
     "synthetic_logistic": DatasetInfo("MCDC synthetic logistic regression: per-cluster generating parameters, 2 classes", 2, (10,), True),
 }
 DATASETS: dict[str, str] = {name: info.description for name, info in DATASET_INFO.items()}

@@ -124,6 +124,10 @@ def build_federation(spec: DataSpec, n_devices: int, *, seed: int) -> Federation
         from p2pfl.data.synthetic import build_synthetic
 
         return build_synthetic(spec, int(n_devices), seed=seed)
+    if kind == "robot_suites":
+        from p2pfl.robotics.federation import build_robot_federation
+
+        return build_robot_federation(spec, int(n_devices), seed=seed)
     from p2pfl.data.heterogeneity import PLANS
 
     plan = PLANS[kind](spec, int(n_devices), seed)

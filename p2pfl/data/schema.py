@@ -42,6 +42,7 @@ from pydantic import Field, field_validator, model_validator
 from p2pfl.config.validation import Strict
 from p2pfl.data.datasets import DATASET_INFO
 from p2pfl.data.semantic import SEMANTIC_MAPPINGS, SUPERCLASSES
+from p2pfl.robotics.schema import RobotSuitesPartition
 
 __all__ = [
     "DataSpec",
@@ -193,6 +194,7 @@ PartitionSpec = Annotated[
         CombinedPartition,
         FeatureSkewPartition,
         ParameterShiftPartition,
+        RobotSuitesPartition,
     ],
     Field(discriminator="kind"),
 ]
@@ -269,6 +271,9 @@ class DataSpec(Strict):
             if info.synthetic:
                 raise ValueError(f"dataset {name!r} is generated per cluster; set partition.kind: parameter_shift")
             raise ValueError(f"partition.kind parameter_shift needs dataset synthetic_linear or synthetic_logistic; got {name!r}")
+        if (name == "robotics") != (p.kind == "robot_suites"):
+            raise ValueError("dataset robotics goes with partition.kind robot_suites (and only with it); "
+                             f"got dataset {name!r} with partition.kind {p.kind!r}")
         if p.kind == "label_shift":
             limit = 20 if name == "cifar100" else info.num_classes
             unit = "superclasses" if name == "cifar100" else "classes"

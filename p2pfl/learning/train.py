@@ -7,7 +7,7 @@ and independent of the order in which devices are simulated.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Literal, Optional
 
 import torch
 from torch import nn
@@ -20,6 +20,8 @@ __all__ = ["TrainingSpec", "TrainResult", "train_local", "task_loss", "evaluate_
 
 #: Extra loss term ``penalty(model) -> scalar tensor`` added to cross-entropy (e.g. a proximal term).
 Penalty = Callable[[nn.Module], torch.Tensor]
+#: A whole batch loss ``loss(model, x, y) -> scalar tensor`` replacing the task loss (e.g. distillation).
+BatchLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class TrainingSpec(Strict):
@@ -30,6 +32,8 @@ class TrainingSpec(Strict):
     lr: float = Field(0.01, ge=0)
     momentum: float = Field(0.9, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
+    optimizer: Literal["sgd", "adamw"] = "sgd"  # adamw: fresh torch AdamW per local job (FedDRMan's setting)
+    grad_clip: Optional[float] = Field(None, gt=0, description="clip the gradient norm to this value")
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,13 @@ def train_local(
     lr: Optional[float] = None,
     momentum: Optional[float] = None,
     penalty: Optional[Penalty] = None,
+    loss_fn: Optional[BatchLoss] = None,
 ) -> TrainResult:
-    """Minibatch SGD (momentum) on ``(x, y)`` for ``epochs`` epochs; momentum starts from zero each call."""
+    """Minibatch SGD (momentum) on ``(x, y)`` for ``epochs`` epochs; momentum starts from zero each call.
+
+    The batch loss is ``loss_fn(model, x, y)`` when given, else ``model.loss(x, y)`` when the model
+    defines one (e.g. a GMM policy's negative log-likelihood), else cross-entropy / squared error.
+    """
     epochs = spec.epochs if epochs is None else epochs
     lr = spec.lr if lr is None else lr
     momentum = spec.momentum if momentum is None else momentum
@@ -61,6 +70,8 @@ def train_local(
         return TrainResult(samples=0, loss=0.0)
     params = [p for p in model.parameters() if p.requires_grad]
     momentum_buf: list[Optional[torch.Tensor]] = [None] * len(params)
+    adam_state = ([torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params], [0]) if spec.optimizer == "adamw" else None
+    own_loss = getattr(model, "loss", None)
     model.train()
     total, batches = 0.0, 0
     for _ in range(epochs):
@@ -69,11 +80,21 @@ def train_local(
             idx = order[start : start + spec.batch_size]
             for p in params:
                 p.grad = None
-            loss = task_loss(model(x[idx]), y[idx])
+            if loss_fn is not None:
+                loss = loss_fn(model, x[idx], y[idx])
+            elif callable(own_loss):
+                loss = own_loss(x[idx], y[idx])
+            else:
+                loss = task_loss(model(x[idx]), y[idx])
             if penalty is not None:
                 loss = loss + penalty(model)
             loss.backward()
-            _sgd_step(params, momentum_buf, lr, momentum, spec.weight_decay)
+            if spec.grad_clip is not None:
+                _clip_grad_norm(params, spec.grad_clip)
+            if adam_state is not None:
+                _adamw_step(params, adam_state, lr, spec.weight_decay)
+            else:
+                _sgd_step(params, momentum_buf, lr, momentum, spec.weight_decay)
             total += float(loss.detach())
             batches += 1
     return TrainResult(samples=n * epochs, loss=total / max(batches, 1))
@@ -107,6 +128,40 @@ def _sgd_step(params: list[torch.Tensor], bufs: list[Optional[torch.Tensor]], lr
                 bufs[i].mul_(momentum).add_(g)
             g = bufs[i]
         p.add_(g, alpha=-lr)
+
+
+@torch.no_grad()
+def _clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> None:
+    """Scale gradients so their global L2 norm is at most ``max_norm`` (as torch's clip_grad_norm_)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads))
+    if norm > max_norm:
+        for g in grads:
+            g.mul_(max_norm / (float(norm) + 1e-6))
+
+
+@torch.no_grad()
+def _adamw_step(params: list[torch.Tensor], state: tuple, lr: float, weight_decay: float,
+                betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+    """One AdamW step (decoupled weight decay, bias-corrected moments), as ``torch.optim.AdamW``.
+
+    Written out like ``_sgd_step``; torch.optim's lazy imports also crash after an OSMesa (MuJoCo)
+    GL context exists in the process.
+    """
+    m_bufs, v_bufs, step = state
+    step[0] += 1
+    b1, b2 = betas
+    c1, c2 = 1 - b1 ** step[0], 1 - b2 ** step[0]
+    for p, m, v in zip(params, m_bufs, v_bufs):
+        if p.grad is None:
+            continue
+        if weight_decay:
+            p.mul_(1 - lr * weight_decay)
+        m.mul_(b1).add_(p.grad, alpha=1 - b1)
+        v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+        p.addcdiv_(m / c1, (v / c2).sqrt_().add_(eps), value=-lr)
 
 
 @torch.no_grad()

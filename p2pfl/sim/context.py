@@ -14,7 +14,7 @@ import simpy
 import torch
 from torch import nn
 
-from p2pfl.learning.train import Penalty, TrainResult, evaluate_accuracy
+from p2pfl.learning.train import BatchLoss, Penalty, TrainResult, evaluate_accuracy
 from p2pfl.sim.cost import train_flops
 from p2pfl.sim.executor import TrainJob
 from p2pfl.sim.profiles import DeviceProfile
@@ -121,11 +121,16 @@ class DeviceContext(NodeContext):
 
     def train(self, model: nn.Module, *, epochs: Optional[int] = None, lr: Optional[float] = None,
               momentum: Optional[float] = None, penalty: Optional[Penalty] = None,
-              x: Optional[torch.Tensor] = None, y: Optional[torch.Tensor] = None) -> Generator:
-        """Train ``model`` in place on this device's shard; advance time by FLOPs / FLOP rate."""
+              x: Optional[torch.Tensor] = None, y: Optional[torch.Tensor] = None,
+              loss: Optional[BatchLoss] = None) -> Generator:
+        """Train ``model`` in place on this device's shard; advance time by FLOPs / FLOP rate.
+
+        ``loss(model, x, y)`` replaces the batch loss (its extra compute is the caller's to charge).
+        """
         sim = self._sim
         job = TrainJob(self.id, model, self.shard.train_x if x is None else x, self.shard.train_y if y is None else y,
-                       sim.training, self.torch_gen, epochs=epochs, lr=lr, momentum=momentum, penalty=penalty)
+                       sim.training, self.torch_gen, epochs=epochs, lr=lr, momentum=momentum, penalty=penalty,
+                       loss=loss)
         result: TrainResult = yield sim.executor.submit(self._env, job)
         flops = train_flops(sim.forward_flops(model), result.samples)
         yield from self.compute(flops, "train")

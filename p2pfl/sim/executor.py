@@ -19,7 +19,7 @@ import simpy
 import torch
 from torch import nn
 
-from p2pfl.learning.train import Penalty, TrainingSpec, TrainResult, train_local
+from p2pfl.learning.train import BatchLoss, Penalty, TrainingSpec, TrainResult, train_local
 
 __all__ = ["TrainJob", "Executor", "InlineExecutor", "EXECUTORS"]
 
@@ -38,10 +38,11 @@ class TrainJob:
     lr: Optional[float] = None
     momentum: Optional[float] = None
     penalty: Optional[Penalty] = None
+    loss: Optional[BatchLoss] = None
 
     def run(self) -> TrainResult:
         return train_local(self.model, self.x, self.y, self.spec, generator=self.generator, epochs=self.epochs,
-                           lr=self.lr, momentum=self.momentum, penalty=self.penalty)
+                           lr=self.lr, momentum=self.momentum, penalty=self.penalty, loss_fn=self.loss)
 
 
 class Executor(ABC):

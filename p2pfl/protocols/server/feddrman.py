@@ -1,0 +1,181 @@
+"""FedDRMan (Pal et al., 2026, "Federated Subspace Guided Vision-Language-Action Policy
+Distillation for Non-IID Multi-Robot Manipulation"), Sec. III.
+
+Device (Sec. III-B): the server model received this round is copied into a frozen teacher; the
+student minimises  L_BC + sum_m lambda_m L_sub^m + lambda_act L_act  (Eq. 8): GMM negative
+log-likelihood (Eq. 4), symmetric rank-r subspace distillation of each modality's features
+(Eq. 5-6) and action-distribution distillation on teacher samples (Eq. 7).
+
+Server (Sec. III-C): Compatible Update Aggregation groups clients by the cosine similarity of
+their accumulated updates from the common initialisation on a submodule Omega (Eq. 10-11),
+keeps one persistent model per group and averages complete models within it by samples
+(Eq. 12); Spectral Rebalancing lifts the weak singular values of each eligible 2-D block of the
+cluster update (Eq. 13-14). Every term and both server steps switch off from YAML (Table III).
+The maths are pure functions in ``p2pfl.robotics.distill`` and ``p2pfl.robotics.aggregation``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generator, Optional
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from p2pfl.clustering import adjusted_rand_index
+from p2pfl.errors import ConfigError
+from p2pfl.learning.aggregate import State, clone_state, weighted_average
+from p2pfl.learning.state import live_state, load_state_
+from p2pfl.protocols.server.fedavg import FedAvg, FedAvgParams, select_clients
+from p2pfl.robotics.aggregation import compatibility_partition, match_clusters, rebalance_update, update_similarity
+from p2pfl.robotics.distill import action_distillation, subspace_distillation
+from p2pfl.robotics.gmm import gmm_nll
+from p2pfl.sim.context import DeviceContext, ServerContext
+
+__all__ = ["FedDRMan", "FedDRManParams", "aggregate_clusters"]
+
+
+class FedDRManParams(FedAvgParams):
+    n_clusters: int = Field(1, ge=1, description="C: 1 same-suite, 2 pairwise cross-suite, 3 three suites")
+    cua: bool = Field(True, description="compatible update aggregation (off: one global model)")
+    srb: bool = Field(True, description="spectral rebalancing of cluster updates")
+    beta: float = Field(0.9, ge=0, le=1, description="cumulative singular-value threshold (Eq. 14)")
+    sub_loss: bool = True
+    act_loss: bool = True
+    lambda_sub: dict[str, float] = Field(default_factory=lambda: {"text": 0.03, "agent": 0.03, "joint": 0.03, "gripper": 0.03})
+    lambda_act: float = Field(0.005, ge=0)
+    rank: int = Field(48, ge=1, description="subspace rank r_m (capped by feature dimension and batch)")
+    feature_noise: float = Field(0.01, ge=0, description="std of the pre-SVD perturbation")
+    omega: str = Field("temporal.", description="parameter-name prefix of the clustering submodule Omega")
+
+
+def aggregate_clusters(cluster_states: list[State], updates: dict[int, tuple[State, float]], groups: list[list[int]],
+                       cluster_ids: list[int], *, srb: bool, beta: float, eligible) -> list[State]:
+    """Eq. 12-14: sample-weighted average within each group, SRB on its update, new cluster states."""
+    out = [dict(s) for s in cluster_states]
+    for members, cid in zip(groups, cluster_ids):
+        avg = weighted_average([updates[k] for k in members])
+        base = cluster_states[cid]
+        delta = {k: avg[k] - base[k] if torch.is_floating_point(base[k]) else avg[k] for k in base}
+        if srb:
+            delta = rebalance_update(delta, beta, lambda k, v: torch.is_floating_point(v) and eligible(k, v))
+        out[cid] = {k: base[k] + delta[k] if torch.is_floating_point(base[k]) else avg[k].clone() for k in base}
+    return out
+
+
+class FedDRMan(FedAvg):
+    """Server-guided subspace/action distillation with compatible, spectrally rebalanced aggregation."""
+
+    name = "feddrman"
+    Params = FedDRManParams
+    needs_server = True
+    summary = "FedDRMan: subspace + action distillation, compatible update aggregation, spectral rebalancing"
+
+    def __init__(self, params: FedDRManParams, sim) -> None:
+        super().__init__(params, sim)
+        self.groups: list[list[int]] = []
+
+    # --- server ------------------------------------------------------------------------------
+    def server(self, ctx: ServerContext) -> Generator:
+        p = self.params
+        probe = self.make_model(ctx)
+        if not hasattr(probe, "encode"):
+            raise ConfigError("protocol feddrman needs a policy with per-modality features (model robot_policy, data robotics)")
+        init = clone_state(probe.state_dict())
+        c = p.n_clusters if p.cua else 1
+        clusters = [clone_state(init) for _ in range(c)]
+        scratch = [self.make_model(ctx) for _ in range(c)]
+        assign = {d: 0 for d in ctx.devices}
+        omega = [k for k in init if k.startswith(p.omega)] or None
+        eligible = getattr(probe, "srb_eligible", lambda k, v: v.ndim == 2)
+        for r in range(1, p.rounds + 1):
+            selected = select_clients(ctx.devices, p.client_fraction, ctx.rng)
+            for d in selected:
+                ctx.send(d, "model", {"state": clusters[assign[d]]}, round=r)
+            updates = yield from self._collect(ctx, r, len(selected))
+            if updates:
+                ids = sorted(updates)
+                k_eff = min(c, len(ids))
+                if k_eff > 1:
+                    sim = update_similarity([updates[i][0] for i in ids], init, omega)
+                    local = compatibility_partition(sim, k_eff, rng=ctx.rng)
+                    groups = [[ids[j] for j in g] for g in local]
+                    ctx.log("cua_similarity", sim.round(4).tolist(), round=r, clients=ids)
+                else:
+                    groups = [ids]
+                cids = match_clusters(groups, {d: assign[d] for d in ids if r > 1}, c)
+                clusters = aggregate_clusters(clusters, updates, groups, cids, srb=p.srb, beta=p.beta, eligible=eligible)
+                for g, cid in zip(groups, cids):
+                    for d in g:
+                        assign[d] = cid
+                self.groups = [sorted(g) for g in groups]
+                ctx.log("cua_groups", [sorted(g) for g in groups], round=r)
+            if self.should_eval(r):
+                for cid, m in enumerate(scratch):
+                    load_state_(m, clusters[cid])
+                for d in range(self.sim.n_devices):
+                    ctx.evaluate_device(d, scratch[assign.get(d, 0)], r)
+            ctx.round_done(r)
+
+    def _collect(self, ctx: ServerContext, r: int, expected: int) -> Generator:
+        """This round's uploads by client id (until all came or the round timeout passed)."""
+        out: dict[int, tuple[State, float]] = {}
+        deadline = None if self.params.round_timeout_s is None else ctx.now + self.params.round_timeout_s
+        while len(out) < expected:
+            msg = yield ctx.recv("update", timeout=None if deadline is None else max(deadline - ctx.now, 0.0))
+            if msg is None:
+                break
+            if msg.round == r:
+                out[msg.src] = (msg.payload["state"], float(msg.payload["n_samples"]))
+        return out
+
+    # --- device ------------------------------------------------------------------------------
+    def device(self, ctx: DeviceContext) -> Generator:
+        if not ctx.servers:
+            return
+        model, teacher = self.make_model(ctx), self.make_model(ctx)
+        teacher.requires_grad_(False)
+        teacher.eval()
+        server = ctx.servers[0]
+        while True:
+            msg = yield ctx.recv("model")
+            load_state_(model, msg.payload["state"])
+            load_state_(teacher, msg.payload["state"])  # Eq. 3: frozen teacher = this round's server model
+            gen = torch.Generator()
+            gen.manual_seed(int(ctx.rng.integers(2**62)))
+            result = yield from ctx.train(model, loss=self.local_loss(teacher, gen))
+            if self._uses_teacher():
+                yield from ctx.compute(self.sim.forward_flops(teacher) * result.samples, "distill")
+            yield ctx.send(server, "update", {"state": live_state(model), "n_samples": ctx.n_samples}, round=msg.round)
+
+    def _uses_teacher(self) -> bool:
+        p = self.params
+        return (p.sub_loss and any(v > 0 for v in p.lambda_sub.values())) or (p.act_loss and p.lambda_act > 0)
+
+    def local_loss(self, teacher: nn.Module, gen: Optional[torch.Generator] = None):
+        """Eq. 8 as a batch loss ``loss(student, x, y)``."""
+        p = self.params
+
+        def loss(student: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            z, feats = student.encode(x)
+            dist = student.head(z)
+            total = gmm_nll(dist, y)
+            if not self._uses_teacher():
+                return total
+            with torch.no_grad():
+                zt, feats_t = teacher.encode(x)
+                dist_t = teacher.head(zt)
+            if p.sub_loss:
+                for m, lam in p.lambda_sub.items():
+                    if lam > 0:
+                        total = total + lam * subspace_distillation(feats_t[m].T, feats[m].T, p.rank, p.feature_noise, gen)
+            if p.act_loss and p.lambda_act > 0:
+                total = total + p.lambda_act * action_distillation(dist_t, dist, gen)
+            return total
+
+        return loss
+
+    def result(self) -> dict[str, Any]:
+        if not self.groups:
+            return {}
+        return {"clusters": self.groups, "ari": adjusted_rand_index(self.sim.federation.true_clusters, self.groups)}

@@ -1,0 +1,170 @@
+"""FedDRMan's server-side maths (Sec. III-C): pure functions on state dicts.
+
+* ``update_similarity``: cosine similarity of accumulated updates from the common initial model,
+  restricted to a submodule Omega (Eq. 10).
+* ``compatibility_partition``: C groups maximising mean intra- minus mean inter-cluster similarity
+  (Eq. 11); exhaustive over all partitions for small K, a seeded local search beyond.
+* ``match_clusters``: keeps persistent cluster models persistent across rounds.
+* ``spectral_rebalance``: SVD of a 2-D update, lift singular values below sigma_{c*} (Eq. 13-14).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Iterator, Mapping, Optional, Sequence
+
+import numpy as np
+import torch
+
+__all__ = [
+    "update_similarity",
+    "partition_score",
+    "compatibility_partition",
+    "match_clusters",
+    "spectral_rebalance",
+    "rebalance_update",
+    "EXHAUSTIVE_MAX_K",
+]
+
+#: Up to this many clients Eq. 11 is solved exactly (Stirling S(10, 3) = 9330 partitions).
+EXHAUSTIVE_MAX_K = 10
+
+
+def update_similarity(states: Sequence[Mapping[str, torch.Tensor]], init: Mapping[str, torch.Tensor],
+                      keys: Optional[Sequence[str]] = None) -> np.ndarray:
+    """S_ij = cos(v_i, v_j), v_k = vec((theta_k - theta_0)|_Omega) over ``keys`` (all float entries if None)."""
+    if not states:
+        raise ValueError("update_similarity needs at least one state")
+    keys = [k for k in (init.keys() if keys is None else keys) if torch.is_floating_point(init[k])]
+    if not keys:
+        raise ValueError("the submodule Omega selects no floating-point parameter")
+    v = torch.stack([torch.cat([(s[k].double() - init[k].double()).reshape(-1) for k in keys]) for s in states])
+    norms = v.norm(dim=1).clamp_min(1e-12)
+    s = (v @ v.T) / (norms[:, None] * norms[None, :])
+    return s.numpy()
+
+
+def _mean_between(sim: np.ndarray, a: Sequence[int], b: Sequence[int]) -> float:
+    """Mean S_ij over i in a, j in b, i != j; a singleton group's own similarity is S_ii = 1."""
+    vals = [sim[i, j] for i in a for j in b if i != j]
+    return float(np.mean(vals)) if vals else 1.0
+
+
+def partition_score(sim: np.ndarray, groups: Sequence[Sequence[int]]) -> float:
+    """Eq. 11 objective: mean intra-group similarity minus mean inter-group similarity."""
+    c = len(groups)
+    intra = float(np.mean([_mean_between(sim, g, g) for g in groups]))
+    if c == 1:
+        return intra
+    inter = float(np.mean([_mean_between(sim, groups[s], groups[t]) for s, t in itertools.combinations(range(c), 2)]))
+    return intra - inter
+
+
+def _set_partitions(n: int, c: int) -> Iterator[list[list[int]]]:
+    """All partitions of range(n) into exactly c non-empty groups (restricted growth strings)."""
+    def rec(i: int, labels: list[int], used: int) -> Iterator[list[int]]:
+        if n - i < c - used:
+            return
+        if i == n:
+            if used == c:
+                yield labels
+            return
+        for g in range(min(used + 1, c)):
+            yield from rec(i + 1, labels + [g], max(used, g + 1))
+    for labels in rec(0, [], 0):
+        yield [[i for i in range(n) if labels[i] == g] for g in range(c)]
+
+
+def _local_search(sim: np.ndarray, c: int, rng: np.random.Generator, restarts: int = 8) -> list[list[int]]:
+    """Heuristic for large K: random balanced starts, then single-client moves while Eq. 11 improves."""
+    n = sim.shape[0]
+    best, best_score = None, -np.inf
+    for _ in range(restarts):
+        labels = rng.permutation(np.arange(n) % c)
+        improved = True
+        while improved:
+            improved = False
+            for i in range(n):
+                for g in range(c):
+                    if g == labels[i] or np.sum(labels == labels[i]) == 1:
+                        continue
+                    trial = labels.copy()
+                    trial[i] = g
+                    cur = partition_score(sim, [list(np.flatnonzero(labels == h)) for h in range(c)])
+                    new = partition_score(sim, [list(np.flatnonzero(trial == h)) for h in range(c)])
+                    if new > cur + 1e-12:
+                        labels, improved = trial, True
+        groups = [[int(i) for i in np.flatnonzero(labels == h)] for h in range(c)]
+        score = partition_score(sim, groups)
+        if score > best_score:
+            best, best_score = groups, score
+    return sorted(best, key=min)
+
+
+def compatibility_partition(sim: np.ndarray, n_groups: int, *, rng: Optional[np.random.Generator] = None) -> list[list[int]]:
+    """argmax over partitions into exactly ``n_groups`` non-empty groups of Eq. 11.
+
+    Exhaustive (ties -> first in enumeration order) up to ``EXHAUSTIVE_MAX_K`` clients; beyond,
+    a seeded local search (``rng`` required). Groups are returned sorted by their smallest member.
+    """
+    sim = np.asarray(sim, dtype=np.float64)
+    n = sim.shape[0]
+    if sim.ndim != 2 or sim.shape[1] != n:
+        raise ValueError(f"similarity matrix must be square; got shape {sim.shape}")
+    if not 1 <= n_groups <= n:
+        raise ValueError(f"n_groups must be in [1, {n}]; got {n_groups}")
+    if n_groups == 1:
+        return [list(range(n))]
+    if n > EXHAUSTIVE_MAX_K:
+        if rng is None:
+            raise ValueError(f"K={n} > {EXHAUSTIVE_MAX_K} uses a local search; pass rng")
+        return _local_search(sim, n_groups, rng)
+    best, best_score = None, -np.inf
+    for groups in _set_partitions(n, n_groups):
+        score = partition_score(sim, groups)
+        if score > best_score + 1e-12:
+            best, best_score = groups, score
+    return best  # type: ignore[return-value]
+
+
+def match_clusters(groups: Sequence[Sequence[int]], previous: Mapping[int, int], n_clusters: int) -> list[int]:
+    """Persistent cluster id for each new group: maximise overlap with clients' previous clusters.
+
+    ``previous`` maps client -> cluster id of last round (empty in round 1). Hungarian assignment.
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    overlap = np.zeros((len(groups), n_clusters))
+    for g, members in enumerate(groups):
+        for k in members:
+            if k in previous:
+                overlap[g, previous[k]] += 1
+    rows, cols = linear_sum_assignment(-overlap)
+    out = [0] * len(groups)
+    for r, c in zip(rows, cols):
+        out[r] = int(c)
+    return out
+
+
+def spectral_rebalance(delta: torch.Tensor, beta: float) -> torch.Tensor:
+    """Eq. 13-14: U diag(max(sigma_i, sigma_{c*})) V^T with c* the first index whose cumulative
+    singular-value share reaches ``beta``. Singular vectors are unchanged."""
+    if delta.ndim != 2:
+        raise ValueError(f"spectral_rebalance needs a 2-D matrix; got shape {tuple(delta.shape)}")
+    if not 0.0 <= beta <= 1.0:
+        raise ValueError(f"beta must be in [0, 1]; got {beta}")
+    d = delta.double()
+    u, s, vh = torch.linalg.svd(d, full_matrices=False)
+    total = s.sum()
+    if total <= 0:
+        return delta.clone()
+    share = torch.cumsum(s, 0) / total
+    c_star = int(torch.nonzero(share >= beta - 1e-12)[0]) if bool((share >= beta - 1e-12).any()) else len(s) - 1
+    s_new = torch.maximum(s, s[c_star])
+    return (u @ torch.diag(s_new) @ vh).to(delta.dtype)
+
+
+def rebalance_update(delta: Mapping[str, torch.Tensor], beta: float,
+                     eligible: Callable[[str, torch.Tensor], bool]) -> dict[str, torch.Tensor]:
+    """SRB on every eligible 2-D block of an update; other entries keep the plain average."""
+    return {k: spectral_rebalance(v, beta) if eligible(k, v) else v.clone() for k, v in delta.items()}

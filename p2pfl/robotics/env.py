@@ -1,0 +1,236 @@
+"""A MuJoCo environment per task and the scripted expert that demonstrates it.
+
+Action: 4-D in [-1, 1]: gripper xyz velocity (x ``MAX_STEP_M`` per control step) and grip
+(> 0 closes). The gripper is a floating parallel gripper (mocap body with two fingers). The grasp
+is kinematic: closing within reach of a cube's centre attaches it, opening releases it to fall
+under MuJoCo physics (a documented simplification of LIBERO's contact grasps, which keeps the
+physics cheap on two CPU cores). Observations follow LIBERO's keys.
+"""
+
+from __future__ import annotations
+
+import atexit
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from p2pfl.robotics.suites import CUBE_HALF, IMAGE_SIZE, WORKSPACE, ZONE_HALF, Task, scene_xml
+
+__all__ = ["RobotEnv", "Expert", "MAX_STEP_M", "CONTROL_SUBSTEPS", "PROPRIO_DIM", "ACTION_DIM", "mujoco_available"]
+
+MAX_STEP_M = 0.02  # gripper displacement per control step at |action| = 1
+CONTROL_SUBSTEPS = 4  # physics steps (0.01 s) per control step: a 25 Hz controller
+PROPRIO_DIM = 5  # joint_states: gripper xyz (3); gripper_states: two finger openings (2)
+ACTION_DIM = 4
+OPEN, CLOSED = 0.03, 0.005  # finger offsets from the gripper centre (m)
+HOME = np.array([0.0, -0.05, 0.15])
+
+
+def mujoco_available() -> Optional[str]:
+    """None when MuJoCo imports and renders offscreen here; otherwise the reason it cannot."""
+    try:
+        import mujoco
+
+        m = mujoco.MjModel.from_xml_string('<mujoco><visual><global offwidth="8" offheight="8"/></visual>'
+                                           '<worldbody><geom type="sphere" size="0.1"/></worldbody></mujoco>')
+        r = mujoco.Renderer(m, 8, 8)
+        d = mujoco.MjData(m)
+        r.update_scene(d)
+        r.render()
+        _SCENES[("probe", 8)] = (m, r)  # never freed (see _scene)
+        return None
+    except Exception as err:  # ImportError, GL context failures
+        return f"{type(err).__name__}: {err}".strip()[:200]
+
+
+_SCENES: dict = {}
+
+
+def _close_renderers() -> None:
+    """Free GL contexts at exit while the GL bindings still exist (avoids noisy __del__ errors)."""
+    for _, r in _SCENES.values():
+        try:
+            r.close()
+        except Exception:  # pragma: no cover - best effort at interpreter exit
+            pass
+    _SCENES.clear()
+
+
+atexit.register(_close_renderers)
+
+
+def _scene(suite: str, image_size: int):
+    """One compiled model and one offscreen renderer per (suite, size), kept for the process.
+
+    Renderers are never freed: destroying an OSMesa/EGL context while another is current
+    corrupts later renders, and the models are tiny.
+    """
+    key = (suite, image_size)
+    if key not in _SCENES:
+        import mujoco
+
+        model = mujoco.MjModel.from_xml_string(scene_xml(suite))
+        model.vis.global_.offwidth = max(model.vis.global_.offwidth, image_size)
+        model.vis.global_.offheight = max(model.vis.global_.offheight, image_size)
+        _SCENES[key] = (model, mujoco.Renderer(model, image_size, image_size))
+    return _SCENES[key]
+
+
+@dataclass
+class StepInfo:
+    success: bool
+    grasped: Optional[str]
+
+
+class RobotEnv:
+    """One task's scene: ``reset(seed)``, ``step(action)``, ``obs()``; renders agentview RGB."""
+
+    def __init__(self, task: Task, image_size: int = IMAGE_SIZE) -> None:
+        import mujoco
+
+        self._mj = mujoco
+        self.task = task
+        self.model, self.renderer = _scene(task.suite, image_size)
+        self.data = mujoco.MjData(self.model)
+        self._mocap = {n: self.model.body_mocapid[self.model.body(n).id] for n in
+                       ["gripper", "finger_l", "finger_r", *[f"zone_{z}" for z in ("green", "orange") if self._has(f"zone_{z}")],
+                        *(["post"] if self._has("post") else [])]}
+        self.cubes = [self.model.body(i).name for i in range(self.model.nbody) if self.model.body(i).name and
+                      self.model.body(i).name not in self._mocap and self.model.body(i).name not in ("world", "")]
+        self._qadr = {c: self.model.jnt_qposadr[self.model.joint(c).id] for c in self.cubes}
+        self._vadr = {c: self.model.jnt_dofadr[self.model.joint(c).id] for c in self.cubes}
+        self.physics_time_s = 0.0
+
+    def _has(self, name: str) -> bool:
+        try:
+            self.model.body(name)
+            return True
+        except KeyError:
+            return False
+
+    # --- state -------------------------------------------------------------------------------
+    def reset(self, seed: int) -> dict:
+        """New episode with object poses drawn from ``seed``; returns the first observation."""
+        rng = np.random.default_rng(seed)
+        lay = self.task.sample(rng)
+        self._mj.mj_resetData(self.model, self.data)
+        for c, (x, y) in lay.cubes.items():
+            a = self._qadr[c]
+            self.data.qpos[a : a + 7] = [x, y, CUBE_HALF, 1, 0, 0, 0]
+        for z, (x, y) in lay.zones.items():
+            self.data.mocap_pos[self._mocap[f"zone_{z}"]] = [x, y, 0.0015]
+        if lay.post is not None:
+            self.data.mocap_pos[self._mocap["post"]] = [lay.post[0], lay.post[1], 0.035]
+        self.zones = dict(lay.zones)
+        self.grip_pos = HOME + rng.uniform(-0.02, 0.02, 3)
+        self.opening = OPEN
+        self.grasped: Optional[str] = None
+        self._grasp_offset = np.zeros(3)
+        self._place_gripper()
+        self._mj.mj_forward(self.model, self.data)
+        self.physics_time_s = 0.0
+        return self.obs()
+
+    def cube_pos(self, name: str) -> np.ndarray:
+        a = self._qadr[name]
+        return self.data.qpos[a : a + 3].copy()
+
+    def _place_gripper(self) -> None:
+        p = self.grip_pos
+        self.data.mocap_pos[self._mocap["gripper"]] = p + [0, 0, 0.03]
+        self.data.mocap_pos[self._mocap["finger_l"]] = p + [-self.opening - 0.005, 0, 0.005]
+        self.data.mocap_pos[self._mocap["finger_r"]] = p + [self.opening + 0.005, 0, 0.005]
+
+    def step(self, action: np.ndarray) -> tuple[dict, StepInfo]:
+        """Apply one control step (``CONTROL_SUBSTEPS`` physics steps)."""
+        a = np.clip(np.asarray(action, dtype=np.float64), -1, 1)
+        self.grip_pos = np.clip(self.grip_pos + a[:3] * MAX_STEP_M, [-0.22, -0.22, 0.005], [0.22, 0.22, 0.25])
+        close = a[3] > 0
+        if close and self.grasped is None and self.opening > CLOSED:
+            for c in self.cubes:
+                d = self.cube_pos(c) - self.grip_pos
+                if np.hypot(d[0], d[1]) < 0.03 and abs(d[2]) < 0.025:
+                    self.grasped, self._grasp_offset = c, d
+                    break
+        if not close and self.grasped is not None:
+            self.grasped = None
+        self.opening = CLOSED if close else OPEN
+        self._place_gripper()
+        for _ in range(CONTROL_SUBSTEPS):
+            if self.grasped is not None:
+                a0, v0 = self._qadr[self.grasped], self._vadr[self.grasped]
+                self.data.qpos[a0 : a0 + 3] = self.grip_pos + self._grasp_offset
+                self.data.qpos[a0 + 3 : a0 + 7] = [1, 0, 0, 0]
+                self.data.qvel[v0 : v0 + 6] = 0
+            self._mj.mj_step(self.model, self.data)
+        self.physics_time_s += CONTROL_SUBSTEPS * self.model.opt.timestep
+        return self.obs(), StepInfo(self.success(), self.grasped)
+
+    def success(self) -> bool:
+        """The task's goal predicate on the simulator state."""
+        if self.grasped is not None:
+            return False
+        p = self.cube_pos(self.task.cube)
+        if self.task.goal.startswith("stack:"):
+            q = self.cube_pos(self.task.goal[6:])
+            return bool(np.hypot(*(p[:2] - q[:2])) < CUBE_HALF and p[2] > q[2] + 1.5 * CUBE_HALF and p[2] < q[2] + 2.6 * CUBE_HALF)
+        z = self.zones[self.task.goal]
+        return bool(abs(p[0] - z[0]) < ZONE_HALF and abs(p[1] - z[1]) < ZONE_HALF and p[2] < 2 * CUBE_HALF)
+
+    def proprio(self) -> np.ndarray:
+        return np.array([*self.grip_pos, self.opening, self.opening], dtype=np.float32)
+
+    def render(self) -> np.ndarray:
+        """Agent-view RGB, uint8 (H, W, 3)."""
+        self.renderer.update_scene(self.data, camera="agentview")
+        return self.renderer.render().copy()
+
+    def obs(self) -> dict:
+        """LIBERO observation keys: agentview_rgb, joint_states, gripper_states."""
+        p = self.proprio()
+        return {"agentview_rgb": self.render(), "joint_states": p[:3], "gripper_states": p[3:]}
+
+
+
+class Expert:
+    """Scripted closed-loop expert: above cube, descend, close, lift, carry, lower, open, retreat."""
+
+    def __init__(self, env: RobotEnv, rng: np.random.Generator, noise: float = 0.1) -> None:
+        self.env, self.rng, self.noise = env, rng, noise
+        self.released = False
+
+    def _goal_xyz(self) -> np.ndarray:
+        g = self.env.task.goal
+        if g.startswith("stack:"):
+            q = self.env.cube_pos(g[6:])
+            return np.array([q[0], q[1], q[2] + 2 * CUBE_HALF + 0.004])
+        x, y = self.env.zones[g]
+        return np.array([x, y, CUBE_HALF + 0.004])
+
+    def act(self) -> np.ndarray:
+        e = self.env
+        p = e.grip_pos
+        cube = e.cube_pos(e.task.cube)
+        grip = -1.0
+        if self.released:
+            target = np.array([p[0], p[1], 0.12])
+        elif e.grasped != e.task.cube:
+            above = np.array([cube[0], cube[1], 0.09])
+            if np.hypot(*(p[:2] - cube[:2])) > 0.008:
+                target = above if p[2] > 0.06 or np.hypot(*(p[:2] - cube[:2])) > 0.03 else np.array([p[0], p[1], 0.09])
+            else:
+                target = np.array([cube[0], cube[1], cube[2]])
+                grip = 1.0 if abs(p[2] - cube[2]) < 0.008 else -1.0
+        else:
+            grip = 1.0
+            goal = self._goal_xyz()
+            if np.hypot(*(p[:2] - goal[:2])) > 0.008:
+                target = np.array([goal[0], goal[1], 0.11]) if p[2] > 0.08 else np.array([p[0], p[1], 0.11])
+            else:
+                target = goal
+                if abs(p[2] - goal[2]) < 0.006:
+                    grip, self.released = -1.0, True
+        move = np.clip((target - p) / (2.5 * MAX_STEP_M), -1, 1)  # proportional, saturating beyond 5 cm
+        move = np.clip(move + self.noise * self.rng.standard_normal(3) * (np.abs(move) > 0.3), -1, 1)
+        return np.array([*move, grip], dtype=np.float32)

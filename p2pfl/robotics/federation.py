@@ -1,0 +1,188 @@
+"""The robot federation: demos -> per-device shards of packed samples, and rollout scoring.
+
+Design: robotics is a dataset of the data registry (``data.dataset: robotics`` with partition
+``robot_suites``), so every protocol gets ordinary shards (x = packed observation, y = expert
+action) and the kernel's ``Simulation.evaluate_on`` asks the federation to score a model: it runs
+closed-loop rollouts on the device's suite (cached per model state and suite, so a server
+scoring one global model for five devices rolls out once) and charges their compute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from p2pfl.data.federation import Federation, Shard
+from p2pfl.errors import ConfigError, DataError
+from p2pfl.robotics.policy import ObsLayout, pack_samples
+from p2pfl.robotics.rollout import RolloutResult, rollout_tasks
+from p2pfl.robotics.schema import SUITE_NAMES, RobotSuitesPartition
+from p2pfl.seeding import stream
+
+__all__ = ["RobotFederation", "RolloutReport", "build_robot_federation", "dirichlet_demo_split", "ROLLOUT_STEP_FLOPS"]
+
+#: Modelled FLOPs of one physics + render control step (4 physics steps, a 32x32 render), added
+#: to the policy's forward FLOPs per step when rollouts are charged.
+ROLLOUT_STEP_FLOPS = 2_000_000
+
+
+@dataclass
+class RolloutReport:
+    score: float
+    flops: int
+    fields: dict
+
+
+def dirichlet_demo_split(demo_task: np.ndarray, n_clients: int, alpha: float, *, rng: np.random.Generator) -> list[np.ndarray]:
+    """Per task, demo shares over clients ~ Dirichlet(alpha); redrawn until every client has a demo."""
+    tasks = np.unique(demo_task)
+    for _ in range(1000):
+        parts: list[list[int]] = [[] for _ in range(n_clients)]
+        for t in tasks:
+            idx = rng.permutation(np.flatnonzero(demo_task == t))
+            cuts = (np.cumsum(rng.dirichlet([alpha] * n_clients)) * len(idx)).round().astype(int)[:-1]
+            for c, chunk in enumerate(np.split(idx, cuts)):
+                parts[c].extend(int(i) for i in chunk)
+        if all(parts):
+            return [np.array(sorted(p), dtype=np.int64) for p in parts]
+    raise DataError(f"could not give each of {n_clients} clients a demo with alpha={alpha}; add demos or clients")
+
+
+@dataclass(frozen=True, eq=False)
+class RobotFederation(Federation):
+    """A Federation whose devices hold robot demos; scored by rollouts on their suite's tasks."""
+
+    layout: ObsLayout = field(default_factory=ObsLayout)
+    device_suites: tuple[str, ...] = ()
+    suite_tasks: dict = field(default_factory=dict)  # suite -> tuple of task ids
+    eval_episodes: int = 10
+    horizon: int = 80
+    seed: int = 0
+    make_env: Any = None
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def model_hint(self) -> ObsLayout:
+        return self.layout
+
+    def stats(self) -> dict:
+        return {"dataset": self.dataset, "partition": self.partition, "input_shape": list(self.input_shape),
+                "samples_per_device": [int(s.train_y.shape[0]) for s in self.shards],
+                "test_samples_per_device": [int(s.test_y.shape[0]) for s in self.shards],
+                "suite_per_device": list(self.device_suites),
+                "true_cluster_per_device": list(self.true_clusters), "n_clusters": self.n_clusters,
+                "tasks_per_suite": {k: list(v) for k, v in self.suite_tasks.items()}}
+
+    def rollout(self, model: nn.Module, suite: str) -> tuple[RolloutResult, bool]:
+        """Rollouts of ``model`` on ``suite`` (memoised by the model's weights); (result, cached)."""
+        h = hashlib.sha1()
+        for v in model.state_dict().values():
+            h.update(v.detach().cpu().numpy().tobytes())
+        key = (suite, h.hexdigest())
+        if key in self._cache:
+            return self._cache[key], True
+        res = rollout_tasks(model, self.layout, self.suite_tasks[suite], self.eval_episodes, self.horizon,
+                            seed=self.seed, make_env=self.make_env)
+        if len(self._cache) > 64:
+            self._cache.clear()
+        self._cache[key] = res
+        return res, False
+
+    def score_device(self, device: int, model: nn.Module, forward_flops: int) -> RolloutReport:
+        """Success rate of ``model`` on all tasks of ``device``'s suite; FLOPs charged unless cached."""
+        suite = self.device_suites[device]
+        res, cached = self.rollout(model, suite)
+        flops = 0 if cached else res.steps * (forward_flops + ROLLOUT_STEP_FLOPS)
+        return RolloutReport(res.success, flops, {"suite": suite, "per_task": res.per_task, "cached": cached})
+
+
+def _suite_demos(p: RobotSuitesPartition, suite: str, root: Optional[str]):
+    """[(task id, instruction, demos)] of a suite, from the generator's cache or LIBERO files."""
+    from p2pfl.robotics.demos import read_demo_file, task_demos
+
+    if p.source == "generated":
+        from p2pfl.robotics.suites import SUITES
+
+        if suite not in SUITES:
+            raise ConfigError(f"data.partition.suites: unknown suite {suite!r}; valid: {', '.join(SUITE_NAMES)}")
+        out = []
+        for t in SUITES[suite]:
+            df = task_demos(t.id, p.demos_per_task, root)
+            out.append((t.id, df.instruction, df.demos))
+        return out
+    files = p.libero_tasks.get(suite)
+    if not files:
+        raise ConfigError(f"data.partition.libero_tasks: no demo files listed for suite {suite!r}")
+    out = []
+    for f in files:
+        path = Path(f) if root is None else Path(root).expanduser() / f
+        df = read_demo_file(path, max_demos=p.demos_per_task)
+        out.append((f"{suite}/{Path(f).stem.removesuffix('_demo')}", df.instruction, df.demos))
+    return out
+
+
+def _resize(images: np.ndarray, size: int) -> np.ndarray:
+    if images.shape[1] == size and images.shape[2] == size:
+        return images
+    t = torch.from_numpy(images).permute(0, 3, 1, 2).float()
+    t = torch.nn.functional.interpolate(t, size=(size, size), mode="area")
+    return t.round().clamp(0, 255).byte().permute(0, 2, 3, 1).numpy()
+
+
+def build_robot_federation(spec: Any, n_devices: int, *, seed: int) -> RobotFederation:
+    """One shard per device: device i is client i % clients_per_suite of suite i // clients_per_suite."""
+    p: RobotSuitesPartition = spec.partition
+    if p.clients_per_suite > p.reference_clients:
+        raise ConfigError(f"data.partition.clients_per_suite={p.clients_per_suite} exceeds reference_clients={p.reference_clients}")
+    if n_devices != len(p.suites) * p.clients_per_suite:
+        raise ConfigError(f"robot_suites needs {len(p.suites)} suites x {p.clients_per_suite} clients = "
+                          f"{len(p.suites) * p.clients_per_suite} devices; the topology has {n_devices}")
+    shards, suites, clusters, tasks_of, layout = [], [], [], {}, None
+    make_env = None
+    for c, suite in enumerate(p.suites):
+        items = _suite_demos(p, suite, spec.root)
+        tasks_of[suite] = tuple(t for t, _, _ in items)
+        d0 = items[0][2][0]
+        lay = ObsLayout(history=p.history, joint=d0.joint_states.shape[1], gripper=d0.gripper_states.shape[1],
+                        action=d0.actions.shape[1])
+        if layout is not None and lay != layout:
+            raise DataError(f"suite {suite!r} has observation layout {lay}, others {layout}; suites must share one robot")
+        layout = lay
+        demo_x, demo_y, demo_task = [], [], []
+        for ti, (_, instr, demos) in enumerate(items):
+            for d in demos:
+                demo_x.append(pack_samples(lay, _resize(d.agentview_rgb, lay.image), d.joint_states, d.gripper_states, instr))
+                demo_y.append(d.actions.astype(np.float32))
+                demo_task.append(ti)
+        rng = stream(seed, "robot.partition", c)
+        demo_task_a = np.array(demo_task)
+        # held-out demos per task for a BC-loss test set (rollouts are the real score)
+        test_mask = np.zeros(len(demo_task_a), bool)
+        for t in np.unique(demo_task_a):
+            idx = rng.permutation(np.flatnonzero(demo_task_a == t))
+            test_mask[idx[: max(1, math.floor(spec.test_fraction * len(idx)))]] = True
+        train_ids, test_ids = np.flatnonzero(~test_mask), np.flatnonzero(test_mask)
+        parts = dirichlet_demo_split(demo_task_a[train_ids], p.reference_clients, p.alpha, rng=rng)
+        for k in range(p.clients_per_suite):
+            tr = train_ids[parts[k]]
+            own = set(demo_task_a[tr].tolist())
+            te = np.array([i for i in test_ids if demo_task_a[i] in own], dtype=np.int64)
+            cat = lambda ids, arr: torch.from_numpy(np.concatenate([arr[i] for i in ids])) if len(ids) else torch.zeros(0)  # noqa: E731
+            shards.append(Shard(cat(tr, demo_x), cat(tr, demo_y), cat(te, demo_x), cat(te, demo_y), c, tr, te, suite))
+            suites.append(suite)
+            clusters.append(c)
+    if p.source == "libero":
+        from p2pfl.robotics.libero import libero_env_factory
+
+        make_env = libero_env_factory(layout.image)
+    return RobotFederation(dataset="robotics", shards=tuple(shards), num_classes=0, input_shape=(layout.width,),
+                           true_clusters=tuple(clusters), partition="robot_suites", task="robotics", layout=layout,
+                           device_suites=tuple(suites), suite_tasks=tasks_of, eval_episodes=p.eval_episodes,
+                           horizon=p.horizon, seed=seed, make_env=make_env)

@@ -1,0 +1,170 @@
+"""ResNet-T-lite: a small language-conditioned visuomotor GMM policy (LIBERO's ResNet-T in spirit).
+
+Per time step: a conv encoder with FiLM language conditioning and a spatial-softmax keypoint
+projector (agent view), linear encoders for joint and gripper states; a language token (hashed
+words, mean-pooled embedding). A one-layer transformer runs over the text token and the
+history's modality tokens; the last step's agent token feeds a 5-mode GMM head.
+
+Samples travel packed in one float vector (see ``ObsLayout``) so shards stay plain tensors.
+``features`` exposes each modality's encoder output for FedDRMan's subspace distillation.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from p2pfl.robotics.gmm import GMM, GMMHead, gmm_nll
+
+__all__ = ["ObsLayout", "tokenize", "pack_samples", "ResNetTPolicy", "MODALITIES", "VOCAB"]
+
+VOCAB = 512
+MODALITIES = ("text", "agent", "joint", "gripper")
+
+
+def tokenize(instruction: str, length: int) -> np.ndarray:
+    """Hashed word ids in [1, VOCAB) (0 pads): works for any instruction, LIBERO's included."""
+    words = instruction.lower().replace(",", " ").replace(".", " ").split()[:length]
+    ids = [1 + zlib.crc32(w.encode()) % (VOCAB - 1) for w in words]
+    return np.array(ids + [0] * (length - len(ids)), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class ObsLayout:
+    """How one sample is packed: history x (RGB image, joint, gripper), then instruction tokens."""
+
+    history: int = 2
+    image: int = 32
+    joint: int = 3
+    gripper: int = 2
+    tokens: int = 16
+    action: int = 4
+
+    @property
+    def frame(self) -> int:
+        return 3 * self.image * self.image
+
+    @property
+    def width(self) -> int:
+        return self.history * (self.frame + self.joint + self.gripper) + self.tokens
+
+    def unpack(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, width) -> images (B, H, 3, S, S) in [0, 1], joint (B, H, J), gripper (B, H, G), tokens (B, L)."""
+        b, h = x.shape[0], self.history
+        i = h * self.frame
+        img = x[:, :i].reshape(b, h, 3, self.image, self.image)
+        j = x[:, i : i + h * self.joint].reshape(b, h, self.joint)
+        i += h * self.joint
+        g = x[:, i : i + h * self.gripper].reshape(b, h, self.gripper)
+        i += h * self.gripper
+        return img, j, g, x[:, i : i + self.tokens].round().long()
+
+
+def pack_samples(layout: ObsLayout, images: np.ndarray, joint: np.ndarray, gripper: np.ndarray,
+                 instruction: str) -> np.ndarray:
+    """Packed samples (T, width) of one trajectory; step t sees frames t-H+1..t (first frame repeated)."""
+    t = images.shape[0]
+    h = layout.history
+    idx = np.clip(np.arange(t)[:, None] + np.arange(-h + 1, 1)[None, :], 0, t - 1)  # (T, H)
+    img = images[idx].transpose(0, 1, 4, 2, 3).reshape(t, -1).astype(np.float32) / 255.0
+    out = np.concatenate([img, joint[idx].reshape(t, -1), gripper[idx].reshape(t, -1),
+                          np.broadcast_to(tokenize(instruction, layout.tokens), (t, layout.tokens)).astype(np.float32)], axis=1)
+    return out.astype(np.float32)
+
+
+class SpatialSoftmax(nn.Module):
+    """Expected (x, y) image coordinates of each channel's softmax map (robomimic keypoints)."""
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = f.shape
+        p = F.softmax(f.reshape(b, c, h * w), dim=-1).reshape(b, c, h, w)
+        ys = torch.linspace(-1, 1, h, device=f.device)
+        xs = torch.linspace(-1, 1, w, device=f.device)
+        return torch.cat([(p.sum(2) * xs).sum(-1), (p.sum(3) * ys).sum(-1)], dim=1)
+
+
+class FiLMConvEncoder(nn.Module):
+    """conv(3->16, s2) - FiLM - conv(16->32, s2) - FiLM - conv(32->32) - spatial softmax (8x8 maps) - linear."""
+
+    def __init__(self, d: int, image: int) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 16, 4, stride=2, padding=1)
+        self.c2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
+        self.c3 = nn.Conv2d(32, 32, 3, padding=1)
+        self.film = nn.Linear(d, 2 * (16 + 32))
+        self.keypoints = SpatialSoftmax()
+        self.proj = nn.Linear(64, d)
+
+    def forward(self, img: torch.Tensor, lang: torch.Tensor) -> torch.Tensor:
+        g1, b1, g2, b2 = torch.split(self.film(lang), [16, 16, 32, 32], dim=-1)
+        x = F.relu(self.c1(img) * (1 + g1[:, :, None, None]) + b1[:, :, None, None])
+        x = F.relu(self.c2(x) * (1 + g2[:, :, None, None]) + b2[:, :, None, None])
+        return self.proj(self.keypoints(self.c3(x)))
+
+
+class TemporalBlock(nn.Module):
+    """One pre-norm transformer block written with nn.Linear (so FLOPs and SRB see its matrices)."""
+
+    def __init__(self, d: int, heads: int = 4, ff: int = 192) -> None:
+        super().__init__()
+        self.heads = heads
+        self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.ff1, self.ff2 = nn.Linear(d, ff), nn.Linear(ff, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.n1(x)).reshape(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        att = F.softmax(q @ k.transpose(-1, -2) / math.sqrt(d // self.heads), dim=-1)
+        x = x + self.out((att @ v).transpose(1, 2).reshape(b, t, d))
+        return x + self.ff2(F.relu(self.ff1(self.n2(x))))
+
+
+class ResNetTPolicy(nn.Module):
+    """Language-conditioned visuomotor policy with a GMM action head (about 100k parameters)."""
+
+    def __init__(self, layout: ObsLayout, d: int = 64, modes: int = 5) -> None:
+        super().__init__()
+        self.layout = layout
+        self.embed = nn.Embedding(VOCAB, 32, padding_idx=0)
+        self.text = nn.Linear(32, d)
+        self.agent = FiLMConvEncoder(d, layout.image)
+        self.joint = nn.Linear(layout.joint, d)
+        self.gripper = nn.Linear(layout.gripper, d)
+        self.pos = nn.Parameter(torch.zeros(1, 1 + 3 * layout.history, d))
+        self.temporal = TemporalBlock(d)
+        self.head = GMMHead(d, layout.action, modes)
+
+    def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(trunk output (B, d), per-modality features: text (B, d), agent/joint/gripper (B*H, d))."""
+        img, j, g, tok = self.layout.unpack(x)
+        b, h = img.shape[:2]
+        mask = (tok > 0).float()
+        lang = self.text((self.embed(tok) * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp_min(1))
+        agent = self.agent(img.reshape(b * h, *img.shape[2:]), lang.repeat_interleave(h, 0))
+        joint = self.joint(j.reshape(b * h, -1))
+        grip = self.gripper(g.reshape(b * h, -1))
+        steps = torch.stack([agent, joint, grip], 1).reshape(b, 3 * h, -1)
+        z = self.temporal(torch.cat([lang[:, None], steps], 1) + self.pos)
+        return z[:, -3], {"text": lang, "agent": agent, "joint": joint, "gripper": grip}
+
+    def distribution(self, x: torch.Tensor) -> GMM:
+        return self.head(self.encode(x)[0])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Deterministic action (mean of the most likely mode); the kernel's FLOP counter calls this."""
+        return self.distribution(x).mode()
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Behaviour cloning: GMM negative log-likelihood of the expert actions (Eq. 4)."""
+        return gmm_nll(self.distribution(x), y)
+
+    def srb_eligible(self, name: str, value: torch.Tensor) -> bool:
+        """2-D linear weight matrices (projector, encoders, transformer, head): SRB's blocks (Sec. III-C2)."""
+        return value.ndim == 2 and name.endswith(".weight") and not name.startswith("embed") and min(value.shape) > 1

@@ -1,0 +1,105 @@
+"""Robot federations from YAML: shards, the policy's own loss, rollouts as evaluation events."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import p2pfl
+from p2pfl.errors import ConfigError
+from p2pfl.learning.train import TrainingSpec, train_local
+from p2pfl.robotics.federation import dirichlet_demo_split
+from p2pfl.robotics.policy import ObsLayout, ResNetTPolicy, pack_samples, tokenize
+
+from .conftest import needs_mujoco
+
+
+def _scenario(tmp_path, protocol: dict, suites=("object", "goal"), per_suite=2) -> dict:
+    return {
+        "name": "robot-test", "seed": 0,
+        "topology": {"kind": "complete", "n": len(suites) * per_suite, "servers": [{"name": "server", "attach": "all"}]},
+        "data": {"dataset": "robotics", "root": str(tmp_path), "test_fraction": 0.2,
+                 "partition": {"kind": "robot_suites", "suites": list(suites), "clients_per_suite": per_suite,
+                               "reference_clients": per_suite, "alpha": 0.5, "demos_per_task": 3, "eval_episodes": 1,
+                               "horizon": 4}},
+        "training": {"batch_size": 32, "lr": 0.001, "optimizer": "adamw"},
+        "protocol": protocol,
+    }
+
+
+def test_policy_size_features_and_packing():
+    lay = ObsLayout()
+    m = ResNetTPolicy(lay)
+    assert 100_000 <= sum(p.numel() for p in m.parameters()) <= 500_000
+    x = torch.rand(3, lay.width)
+    x[:, -lay.tokens:] = torch.from_numpy(tokenize("pick up the red cube", lay.tokens)).float()
+    z, feats = m.encode(x)
+    assert set(feats) == {"text", "agent", "joint", "gripper"} and feats["agent"].shape == (3 * lay.history, 64)
+    assert m(x).shape == (3, lay.action) and m.distribution(x).logits.shape == (3, 5)
+    imgs = torch.randint(0, 255, (4, 32, 32, 3), dtype=torch.uint8).numpy()
+    packed = pack_samples(lay, imgs, torch.zeros(4, 3).numpy(), torch.zeros(4, 2).numpy(), "go")
+    img, _, _, tok = lay.unpack(torch.from_numpy(packed))
+    assert torch.allclose(img[2, 1] * 255, torch.from_numpy(imgs[2]).permute(2, 0, 1).float(), atol=1e-3)
+    assert torch.equal(img[0, 0], img[0, 1])  # history padded with the first frame
+    assert tokenize("Go", 4)[0] == tokenize("go", 4)[0] and tokenize("go", 4)[1] == 0
+
+
+def test_train_local_uses_the_models_own_loss():
+    lay = ObsLayout(history=1)
+    m = ResNetTPolicy(lay)
+    x, y = torch.rand(64, lay.width), torch.rand(64, lay.action) * 2 - 1
+    before = float(m.loss(x, y))
+    res = train_local(m, x, y, TrainingSpec(epochs=5, batch_size=16, lr=0.003, optimizer="adamw", grad_clip=100),
+                      generator=torch.Generator().manual_seed(0))
+    assert res.samples == 320 and float(m.loss(x, y)) < before - 0.25
+
+
+def test_dirichlet_demo_split_covers_every_demo_once():
+    import numpy as np
+
+    tasks = np.repeat(np.arange(4), 10)
+    parts = dirichlet_demo_split(tasks, 5, 0.5, rng=np.random.default_rng(0))
+    assert sorted(np.concatenate(parts).tolist()) == list(range(40)) and all(len(p) for p in parts)
+
+
+def test_robot_partition_needs_the_robotics_dataset(tmp_path):
+    sc = _scenario(tmp_path, {"name": "fedavg", "rounds": 1})
+    sc["data"]["dataset"] = "digits"
+    with pytest.raises(ConfigError, match="robot_suites"):
+        p2pfl.run(sc, write=False)
+
+
+@needs_mujoco
+@pytest.mark.parametrize("protocol", [
+    {"name": "feddrman", "rounds": 2, "n_clusters": 2, "rank": 4},
+    {"name": "fedavg", "rounds": 1},
+    {"name": "fedprox", "rounds": 1, "mu": 0.001},
+    {"name": "local", "rounds": 1},
+    {"name": "centralized", "rounds": 1},
+])
+def test_protocols_run_from_yaml_with_rollouts_as_events(tmp_path, protocol):
+    r = p2pfl.run(_scenario(tmp_path, protocol), write=False)
+    s = r.summary
+    rollouts = s["logs"]["rollout_success"]
+    assert {e["suite"] for e in rollouts} == {"object", "goal"}
+    assert all(set(e["per_task"]) and 0 <= e["value"] <= 1 for e in rollouts)
+    assert len(s["accuracy_per_node"]) == 4 and all(a is not None for a in s["accuracy_per_node"])
+    assert s["partition"]["suite_per_device"] == ["object", "object", "goal", "goal"]
+    assert s["compute_flops_total"] > 0
+    if protocol["name"] == "feddrman":
+        assert len(s["clusters"]) == 2 and sorted(sum(s["clusters"], [])) == [0, 1, 2, 3]
+        assert len(s["logs"]["cua_similarity"]) == 2
+
+
+@needs_mujoco
+def test_feddrman_rollout_compute_is_charged_and_runs_are_identical(tmp_path):
+    from p2pfl.sim.kernel import Simulation
+    from p2pfl.config import load_dict
+
+    sc = load_dict(_scenario(tmp_path, {"name": "feddrman", "rounds": 1, "n_clusters": 2, "rank": 4, "srb": False}))
+    a = Simulation(sc)
+    sa = a.run()
+    kinds = {e.get("what") for e in a.recorder.events if e["kind"] == "compute"}
+    assert {"train", "distill", "rollout"} <= kinds
+    sb = Simulation(sc).run()
+    assert sa["accuracy_per_node"] == sb["accuracy_per_node"] and sa["compute_flops_total"] == sb["compute_flops_total"]

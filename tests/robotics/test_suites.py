@@ -1,0 +1,128 @@
+"""MuJoCo suites, scripted experts, LIBERO-layout demos and the loader."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from p2pfl.errors import DataError
+from p2pfl.robotics.demos import Demo, generate_demos, read_demo_file, task_demos, write_demo_file
+from p2pfl.robotics.suites import SUITES, TASKS, get_task
+
+from .conftest import needs_mujoco
+
+
+def test_three_suites_of_four_tasks_with_distinct_instructions():
+    assert sorted(SUITES) == ["goal", "object", "spatial"]
+    assert all(len(t) >= 4 for t in SUITES.values())
+    assert len({t.instruction for t in TASKS.values()}) == len(TASKS)
+    with pytest.raises(ValueError, match="unknown task"):
+        get_task("object/green")
+
+
+def test_spatial_layouts_put_the_target_cube_on_the_named_side_of_the_post():
+    for rel, (axis, sign) in {"left": (0, -1), "right": (0, 1), "front": (1, -1), "back": (1, 1)}.items():
+        task = get_task(f"spatial/{rel}")
+        for s in range(20):
+            lay = task.sample(np.random.default_rng(s))
+            assert sign * (lay.cubes["cube_a"][axis] - lay.post[axis]) > 0.05
+            assert sign * (lay.cubes["cube_b"][axis] - lay.post[axis]) < -0.05
+
+
+@needs_mujoco
+def test_expert_succeeds_on_every_task():
+    from p2pfl.robotics.env import Expert, RobotEnv
+
+    for tid, task in TASKS.items():
+        env = RobotEnv(task)
+        wins = 0
+        for s in range(10):
+            env.reset(500 + s)
+            ex = Expert(env, np.random.default_rng(s))
+            for _ in range(80):
+                _, info = env.step(ex.act())
+                if info.success:
+                    wins += 1
+                    break
+        assert wins >= 10 * 0.95, f"{tid}: expert {wins}/10"
+
+
+@needs_mujoco
+def test_idle_policy_fails_and_observations_have_libero_keys():
+    from p2pfl.robotics.env import RobotEnv
+
+    env = RobotEnv(get_task("goal/stack"))
+    obs = env.reset(1)
+    assert obs["agentview_rgb"].shape == (32, 32, 3) and obs["agentview_rgb"].dtype == np.uint8
+    assert obs["joint_states"].shape == (3,) and obs["gripper_states"].shape == (2,)
+    for _ in range(20):
+        _, info = env.step(np.zeros(4))
+    assert not info.success
+    # the same seed gives the same scene, another seed another one
+    a = env.reset(3)["agentview_rgb"]
+    assert np.array_equal(a, env.reset(3)["agentview_rgb"]) and not np.array_equal(a, env.reset(4)["agentview_rgb"])
+
+
+def _libero_style_file(path, n=2, t=5, size=16):
+    """A file written the way LIBERO's own demo files are (extra keys, 7-D actions, 9 proprio dims)."""
+    import h5py
+
+    rng = np.random.default_rng(0)
+    with h5py.File(path, "w") as f:
+        g = f.create_group("data")
+        g.attrs["problem_info"] = json.dumps({"problem_name": "libero_object", "domain_name": "kitchen",
+                                              "language_instruction": "pick up the ketchup and place it in the basket"})
+        g.attrs["env_args"] = json.dumps({"type": 1})
+        g.attrs["bddl_file_name"] = "x.bddl"
+        for i in reversed(range(n)):  # out of order on purpose; also demo_10 sorts after demo_2
+            d = g.create_group(f"demo_{i if i < 2 else 10}")
+            d.attrs["num_samples"] = t
+            d.create_dataset("actions", data=rng.uniform(-1, 1, (t, 7)))
+            d.create_dataset("states", data=rng.normal(size=(t, 40)))
+            d.create_dataset("robot_states", data=rng.normal(size=(t, 9)))
+            o = d.create_group("obs")
+            o.create_dataset("agentview_rgb", data=rng.integers(0, 255, (t, size, size, 3), dtype=np.uint8))
+            o.create_dataset("eye_in_hand_rgb", data=rng.integers(0, 255, (t, size, size, 3), dtype=np.uint8))
+            o.create_dataset("joint_states", data=rng.normal(size=(t, 7)))
+            o.create_dataset("gripper_states", data=rng.normal(size=(t, 2)))
+            o.create_dataset("ee_pos", data=rng.normal(size=(t, 3)))
+
+
+def test_loader_reads_a_libero_layout_file(tmp_path):
+    p = tmp_path / "pick_up_the_ketchup_demo.hdf5"
+    _libero_style_file(p, n=3)
+    df = read_demo_file(p)
+    assert df.instruction == "pick up the ketchup and place it in the basket"
+    assert len(df.demos) == 3 and df.demos[0].actions.shape == (5, 7) and df.demos[0].joint_states.shape == (5, 7)
+    assert df.demos[0].agentview_rgb.dtype == np.uint8 and df.attrs["bddl_file_name"] == "x.bddl"
+    assert len(read_demo_file(p, max_demos=2).demos) == 2
+    with pytest.raises(DataError, match="not found"):
+        read_demo_file(tmp_path / "missing.hdf5")
+
+
+def test_writer_round_trips_in_libero_layout(tmp_path):
+    import h5py
+
+    rng = np.random.default_rng(1)
+    demos = [Demo(rng.integers(0, 255, (4, 8, 8, 3), dtype=np.uint8), rng.normal(size=(4, 3)).astype(np.float32),
+                  rng.normal(size=(4, 2)).astype(np.float32), rng.uniform(-1, 1, (4, 4)).astype(np.float32)) for _ in range(2)]
+    p = tmp_path / "t_demo.hdf5"
+    write_demo_file(p, "do it", demos, {"task": "x/y"})
+    with h5py.File(p) as f:
+        assert set(f["data/demo_0/obs"].keys()) == {"agentview_rgb", "joint_states", "gripper_states"}
+        assert json.loads(f["data"].attrs["problem_info"])["language_instruction"] == "do it"
+        assert f["data/demo_1"].attrs["num_samples"] == 4
+    back = read_demo_file(p)
+    assert np.array_equal(back.demos[1].agentview_rgb, demos[1].agentview_rgb)
+    assert np.allclose(back.demos[0].actions, demos[0].actions)
+
+
+@needs_mujoco
+def test_generated_demos_are_cached_and_deterministic(tmp_path):
+    df = task_demos("object/red", 2, str(tmp_path))
+    files = list(tmp_path.rglob("*_demo.hdf5"))
+    assert len(files) == 1 and len(df.demos) == 2 and df.attrs["expert_success_rate"] >= 0.95
+    again, _ = generate_demos("object/red", 2)
+    assert np.array_equal(again[0].actions, df.demos[0].actions)
