@@ -13,4 +13,20 @@ os.environ.setdefault("MUJOCO_GL", "osmesa")
 if os.environ["MUJOCO_GL"] == "osmesa":
     os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
 
+
+def _load_triton_first() -> None:
+    """Load triton's native library now, before any OSMesa GL context exists.
+
+    torch imports triton lazily (first optimizer step, torch._dynamo); loading its native
+    library after MuJoCo has created an OSMesa context segfaults the process (seen with
+    torch 2.14.1, mujoco 3.17 and Mesa 22.3). Importing it first avoids that.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is not None:
+        import triton.runtime.autotuner  # noqa: F401
+
+
+_load_triton_first()
+
 __all__: list[str] = []
