@@ -15,7 +15,7 @@ from typing import Optional
 
 import numpy as np
 
-from p2pfl.robotics.suites import CUBE_HALF, IMAGE_SIZE, WORKSPACE, ZONE_HALF, Task, scene_xml
+from p2pfl.robotics.suites import CUBE_HALF, IMAGE_SIZE, ZONE_HALF, Task, scene_xml
 
 __all__ = ["RobotEnv", "Expert", "MAX_STEP_M", "CONTROL_SUBSTEPS", "PROPRIO_DIM", "ACTION_DIM", "mujoco_available"]
 

@@ -64,6 +64,8 @@ class Gossip(Protocol):
 
     name = "gossip"
     Params = GossipParams
+    #: Relay pushes and replies over shortest paths (for candidate peers that are not neighbours).
+    routed: bool = False
     summary = "serverless randomized gossip: pairwise push-pull (or push) averaging, sync or async"
 
     def __init__(self, params: GossipParams, sim) -> None:
@@ -101,13 +103,17 @@ class Gossip(Protocol):
         yield from ctx.train(work)
         add_delta_(model, sub(live_state(work), start))
 
+    def candidate_peers(self, ctx: DeviceContext) -> tuple[int, ...]:
+        """Whom this device may gossip with: its topology neighbours (variants restrict or extend this)."""
+        return ctx.neighbors
+
     def exchange(self, ctx: DeviceContext, model: nn.Module, r: int) -> Generator:
-        """Initiate one exchange with a random neighbour."""
-        peer = select_peer(ctx.neighbors, ctx.rng)
+        """Initiate one exchange with a random candidate peer."""
+        peer = select_peer(self.candidate_peers(ctx), ctx.rng)
         if peer is None:
             return
         sent = clone_state(live_state(model))
-        yield ctx.send(peer, "gossip_push", {"state": sent}, round=r)
+        yield ctx.send(peer, "gossip_push", {"state": sent}, round=r, routed=self.routed)
         if self.params.exchange == "push":
             return
         while True:
@@ -124,7 +130,7 @@ class Gossip(Protocol):
             msg = yield ctx.recv("gossip_push")
             mine = clone_state(live_state(model))
             if self.params.exchange == "push_pull":
-                ctx.send(msg.src, "gossip_reply", {"state": mine}, round=msg.round)
+                ctx.send(msg.src, "gossip_reply", {"state": mine}, round=msg.round, routed=self.routed)
             add_delta_(model, sub(msg.payload["state"], mine), 0.5)
 
     def _log_consensus(self, ctx: DeviceContext, r: int) -> None:

@@ -34,18 +34,15 @@ common when the groups are scattered in space).
 
 from __future__ import annotations
 
-from typing import Any, Generator, Optional
+from typing import Any, Generator
 
 import networkx as nx
 import numpy as np
 from pydantic import Field
-from torch import nn
 
 from p2pfl.clustering import compatibility_clusters
-from p2pfl.learning.aggregate import clone_state, sub
-from p2pfl.learning.state import add_delta_, live_state
 from p2pfl.protocols.server.rnd import RNDProbe, clustering_scores, heatmap_png, npy_bytes
-from p2pfl.protocols.serverless.gossip import Gossip, GossipParams, select_peer
+from p2pfl.protocols.serverless.gossip import Gossip, GossipParams
 from p2pfl.sim.context import DeviceContext
 
 __all__ = ["RNDGossip", "RNDGossipParams", "within_hops", "compatible_row", "components_from_labels"]
@@ -94,6 +91,7 @@ class RNDGossip(Gossip):
     name = "rnd_gossip"
     Params = RNDGossipParams
     summary = "serverless RND clustering within h hops + label propagation + gossip among compatible peers"
+    routed = True
 
     def __init__(self, params: RNDGossipParams, sim) -> None:
         super().__init__(params, sim)
@@ -150,31 +148,9 @@ class RNDGossip(Gossip):
 
     # ---- gossip restricted to compatible peers (Gossip's push-pull, routed) ----------
 
-    def exchange(self, ctx: DeviceContext, model: nn.Module, r: int) -> Generator:
-        """Gossip's exchange with a random mutually compatible peer (routed over the topology)."""
-        peer = select_peer(self.peers[ctx.id], ctx.rng)
-        if peer is None:
-            return
-        sent = clone_state(live_state(model))
-        yield ctx.send(peer, "gossip_push", {"state": sent}, round=r, routed=True)
-        if self.params.exchange == "push":
-            return
-        while True:
-            reply = yield ctx.recv("gossip_reply", timeout=self.params.reply_timeout_s)
-            if reply is None:
-                return
-            if reply.src == peer and reply.round == r:
-                break
-        add_delta_(model, sub(reply.payload["state"], sent), 0.5)
-
-    def responder(self, ctx: DeviceContext, model: nn.Module) -> Generator:
-        """Gossip's responder, replying over a route (the pusher may be several hops away)."""
-        while True:
-            msg = yield ctx.recv("gossip_push")
-            mine = clone_state(live_state(model))
-            if self.params.exchange == "push_pull":
-                ctx.send(msg.src, "gossip_reply", {"state": mine}, round=msg.round, routed=True)
-            add_delta_(model, sub(msg.payload["state"], mine), 0.5)
+    def candidate_peers(self, ctx: DeviceContext) -> tuple[int, ...]:
+        """The device's mutually compatible peers (reached over routes when not adjacent)."""
+        return tuple(self.peers[ctx.id])
 
     # ---- outputs ----------------------------------------------------------------------
 
