@@ -7,6 +7,7 @@
     p2pfl data show SCENARIO --out x.png
     p2pfl robot demo TASK --out x.gif|x.png [--seed N]
     p2pfl report RUN_DIR [RUN_DIR ...] [--out x.png]
+    p2pfl encoder train --dataset cifar100 --out enc.pt [--root DIR] [--epochs 50] [--limit N] [--seed 0]
 
 A user error prints one line on stderr and exits with status 2.
 """
@@ -37,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_scenario_args(run)
     run.add_argument("--out", default=None, help="run directory (default runs/<name>-seed<N>-<time>)")
     run.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
-    val = sub.add_parser("validate", help="check a scenario (topology and data included) without running it")
+    val = sub.add_parser("validate", help="check a scenario (topology, data and protocol set-up included) without running it")
     _add_scenario_args(val)
     ls = sub.add_parser("list", help="list protocols, datasets, partitions or topologies")
     ls.add_argument("what", choices=["protocols", "datasets", "partitions", "topologies"])
@@ -61,7 +62,31 @@ def _parser() -> argparse.ArgumentParser:
     rdemo.add_argument("task", help="e.g. object/red; 'list' prints the tasks")
     rdemo.add_argument("--out", default="demo.gif")
     rdemo.add_argument("--seed", type=int, default=0)
+    enc = sub.add_parser("encoder", help="the cross-trained encoder of 'conditional' on 32x32 RGB data")
+    esub = enc.add_subparsers(dest="encoder_command", required=True)
+    etrain = esub.add_parser("train", help="train it for classification on another dataset (Conditional-PCA App. B-C)")
+    etrain.add_argument("--dataset", required=True, choices=["cifar10", "cifar100"],
+                        help="cifar100 for CIFAR-10 scenarios and vice versa")
+    etrain.add_argument("--root", default=None, help="folder of the dataset files (as data.root)")
+    etrain.add_argument("--epochs", type=int, default=50)
+    etrain.add_argument("--limit", type=int, default=None, help="train on a seeded random subset of N samples")
+    etrain.add_argument("--seed", type=int, default=0)
+    etrain.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    etrain.add_argument("--out", required=True, help="checkpoint file to write (e.g. enc.pt)")
     return ap
+
+
+def _cmd_encoder_train(args: argparse.Namespace) -> int:
+    from p2pfl.conditioning.encoder import save_encoder, train_encoder
+    from p2pfl.sim.kernel import resolve_torch_device
+
+    model = train_encoder(args.dataset, args.root, epochs=args.epochs, limit=args.limit, seed=args.seed,
+                          device=resolve_torch_device(args.device))
+    path = save_encoder(model, args.out)
+    m = model.meta
+    print(f"wrote {path} (encoder trained on {m['dataset']}, {m['samples']} samples, {m['epochs']} epochs; "
+          f"final training accuracy {m['train_accuracy']:.4f})")
+    return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -88,12 +113,11 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from p2pfl.api import resolve
-    from p2pfl.data import build_federation
-    from p2pfl.topology import build_topology
+    from p2pfl.sim.kernel import Simulation
 
     sc = resolve(args.scenario, seed=args.seed, overrides=args.overrides)
-    topo = build_topology(sc.topology, seed=sc.seed)
-    fed = build_federation(sc.data, topo.n_devices, seed=sc.seed)
+    sim = Simulation(sc)  # builds topology, data, network and protocol: every check a run makes, no run
+    topo, fed = sim.topology, sim.federation
     print(f"{args.scenario}: ok ({sc.protocol.name}, {topo.n_devices} devices, {len(topo.servers)} servers, "
           f"{topo.graph.number_of_edges()} links, {fed.dataset} with {fed.num_classes} classes)")
     return 0
@@ -179,6 +203,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _cmd_topology_show(args)
         if args.command == "report":
             return _cmd_report(args)
+        if args.command == "encoder":
+            return _cmd_encoder_train(args)
         if args.command == "robot":
             return _cmd_robot_demo(args)
         return _cmd_data_show(args)

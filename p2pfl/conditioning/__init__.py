@@ -4,6 +4,7 @@ Pure functions and modules, no SimPy: ``p2pfl.protocols.server.conditional``
 composes them.
 """
 
+from p2pfl.conditioning.encoder import SmallResNetEncoder, embed, load_encoder, save_encoder, train_encoder
 from p2pfl.conditioning.model import ConditionedModel, conditioned_model
 from p2pfl.conditioning.statistics import (
     feature_matrix,
@@ -23,4 +24,9 @@ __all__ = [
     "log_normalize",
     "ConditionedModel",
     "conditioned_model",
+    "SmallResNetEncoder",
+    "train_encoder",
+    "save_encoder",
+    "load_encoder",
+    "embed",
 ]

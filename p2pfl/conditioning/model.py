@@ -2,7 +2,7 @@
 
 The statistics vector s is concatenated after the feature extractor and before
 the fully-connected layers: CNN28 -> [f_3136 || s_l] -> FC(hidden) -> ReLU ->
-FC(C); for the MLP (8x8 or vector inputs) s is concatenated to the flattened
+FC(C); CNN32 (Eq. 3) -> [f_4096 || s_l] -> FC(256) -> ReLU -> FC(C); for the MLP (8x8 or vector inputs) s is concatenated to the flattened
 input of the first FC layer. s is a non-persistent buffer: it is not in the
 state dict, so it is never sent, averaged or loaded; each device sets its own.
 """
@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from p2pfl.learning.models import CNN28, MLP, ModelSpec, build_model
+from p2pfl.learning.models import CNN28, CNN32, MLP, ModelSpec, build_model
 
 __all__ = ["ConditionedModel", "conditioned_model"]
 
@@ -46,7 +46,7 @@ def conditioned_model(spec: ModelSpec, input_shape: tuple[int, ...], num_classes
                       seed: int) -> ConditionedModel:
     """The scenario's model with s injected before its FC layers; the same seed gives the same weights."""
     base = build_model(spec, input_shape, num_classes, seed=seed)
-    if isinstance(base, CNN28):
+    if isinstance(base, (CNN28, CNN32)):
         features, first, rest = base.features, base.classifier[0], list(base.classifier[1:])
     elif isinstance(base, MLP):
         features, first, rest = base.net[0], base.net[1], list(base.net[2:])

@@ -2,9 +2,10 @@
 
 A client stacks Z = [phi(x) || onehot(y)] over its training set (Eq. 1) and
 keeps the top-l eigenvalues of Z's sample covariance as its fingerprint s.
-phi is the identity on flattened inputs here (28x28, 8x8 and vector data; the
-paper's CIFAR encoder is not implemented). Regression targets enter Z as one
-real column instead of a one-hot block.
+phi is the identity on flattened inputs (28x28, 8x8 and vector data); for
+32x32 RGB data the caller passes phi(x), the 128-d embeddings of the frozen
+cross-trained encoder (``p2pfl.conditioning.encoder``), as ``x``. Regression
+targets enter Z as one real column instead of a one-hot block.
 
 The eigenvalues come from a randomized SVD (Halko, Martinsson & Tropp 2011,
 Alg. 4.4 with ``power_iterations`` subspace iterations) whose Gaussian test

@@ -3,7 +3,10 @@
 ``cnn28`` is the Conditional paper's 28x28 backbone (Sec. III-B) without the
 statistics concatenation: Conv(1->32, 3x3, pad 1) - ReLU - MaxPool(2) -
 Conv(32->64, 3x3, pad 1) - ReLU - MaxPool(2) - Flatten(3136) - FC(128) - ReLU -
-FC(C). ``mlp`` is a small multilayer perceptron for 8x8 digits or vector data.
+FC(C). ``cnn32`` is its 32x32 RGB backbone (Sec. III-B, Eq. 3): two blocks of
+two Conv(3x3, pad 1) - BatchNorm - ReLU (32 then 64 channels), each followed by
+MaxPool(2) - Flatten(4096) - FC(256) - ReLU - FC(C). ``mlp`` is a small
+multilayer perceptron for 8x8 digits or vector data.
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ from torch import nn
 from p2pfl.config.validation import Strict
 from p2pfl.errors import ConfigError
 
-__all__ = ["ModelSpec", "CNN28", "MLP", "MODELS", "build_model"]
+__all__ = ["ModelSpec", "CNN28", "CNN32", "MLP", "MODELS", "build_model"]
 
 
 class ModelSpec(Strict):
-    """YAML ``model:`` block. ``auto`` picks ``robot_policy`` for robot data, ``cnn28`` for 28x28 images, else ``mlp``."""
+    """YAML ``model:`` block. ``auto`` picks ``robot_policy`` for robot data, ``cnn28`` for 28x28 images,
+    ``cnn32`` for 3x32x32 images, else ``mlp``."""
 
-    name: Literal["auto", "cnn28", "mlp", "robot_policy"] = "auto"
+    name: Literal["auto", "cnn28", "cnn32", "mlp", "robot_policy"] = "auto"
     hidden: int = 64
 
 
@@ -47,6 +51,30 @@ class CNN28(nn.Module):
         return self.classifier(self.features(x))
 
 
+def _conv_bn_relu(c_in: int, c_out: int) -> list[nn.Module]:
+    return [nn.Conv2d(c_in, c_out, 3, padding=1), nn.BatchNorm2d(c_out), nn.ReLU()]
+
+
+class CNN32(nn.Module):
+    """Conditional paper Sec. III-B (Eq. 3) backbone for 3x32x32 inputs (CIFAR-10/100).
+
+    BatchNorm buffers are in the state dict: FedAvg averages the running mean and
+    variance (float) and keeps ``num_batches_tracked`` (integer) from the first state.
+    """
+
+    def __init__(self, num_classes: int, in_channels: int = 3, hidden: int = 256) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            *_conv_bn_relu(in_channels, 32), *_conv_bn_relu(32, 32), nn.MaxPool2d(2),
+            *_conv_bn_relu(32, 64), *_conv_bn_relu(64, 64), nn.MaxPool2d(2),
+            nn.Flatten(),
+        )
+        self.classifier = nn.Sequential(nn.Linear(4096, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
 class MLP(nn.Module):
     """Flatten - FC(hidden) - ReLU - FC(C)."""
 
@@ -64,11 +92,17 @@ def _cnn28(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int) -> n
     return CNN28(num_classes, in_channels=input_shape[0])
 
 
+def _cnn32(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    if tuple(input_shape[-2:]) != (32, 32) or len(input_shape) != 3:
+        raise ConfigError(f"model.name 'cnn32' needs 32x32 images; got input shape {tuple(input_shape)}; use 'mlp'")
+    return CNN32(num_classes, in_channels=input_shape[0])
+
+
 def _mlp(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     return MLP(prod(input_shape), num_classes, hidden=spec.hidden)
 
 
-MODELS: dict[str, Callable[[ModelSpec, tuple[int, ...], int], nn.Module]] = {"cnn28": _cnn28, "mlp": _mlp}
+MODELS: dict[str, Callable[[ModelSpec, tuple[int, ...], int], nn.Module]] = {"cnn28": _cnn28, "cnn32": _cnn32, "mlp": _mlp}
 
 
 def build_model(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int, *, seed: int, hint: object = None) -> nn.Module:
@@ -82,7 +116,9 @@ def build_model(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int,
     if name == "auto" and hint is not None:
         name = "robot_policy"
     if name == "auto":
-        name = "cnn28" if len(input_shape) == 3 and tuple(input_shape[-2:]) == (28, 28) else "mlp"
+        shape = tuple(input_shape)
+        name = ("cnn28" if len(shape) == 3 and shape[-2:] == (28, 28) else
+                "cnn32" if shape == (3, 32, 32) else "mlp")
     with torch.random.fork_rng(devices=[]):
         # Seed only the CPU generator (weights are initialised on the CPU): torch.manual_seed
         # would also queue a CUDA seeding call, which costs ~1 ms per model on large fleets.

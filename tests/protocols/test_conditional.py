@@ -103,3 +103,57 @@ def test_conditioning_beats_fedavg_on_label_shift():
 def test_same_seed_same_summary(protocol):
     sc = _scenario(n=4, servers="transport" not in protocol and "mode" not in protocol, **protocol)
     assert p2pfl.run(sc, write=False).summary == p2pfl.run(sc, write=False).summary
+
+
+# --- 32x32 RGB: the cross-trained encoder (App. B-C) -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cifar(tmp_path_factory):
+    """A tiny CIFAR-10 root and encoders trained on tiny CIFAR-100 (allowed) and CIFAR-10 (leaks)."""
+    from p2pfl.conditioning import save_encoder, train_encoder
+    from tests.fixtures import data_formats as fmt
+
+    root = tmp_path_factory.mktemp("cifar")
+    fmt.write_cifar10(root, per_batch=12, n_test=12)
+    fmt.write_cifar100(root, per_class=1, n_test_per_class=1)
+    enc = save_encoder(train_encoder("cifar100", str(root), epochs=1, batch_size=32, seed=0, limit=64), root / "c100.pt")
+    same = save_encoder(train_encoder("cifar10", str(root), epochs=0, seed=0), root / "c10.pt")
+    return root, enc, same
+
+
+def _cifar_scenario(root, n=3, **protocol):
+    sc = digits_scenario({"name": "conditional", "rounds": 2, "components": L, "normalization": "log", **protocol},
+                         n=n, servers=True)
+    sc["data"] = {"dataset": "cifar10", "root": str(root), "partition": {"kind": "iid"}, "samples_per_client": 12}
+    sc["model"] = {"name": "cnn32"}
+    return sc
+
+
+def test_cifar_encoder_run_costs_fedavgs_bytes_and_charges_the_encoder(cifar, monkeypatch):
+    from p2pfl.conditioning.encoder import load_encoder
+    from p2pfl.sim.cost import forward_flops_per_sample
+
+    root, enc, _ = cifar
+    monkeypatch.chdir(root)  # relative paths are resolved against the working directory
+    n, rounds = 3, 2
+    result = p2pfl.run(_cifar_scenario(root, n=n, encoder=enc.name), write=False)
+    model = payload_bytes(dict(conditioned_model(ModelSpec(name="cnn32"), (3, 32, 32), 10, L, seed=0).state_dict()))
+    assert result.bytes_total == rounds * n * (2 * (model + HEADER_BYTES) + SCALAR_BYTES)
+    assert set(result.summary["bytes_by_kind"]) == {"model", "update"}  # the encoder never travels
+    raw = p2pfl.run(_cifar_scenario(root, n=n, encoder="identity"), write=False)
+    m = 12  # training samples per device (samples_per_client)
+    enc_flops = forward_flops_per_sample(load_encoder(enc), (3, 32, 32))
+    assert result.compute_flops_total - raw.compute_flops_total == n * (
+        enc_flops * m + pca_flops(m, 128 + 10, L) - pca_flops(m, 3072 + 10, L))
+
+
+def test_cifar_needs_an_encoder_and_refuses_a_same_dataset_one(cifar):
+    root, enc, same = cifar
+    with pytest.raises(p2pfl.errors.ConfigError, match="cross-trained encoder.*p2pfl encoder train"):
+        p2pfl.run(_cifar_scenario(root), write=False)
+    with pytest.raises(p2pfl.errors.ConfigError, match="trained on 'cifar10', the scenario's own dataset"):
+        p2pfl.run(_cifar_scenario(root, encoder=str(same)), write=False)
+    with pytest.raises(p2pfl.errors.ConfigError, match="not found"):
+        p2pfl.run(_cifar_scenario(root, encoder=str(root / "missing.pt")), write=False)
+    with pytest.raises(p2pfl.errors.ConfigError, match="needs 3x32x32"):
+        p2pfl.run(_scenario(normalization="log", encoder=str(enc)), write=False)

@@ -1,8 +1,15 @@
 """Client-conditional FL on local PCA statistics (Conditional-PCA paper, Secs. III-IV).
 
-Prepare (Sec. III-A): every device builds Z = [x || onehot(y)] from its training
-data and keeps the top-l eigenvalues of its covariance (``pca_statistics``),
-charged as ``pca_flops`` of compute. The paper z-scores them across clients
+Prepare (Sec. III-A): every device builds Z = [phi(x) || onehot(y)] from its
+training data and keeps the top-l eigenvalues of its covariance
+(``pca_statistics``), charged as ``pca_flops`` of compute. phi is the identity
+on flattened inputs, except for 32x32 RGB data, where the paper uses a frozen
+cross-trained encoder (App. B-C): ``encoder: PATH`` names a checkpoint written
+by ``p2pfl encoder train`` (a relative path is resolved against the working
+directory), phi(x) is its 128-d embedding and its forward FLOPs per training
+sample are charged with the statistics; it is agreed upon in advance and never
+travels (no bytes). An encoder trained on the scenario's own dataset is refused
+(leakage). ``encoder: identity`` uses raw pixels for 32x32 RGB data explicitly. The paper z-scores them across clients
 (App. B-C), which needs the population mean and spread:
 
 - ``normalization: zscore`` with ``transport: server``: each device sends its s
@@ -35,7 +42,8 @@ Infer: every device is scored with the shared model and its own s.
 from __future__ import annotations
 
 import json
-from typing import Any, Generator, Literal
+from pathlib import Path
+from typing import Any, Generator, Literal, Optional
 
 import numpy as np
 import torch
@@ -45,7 +53,9 @@ from torch import nn
 from p2pfl.conditioning import (
     ConditionedModel,
     conditioned_model,
+    embed,
     feature_matrix,
+    load_encoder,
     log_normalize,
     pca_flops,
     pca_statistics,
@@ -58,7 +68,7 @@ from p2pfl.protocols.server.fedavg import FedAvg, FedAvgParams
 from p2pfl.protocols.serverless.gossip import Gossip, GossipParams, select_peer
 from p2pfl.seeding import child_seed
 from p2pfl.sim.context import DeviceContext, NodeContext, ServerContext
-from p2pfl.sim.cost import HEADER_BYTES, payload_bytes, train_flops
+from p2pfl.sim.cost import HEADER_BYTES, forward_flops_per_sample, payload_bytes, train_flops
 
 __all__ = ["Conditional", "ConditionalParams", "normalize_statistics"]
 
@@ -71,6 +81,38 @@ class ConditionalParams(FedAvgParams):
     oversample: int = Field(10, ge=0, description="randomized SVD oversampling")
     power_iterations: int = Field(4, ge=0, description="randomized SVD subspace iterations")
     moment_rounds: int = Field(10, ge=1, description="gossip + zscore: pairwise averaging rounds of [s, s^2]")
+    encoder: Optional[str] = Field(None, description="phi for 32x32 RGB data: a 'p2pfl encoder train' checkpoint "
+                                   "(relative to the working directory), or 'identity' for raw pixels")
+
+
+_RGB = (3, 32, 32)
+
+
+def _load_phi(spec: Optional[str], fed) -> Optional[nn.Module]:
+    """The frozen encoder named by ``encoder:`` (None: identity), checked against the federation (App. B-C)."""
+    shape = tuple(fed.input_shape)
+    if spec == "identity":
+        return None
+    if spec is None:
+        if shape == _RGB:
+            raise ConfigError("protocol 'conditional' on 32x32 RGB data: the paper computes the statistics on the "
+                              "embeddings of a cross-trained encoder (App. B-C); train one with 'p2pfl encoder train "
+                              "--dataset cifar100 --out enc.pt' (cifar10 for CIFAR-100 scenarios) and set "
+                              "protocol.encoder: enc.pt, or set protocol.encoder: identity for raw pixels")
+        return None
+    if shape != _RGB:
+        raise ConfigError(f"protocol.encoder needs 3x32x32 images; this scenario's input shape is {shape}; "
+                          "remove protocol.encoder")
+    path = Path(spec).expanduser()
+    encoder = load_encoder(path)
+    trained_on = str(encoder.meta.get("dataset", ""))
+    used = {fed.dataset, *fed.dataset.split("+"), *(s.source for s in fed.shards)}
+    if trained_on in used:
+        other = "cifar100" if trained_on == "cifar10" else "cifar10"
+        raise ConfigError(f"protocol.encoder {path} was trained on {trained_on!r}, the scenario's own dataset: "
+                          f"its embeddings would leak the federated data (App. B-C); train one on another dataset "
+                          f"with 'p2pfl encoder train --dataset {other}'")
+    return encoder
 
 
 def normalize_statistics(raw: np.ndarray, how: str) -> np.ndarray:
@@ -126,6 +168,11 @@ class Conditional(FedAvg):
         self.raw: dict[int, np.ndarray] = {}
         self.stats: dict[int, np.ndarray] = {}
         self._prep: dict[int, Any] = {}
+        self.encoder = _load_phi(params.encoder, sim.federation)
+        self.encoder_flops = 0
+        if self.encoder is not None:
+            self.encoder_flops = forward_flops_per_sample(self.encoder, _RGB)
+            self.encoder = self.encoder if sim.torch_device.type == "cpu" else self.encoder.to(sim.torch_device)
         self._gossip = Gossip(GossipParams(name="gossip", rounds=params.rounds, eval_every=params.eval_every), sim)
 
     # --- model ---------------------------------------------------------------------------------
@@ -146,12 +193,14 @@ class Conditional(FedAvg):
 
     # --- prepare: statistics and their normalization -------------------------------------------
     def local_statistics(self, ctx: DeviceContext) -> Generator:
-        """Raw top-l eigenvalues of this device's Z, charged as compute."""
+        """Raw top-l eigenvalues of this device's Z (phi = encoder if any), charged as compute."""
         p, shard = self.params, ctx.shard
-        z = feature_matrix(shard.train_x, shard.train_y, self.sim.federation.num_classes)
+        x = shard.train_x if self.encoder is None else embed(self.encoder, shard.train_x)
+        z = feature_matrix(x, shard.train_y, self.sim.federation.num_classes)
         raw = pca_statistics(z, p.components, oversample=p.oversample, power_iterations=p.power_iterations)
-        yield from ctx.compute(pca_flops(z.shape[0], z.shape[1], p.components, oversample=p.oversample,
-                                         power_iterations=p.power_iterations), "statistics")
+        flops = pca_flops(z.shape[0], z.shape[1], p.components, oversample=p.oversample,
+                          power_iterations=p.power_iterations) + self.encoder_flops * z.shape[0]
+        yield from ctx.compute(flops, "statistics")
         self.raw[ctx.id] = raw
         return raw
 
