@@ -9,10 +9,14 @@ their models.
   (round-structured, no global barrier: a fast device may be ahead).
 - ``mode: async``: each device wakes on its own seeded Poisson clock (rate
   ``wake_rate_hz``) and then trains and exchanges; ``rounds`` wakes per device.
-- ``exchange: push_pull``: i sends x_i to j; j answers with x_j and both move to
-  the midpoint. Updates are applied as deltas, x_i += (x_j - x_i)/2 with the
-  snapshots that travelled, so the fleet's mean model is preserved exactly even
-  when exchanges overlap in time. ``exchange: push``: j averages, i keeps x_i.
+- ``exchange: push_pull``: i sends x_i to j; j answers with its current x_j and
+  moves to (x_j + x_i)/2; i moves to (its current model + x_j)/2. Each update
+  is a convex combination, so models never leave the hull of the fleet's models.
+  When exchanges do not overlap in time the fleet's mean model is preserved
+  exactly. (Applying i's update as x_i += (x_j - x_i_sent)/2 would preserve the
+  mean even under overlap, but when two devices pick each other in the same
+  round it swaps their models instead of averaging them.) ``exchange: push``:
+  j averages, i keeps x_i.
 - Local training runs on a copy and its delta is added at the end of the
   modelled compute time, so a neighbour asking mid-training sees the model as
   it was, plus any averaging that happened meanwhile.
@@ -122,7 +126,8 @@ class Gossip(Protocol):
                 return  # lost or too late: keep our model
             if reply.src == peer and reply.round == r:
                 break
-        add_delta_(model, sub(reply.payload["state"], sent), 0.5)
+        mine = clone_state(live_state(model))  # may have moved since `sent` (pushes answered meanwhile)
+        add_delta_(model, sub(reply.payload["state"], mine), 0.5)
 
     def responder(self, ctx: DeviceContext, model: nn.Module) -> Generator:
         """Answer every push: reply with our model (push-pull), then move halfway."""
