@@ -25,7 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "analysis" / "results"
 BUDGETS = {
     "smoke": dict(rounds=2, eval_every=1, episodes=1, horizon=10, demos=4),
-    "default": dict(rounds=20, eval_every=5, episodes=6, horizon=80, demos=20),
+    # ~10 min on 2 cores with --table1-suites goal --table1-methods centralized,fedavg --pairs goal+spatial
+    "quick": dict(rounds=12, eval_every=4, episodes=5, horizon=80, demos=100, epochs=2),
+    "medium": dict(rounds=20, eval_every=5, episodes=5, horizon=80, demos=150, epochs=3),
+    "default": dict(rounds=20, eval_every=5, episodes=6, horizon=80, demos=150, epochs=2),
 }
 METHODS = {
     "centralized": {"name": "centralized"},
@@ -50,10 +53,10 @@ def scenario(suites: list[str], per_suite: int, protocol: dict, b: dict, seed: i
         "topology": {"kind": "complete", "n": n, "servers": [{"name": "server", "attach": "all"}]},
         "data": {"dataset": "robotics", "test_fraction": 0.1,
                  "partition": {"kind": "robot_suites", "suites": suites, "clients_per_suite": per_suite, "reference_clients": 5,
-                               "alpha": 0.5, "demos_per_task": b["demos"], "history": 2, "eval_episodes": b["episodes"],
+                               "alpha": 0.5, "demos_per_task": b["demos"], "history": 1, "eval_episodes": b["episodes"],
                                "horizon": b["horizon"]}},
         "model": {"name": "robot_policy"},
-        "training": {"epochs": 1, "batch_size": 32, "lr": 0.001, "optimizer": "adamw", "weight_decay": 0.0001, "grad_clip": 100},
+        "training": {"epochs": b.get("epochs", 1), "batch_size": 32, "lr": 0.001, "optimizer": "adamw", "weight_decay": 0.0001, "grad_clip": 100},
         "devices": {"flops_per_s": 1.0e11},
         "protocol": {"rounds": b["rounds"], "eval_every": b["eval_every"], **protocol},
     }
@@ -85,25 +88,34 @@ def main() -> None:
     ap.add_argument("--budget", choices=list(BUDGETS), default="default")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-table2", action="store_true")
+    ap.add_argument("--table1-suites", default="object,goal,spatial", help="comma list ('' skips Table I)")
+    ap.add_argument("--table1-methods", default="centralized,local,fedavg,fedprox", help="baselines besides feddrman")
+    ap.add_argument("--pairs", default="object+goal,object+spatial,goal+spatial,object+goal+spatial",
+                    help="Table II settings, comma list of suite+suite")
+    ap.add_argument("--table2-methods", default="centralized,local,fedavg,fedprox")
+    ap.add_argument("--skip-table3", action="store_true")
+    ap.add_argument("--tag", default="", help="suffix of the output files (runs in parallel must differ)")
     a = ap.parse_args()
     b = BUDGETS[a.budget]
     OUT.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     rows: dict[str, list[dict]] = {"I": [], "II": [], "III": []}
-    with open(OUT / f"feddrman_runs_{a.budget}.jsonl", "w") as log:
-        for suite in ["object", "goal", "spatial"]:
-            for name, proto in {**METHODS, "feddrman": {"name": "feddrman", "n_clusters": 1, "beta": 0.9}}.items():
+    pick = lambda names: {k: v for k, v in METHODS.items() if k in names.split(",")}  # noqa: E731
+    tag = a.budget + (f"_{a.tag}" if a.tag else "")
+    with open(OUT / f"feddrman_runs_{tag}.jsonl", "w") as log:
+        for suite in [s for s in a.table1_suites.split(",") if s]:
+            for name, proto in {**pick(a.table1_methods), "feddrman": {"name": "feddrman", "n_clusters": 1, "beta": 0.9}}.items():
                 rows["I"].append(run([suite], 5, proto, b, a.seed, log))
-        combos = [] if a.skip_table2 else [["object", "goal"], ["object", "spatial"], ["goal", "spatial"], ["object", "goal", "spatial"]]
+        combos = [] if a.skip_table2 else [p.split("+") for p in a.pairs.split(",") if p]
         for suites in combos:
-            for name, proto in {**METHODS, "feddrman": {"name": "feddrman", "n_clusters": len(suites),
-                                                        "beta": 0.85 if len(suites) == 3 else 0.9}}.items():
+            for name, proto in {**pick(a.table2_methods), "feddrman": {"name": "feddrman", "n_clusters": len(suites),
+                                                                     "beta": 0.85 if len(suites) == 3 else 0.9}}.items():
                 rows["II"].append(run(suites, 2, proto, b, a.seed, log))
-        for label, sw in ABLATION:
+        for label, sw in ([] if a.skip_table3 else ABLATION):
             row = run(["object", "goal"], 2, {"name": "feddrman", "n_clusters": 2, "beta": 0.9, **sw}, b, a.seed, log)
             row["label"] = label
             rows["III"].append(row)
-    write_report(rows, b, a.budget, time.time() - t0)
+    write_report(rows, b, tag, time.time() - t0)
 
 
 def write_report(rows, b, budget, wall) -> None:
@@ -115,10 +127,11 @@ def write_report(rows, b, budget, wall) -> None:
     pct = lambda v: "-" if v is None else f"{100 * v:.0f}"  # noqa: E731
     md = [f"# FedDRMan reproduction on p2pfl's MuJoCo suites (budget `{budget}`)", "",
           f"Budget: {b['rounds']} rounds, rollouts every {b['eval_every']} rounds, {b['episodes']} episodes per task, "
-          f"horizon {b['horizon']}, {b['demos']} expert demos per task (4 tasks per suite); one seed. "
+          f"horizon {b['horizon']}, {b.get('epochs', 1)} local epoch(s) per round, {b['demos']} expert demos per task (4 tasks per suite); one seed. "
           f"Total wall time {wall / 60:.1f} min on shared CPUs. Numbers are success rates (%) of the final "
           "evaluation (best evaluated round in brackets).", ""]
-    md += ["## Table I: same-suite task non-IID (K=5, Dirichlet alpha=0.5)", "", "| method | object | goal | spatial |", "|---|---|---|---|"]
+    if rows["I"]:
+        md += ["## Table I: same-suite task non-IID (K=5, Dirichlet alpha=0.5)", "", "| method | object | goal | spatial |", "|---|---|---|---|"]
     by = {}
     for r in rows["I"]:
         by.setdefault(r["protocol"]["name"], {})[r["suites"][0]] = r
@@ -131,7 +144,8 @@ def write_report(rows, b, budget, wall) -> None:
         for r in rows["II"]:
             md.append(f"| {r['protocol']['name']} | {'-'.join(r['suites'])} | " +
                       ", ".join(f"{s} {pct(r['final'][s])}/{pct(r['best'][s])}" for s in r["suites"]) + f" | {r['clusters'] or ''} |")
-    md += ["", "## Table III: ablation, Object-Goal cross-suite", "", "| configuration | object | goal | clusters |", "|---|---|---|---|"]
+    if rows["III"]:
+        md += ["", "## Table III: ablation, Object-Goal cross-suite", "", "| configuration | object | goal | clusters |", "|---|---|---|---|"]
     for r in rows["III"]:
         md.append(f"| {r['label']} | {pct(r['final'].get('object'))} | {pct(r['final'].get('goal'))} | {r['clusters'] or ''} |")
     for table in ("I", "II", "III"):

@@ -196,6 +196,9 @@ class RobotEnv:
 class Expert:
     """Scripted closed-loop expert: above cube, descend, close, lift, carry, lower, open, retreat."""
 
+    #: distance (m) beyond which the proportional move saturates at |action| = 1
+    saturate_m = 2.5 * MAX_STEP_M
+
     def __init__(self, env: RobotEnv, rng: np.random.Generator, noise: float = 0.1) -> None:
         self.env, self.rng, self.noise = env, rng, noise
         self.released = False
@@ -209,6 +212,9 @@ class Expert:
         return np.array([x, y, CUBE_HALF + 0.004])
 
     def act(self) -> np.ndarray:
+        """A smooth funnel: the target height shrinks with the horizontal error, so the action is a
+        continuous function of (object - gripper) and no decision hinges on sub-pixel precision
+        (a 32x32 agent view has about 2 cm per pixel; see the README's Robotics notes)."""
         e = self.env
         p = e.grip_pos
         cube = e.cube_pos(e.task.cube)
@@ -216,21 +222,20 @@ class Expert:
         if self.released:
             target = np.array([p[0], p[1], 0.12])
         elif e.grasped != e.task.cube:
-            above = np.array([cube[0], cube[1], 0.09])
-            if np.hypot(*(p[:2] - cube[:2])) > 0.008:
-                target = above if p[2] > 0.06 or np.hypot(*(p[:2] - cube[:2])) > 0.03 else np.array([p[0], p[1], 0.09])
-            else:
-                target = np.array([cube[0], cube[1], cube[2]])
-                grip = 1.0 if abs(p[2] - cube[2]) < 0.008 else -1.0
+            err = np.hypot(*(p[:2] - cube[:2]))
+            target = np.array([cube[0], cube[1], cube[2] + float(np.clip(1.5 * (err - 0.006), 0.0, 0.07))])
+            if err < 0.015 and abs(p[2] - cube[2]) < 0.008:
+                grip = 1.0
         else:
             grip = 1.0
             goal = self._goal_xyz()
-            if np.hypot(*(p[:2] - goal[:2])) > 0.008:
-                target = np.array([goal[0], goal[1], 0.11]) if p[2] > 0.08 else np.array([p[0], p[1], 0.11])
-            else:
-                target = goal
-                if abs(p[2] - goal[2]) < 0.006:
-                    grip, self.released = -1.0, True
-        move = np.clip((target - p) / (2.5 * MAX_STEP_M), -1, 1)  # proportional, saturating beyond 5 cm
+            err = np.hypot(*(p[:2] - goal[:2]))
+            tol = 0.008 if e.task.goal.startswith("stack:") else 0.02
+            target = np.array([goal[0], goal[1], goal[2] + float(np.clip(1.5 * (err - tol / 2), 0.0, 0.08))])
+            if p[2] < 0.06 and err > 0.03:
+                target[:2] = p[:2]  # lift before carrying
+            if err < tol and abs(p[2] - goal[2]) < 0.006:
+                grip, self.released = -1.0, True
+        move = np.clip((target - p) / self.saturate_m, -1, 1)  # proportional, saturating beyond saturate_m
         move = np.clip(move + self.noise * self.rng.standard_normal(3) * (np.abs(move) > 0.3), -1, 1)
         return np.array([*move, grip], dtype=np.float32)

@@ -1,7 +1,8 @@
 """ResNet-T-lite: a small language-conditioned visuomotor GMM policy (LIBERO's ResNet-T in spirit).
 
 Per time step: a conv encoder with FiLM language conditioning and a spatial-softmax keypoint
-projector (agent view), linear encoders for joint and gripper states; a language token (hashed
+projector whose keypoints the instruction also gates (agent view), linear encoders for joint and
+gripper states standardised by running statistics; a language token (hashed
 words, mean-pooled embedding). A one-layer transformer runs over the text token and the
 history's modality tokens; the last step's agent token feeds a 5-mode GMM head.
 
@@ -97,15 +98,40 @@ class FiLMConvEncoder(nn.Module):
         self.c1 = nn.Conv2d(3, 16, 4, stride=2, padding=1)
         self.c2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
         self.c3 = nn.Conv2d(32, 32, 3, padding=1)
-        self.film = nn.Linear(d, 2 * (16 + 32))
+        self.film = nn.Linear(d, 2 * (16 + 32) + 64)
         self.keypoints = SpatialSoftmax()
         self.proj = nn.Linear(64, d)
 
     def forward(self, img: torch.Tensor, lang: torch.Tensor) -> torch.Tensor:
-        g1, b1, g2, b2 = torch.split(self.film(lang), [16, 16, 32, 32], dim=-1)
+        g1, b1, g2, b2, gk = torch.split(self.film(lang), [16, 16, 32, 32, 64], dim=-1)
         x = F.relu(self.c1(img) * (1 + g1[:, :, None, None]) + b1[:, :, None, None])
         x = F.relu(self.c2(x) * (1 + g2[:, :, None, None]) + b2[:, :, None, None])
-        return self.proj(self.keypoints(self.c3(x)))
+        # language gates the keypoints too: a multiplicative selection of which object to track
+        return self.proj(self.keypoints(self.c3(x)) * (1 + gk))
+
+
+class RunningNorm(nn.Module):
+    """Standardises proprioception with running statistics (float buffers, so aggregators average them).
+
+    Raw joint/gripper states are tiny numbers (here metres: a finger opening moves by 0.025), so
+    without this a linear encoder can barely tell an open gripper from a closed one.
+    """
+
+    def __init__(self, n: int, momentum: float = 0.01) -> None:
+        super().__init__()
+        self.momentum = momentum
+        self.register_buffer("mean", torch.zeros(n))
+        self.register_buffer("var", torch.ones(n))
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] > 1:
+            with torch.no_grad():
+                m = max(self.momentum, 1.0 / float(self.count + 1))  # cumulative average first, then EMA
+                self.mean.mul_(1 - m).add_(m * x.mean(0))
+                self.var.mul_(1 - m).add_(m * x.var(0, unbiased=False))
+                self.count.add_(1)
+        return (x - self.mean) / self.var.clamp_min(1e-6).sqrt()
 
 
 class TemporalBlock(nn.Module):
@@ -137,6 +163,7 @@ class ResNetTPolicy(nn.Module):
         self.agent = FiLMConvEncoder(d, layout.image)
         self.joint = nn.Linear(layout.joint, d)
         self.gripper = nn.Linear(layout.gripper, d)
+        self.joint_norm, self.gripper_norm = RunningNorm(layout.joint), RunningNorm(layout.gripper)
         self.pos = nn.Parameter(torch.zeros(1, 1 + 3 * layout.history, d))
         self.temporal = TemporalBlock(d)
         self.head = GMMHead(d, layout.action, modes)
@@ -148,8 +175,8 @@ class ResNetTPolicy(nn.Module):
         mask = (tok > 0).float()
         lang = self.text((self.embed(tok) * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp_min(1))
         agent = self.agent(img.reshape(b * h, *img.shape[2:]), lang.repeat_interleave(h, 0))
-        joint = self.joint(j.reshape(b * h, -1))
-        grip = self.gripper(g.reshape(b * h, -1))
+        joint = self.joint(self.joint_norm(j.reshape(b * h, -1)))
+        grip = self.gripper(self.gripper_norm(g.reshape(b * h, -1)))
         steps = torch.stack([agent, joint, grip], 1).reshape(b, 3 * h, -1)
         z = self.temporal(torch.cat([lang[:, None], steps], 1) + self.pos)
         return z[:, -3], {"text": lang, "agent": agent, "joint": joint, "gripper": grip}

@@ -109,3 +109,24 @@ def test_feddrman_rollout_compute_is_charged_and_runs_are_identical(tmp_path):
     assert {"train", "distill", "rollout"} <= kinds
     sb = Simulation(sc).run()
     assert sa["accuracy_per_node"] == sb["accuracy_per_node"] and sa["compute_flops_total"] == sb["compute_flops_total"]
+
+
+def test_proprio_is_standardised_so_open_and_closed_grippers_differ():
+    from p2pfl.robotics.policy import RunningNorm
+
+    norm = RunningNorm(2)
+    opened, closed = torch.full((8, 2), 0.03), torch.full((8, 2), 0.005)
+    batch = torch.cat([opened, closed])
+    for _ in range(50):
+        norm(batch)
+    norm.eval()
+    out = norm(batch)
+    assert torch.allclose(out.mean(0), torch.zeros(2), atol=1e-3) and torch.allclose(out.std(0, unbiased=False), torch.ones(2), atol=1e-2)
+    assert (out[0] - out[-1]).abs().min() > 1.5  # raw inputs differ by 0.025; standardised by about 2
+    assert all(torch.is_floating_point(v) for v in norm.state_dict().values())  # aggregators average every buffer
+
+
+def test_robot_partition_defaults_to_one_step_history():
+    from p2pfl.robotics.schema import RobotSuitesPartition
+
+    assert RobotSuitesPartition(kind="robot_suites").history == 1  # 2 lets BC copy the last action from proprio
