@@ -28,7 +28,8 @@ BUDGETS = {
     # ~10 min on 2 cores with --table1-suites goal --table1-methods centralized,fedavg --pairs goal+spatial
     "quick": dict(rounds=12, eval_every=4, episodes=5, horizon=80, demos=100, epochs=2),
     "medium": dict(rounds=20, eval_every=5, episodes=5, horizon=80, demos=150, epochs=3),
-    "default": dict(rounds=20, eval_every=5, episodes=6, horizon=80, demos=150, epochs=2),
+    # the committed report: paper-like 1 local epoch per round (Sec. IV-A), 20 rounds instead of 50
+    "default": dict(rounds=20, eval_every=5, episodes=10, horizon=80, demos=150, epochs=1),
 }
 METHODS = {
     "centralized": {"name": "centralized"},
@@ -70,102 +71,158 @@ def per_suite_curve(summary: dict) -> dict[str, dict[int, float]]:
     return {s: {r: sum(v) / len(v) for r, v in sorted(d.items())} for s, d in acc.items()}
 
 
-def run(suites, per_suite, protocol, b, seed, log) -> dict:
+def run(table, suites, per_suite, protocol, b, seed, log, label=None) -> dict:
     t0 = time.time()
     r = p2pfl.run(scenario(suites, per_suite, protocol, b, seed), write=False)
     curve = per_suite_curve(r.summary)
-    row = {"suites": suites, "protocol": protocol, "final": {s: c[max(c)] for s, c in curve.items()},
+    row = {"table": table, "label": label or protocol["name"], "seed": seed, "suites": suites, "protocol": protocol, "final": {s: c[max(c)] for s, c in curve.items()},
            "best": {s: max(c.values()) for s, c in curve.items()}, "curve": curve, "clusters": r.summary.get("clusters"),
+           "cua_groups": [[e["round"], e["value"]] for e in r.summary["logs"].get("cua_groups", [])],
            "wall_s": round(time.time() - t0, 1), "sim_time_s": r.sim_time_s, "bytes_total": r.summary["bytes_total"]}
     log.write(json.dumps(row) + "\n")
     log.flush()
-    print(f"{'+'.join(suites):<22} {protocol['name']:<12} final {row['final']} ({row['wall_s']} s)", flush=True)
+    print(f"[{table}] seed {seed} {'+'.join(suites):<22} {row['label']:<20} final {row['final']} ({row['wall_s']} s)", flush=True)
     return row
+
+
+SAME_SUITE_BETA = {"object": 0.90, "goal": 0.85, "spatial": 0.90}  # Sec. IV-A
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", choices=list(BUDGETS), default="default")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0", help="comma list of seeds; every row runs once per seed")
     ap.add_argument("--skip-table2", action="store_true")
     ap.add_argument("--table1-suites", default="object,goal,spatial", help="comma list ('' skips Table I)")
     ap.add_argument("--table1-methods", default="centralized,local,fedavg,fedprox", help="baselines besides feddrman")
     ap.add_argument("--pairs", default="object+goal,object+spatial,goal+spatial,object+goal+spatial",
                     help="Table II settings, comma list of suite+suite")
-    ap.add_argument("--table2-methods", default="centralized,local,fedavg,fedprox")
+    ap.add_argument("--table2-methods", default="local,fedavg,fedprox")
     ap.add_argument("--skip-table3", action="store_true")
     ap.add_argument("--tag", default="", help="suffix of the output files (runs in parallel must differ)")
+    ap.add_argument("--merge", nargs="*", default=None, metavar="JSONL",
+                    help="write one report from earlier runs' jsonl files (no new runs)")
     a = ap.parse_args()
     b = BUDGETS[a.budget]
     OUT.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    rows: dict[str, list[dict]] = {"I": [], "II": [], "III": []}
-    pick = lambda names: {k: v for k, v in METHODS.items() if k in names.split(",")}  # noqa: E731
     tag = a.budget + (f"_{a.tag}" if a.tag else "")
+    if a.merge is not None:
+        rows = [json.loads(line) for f in a.merge for line in Path(f).read_text().splitlines() if line.strip()]
+        write_report(rows, b, tag, sum(r["wall_s"] for r in rows))
+        return
+    t0 = time.time()
+    rows: list[dict] = []
+    pick = lambda names: {k: v for k, v in METHODS.items() if k in names.split(",")}  # noqa: E731
     with open(OUT / f"feddrman_runs_{tag}.jsonl", "w") as log:
-        for suite in [s for s in a.table1_suites.split(",") if s]:
-            for name, proto in {**pick(a.table1_methods), "feddrman": {"name": "feddrman", "n_clusters": 1, "beta": 0.9}}.items():
-                rows["I"].append(run([suite], 5, proto, b, a.seed, log))
-        combos = [] if a.skip_table2 else [p.split("+") for p in a.pairs.split(",") if p]
-        for suites in combos:
-            for name, proto in {**pick(a.table2_methods), "feddrman": {"name": "feddrman", "n_clusters": len(suites),
-                                                                     "beta": 0.85 if len(suites) == 3 else 0.9}}.items():
-                rows["II"].append(run(suites, 2, proto, b, a.seed, log))
-        for label, sw in ([] if a.skip_table3 else ABLATION):
-            row = run(["object", "goal"], 2, {"name": "feddrman", "n_clusters": 2, "beta": 0.9, **sw}, b, a.seed, log)
-            row["label"] = label
-            rows["III"].append(row)
+        for seed in [int(x) for x in a.seeds.split(",")]:
+            for suite in [s for s in a.table1_suites.split(",") if s]:
+                ours = {"name": "feddrman", "n_clusters": 1, "beta": SAME_SUITE_BETA[suite]}
+                for proto in [*pick(a.table1_methods).values(), ours]:
+                    rows.append(run("I", [suite], 5, proto, b, seed, log))
+            combos = [] if a.skip_table2 else [p.split("+") for p in a.pairs.split(",") if p]
+            for suites in combos:
+                ours = {"name": "feddrman", "n_clusters": len(suites), "beta": 0.85 if len(suites) == 3 else 0.9}
+                for proto in [*pick(a.table2_methods).values(), ours]:
+                    rows.append(run("II", suites, 2, proto, b, seed, log))
+            for label, sw in ([] if a.skip_table3 else ABLATION):
+                rows.append(run("III", ["object", "goal"], 2, {"name": "feddrman", "n_clusters": 2, "beta": 0.9, **sw}, b, seed,
+                                log, label=label))
     write_report(rows, b, tag, time.time() - t0)
 
 
-def write_report(rows, b, budget, wall) -> None:
+def _cells(group: list[dict], suites: list[str]) -> list[str]:
+    """'mean (seed values)' of the final success per suite over a group's seeds, in %."""
+    out = []
+    for s in suites:
+        vals = [100 * r["final"][s] for r in group if s in r["final"]]
+        if not vals:
+            out.append("-")
+        elif len(vals) == 1:
+            out.append(f"{vals[0]:.1f}")
+        else:
+            out.append(f"{sum(vals) / len(vals):.1f} ({' / '.join(f'{v:.0f}' for v in vals)})")
+    return out
+
+
+def co_clustering(group: list[dict], per_suite: int = 2) -> str:
+    """Paper Fig. 5(a): % of (round, seed) in which same-suite / cross-suite device pairs share a CUA group."""
+    same, cross = [], []
+    for r in group:
+        for _, groups in r.get("cua_groups", []):
+            where = {d: gi for gi, g in enumerate(groups) for d in g}
+            devs = sorted(where)
+            for i in devs:
+                for j in devs:
+                    if i < j:
+                        (same if i // per_suite == j // per_suite else cross).append(where[i] == where[j])
+    if not same:
+        return ""
+    pct = lambda v: f"{100 * sum(v) / len(v):.0f}%" if v else "-"  # noqa: E731
+    return f"same-suite {pct(same)}, cross-suite {pct(cross)}"
+
+
+def write_report(rows: list[dict], b: dict, budget: str, wall: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pct = lambda v: "-" if v is None else f"{100 * v:.0f}"  # noqa: E731
+    seeds = sorted({r["seed"] for r in rows})
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["table"], r["label"], "+".join(r["suites"])), []).append(r)
     md = [f"# FedDRMan reproduction on p2pfl's MuJoCo suites (budget `{budget}`)", "",
-          f"Budget: {b['rounds']} rounds, rollouts every {b['eval_every']} rounds, {b['episodes']} episodes per task, "
-          f"horizon {b['horizon']}, {b.get('epochs', 1)} local epoch(s) per round, {b['demos']} expert demos per task (4 tasks per suite); one seed. "
-          f"Total wall time {wall / 60:.1f} min on shared CPUs. Numbers are success rates (%) of the final "
-          "evaluation (best evaluated round in brackets).", ""]
-    if rows["I"]:
-        md += ["## Table I: same-suite task non-IID (K=5, Dirichlet alpha=0.5)", "", "| method | object | goal | spatial |", "|---|---|---|---|"]
-    by = {}
-    for r in rows["I"]:
-        by.setdefault(r["protocol"]["name"], {})[r["suites"][0]] = r
-    for m, d in by.items():
-        md.append(f"| {m} | " + " | ".join(f"{pct(d[s]['final'].get(s))} ({pct(d[s]['best'].get(s))})" if s in d else "-"
-                                          for s in ["object", "goal", "spatial"]) + " |")
-    if rows["II"]:
-        md += ["", "## Table II: cross-suite (2 devices per suite, shards of the 5-client partitions)", "",
-               "| method | setting | per suite (final / best) | clusters |", "|---|---|---|---|"]
-        for r in rows["II"]:
-            md.append(f"| {r['protocol']['name']} | {'-'.join(r['suites'])} | " +
-                      ", ".join(f"{s} {pct(r['final'][s])}/{pct(r['best'][s])}" for s in r["suites"]) + f" | {r['clusters'] or ''} |")
-    if rows["III"]:
-        md += ["", "## Table III: ablation, Object-Goal cross-suite", "", "| configuration | object | goal | clusters |", "|---|---|---|---|"]
-    for r in rows["III"]:
-        md.append(f"| {r['label']} | {pct(r['final'].get('object'))} | {pct(r['final'].get('goal'))} | {r['clusters'] or ''} |")
-    for table in ("I", "II", "III"):
-        if not rows[table]:
+          f"Budget: {b['rounds']} rounds, rollouts every {b['eval_every']} rounds, {b['episodes']} episodes per task "
+          f"(4 tasks per suite), horizon {b['horizon']}, {b.get('epochs', 1)} local epoch(s) per round, {b['demos']} expert "
+          f"demos per task; seeds {', '.join(map(str, seeds))}. Total run time {wall / 60:.1f} min (CPU, 1 torch thread per run). "
+          "Numbers are success rates (%) at the final round: mean over seeds (per-seed values in brackets).", ""]
+    table1 = {k: v for k, v in groups.items() if k[0] == "I"}
+    if table1:
+        md += ["## Table I: same-suite task non-IID (K=5, Dirichlet alpha=0.5 over tasks)", "",
+               "| method | object | goal | spatial | mean |", "|---|---|---|---|---|"]
+        labels = list(dict.fromkeys(k[1] for k in table1))
+        for lab in labels:
+            cells, means = [], []
+            for s in ["object", "goal", "spatial"]:
+                g = table1.get(("I", lab, s), [])
+                cells += _cells(g, [s])
+                means += [100 * r["final"][s] for r in g]
+            md.append(f"| {lab} | " + " | ".join(cells) + f" | {sum(means) / len(means):.1f} |" if means else "")
+    table2 = {k: v for k, v in groups.items() if k[0] == "II"}
+    if table2:
+        md += ["", "## Table II: cross-suite (2 devices per suite; FedDRMan C = number of suites)", "",
+               "| setting | method | per-suite success | mean | pairs co-clustered over rounds (truth: 100% / 0%) |", "|---|---|---|---|---|"]
+        for (_, lab, setting), g in table2.items():
+            suites = g[0]["suites"]
+            vals = [100 * r["final"][s] for r in g for s in suites]
+            md.append(f"| {setting} | {lab} | " + ", ".join(f"{s} {c}" for s, c in zip(suites, _cells(g, suites))) +
+                      f" | {sum(vals) / len(vals):.1f} | {co_clustering(g)} |")
+    table3 = {k: v for k, v in groups.items() if k[0] == "III"}
+    if table3:
+        md += ["", "## Table III: ablation on Object-Goal cross-suite", "", "| configuration | object | goal | mean | pairs co-clustered (same / cross suite) |",
+               "|---|---|---|---|---|"]
+        for (_, lab, _), g in table3.items():
+            vals = [100 * r["final"][s] for r in g for s in ("object", "goal")]
+            md.append(f"| {lab} | " + " | ".join(_cells(g, ["object", "goal"])) + f" | {sum(vals) / len(vals):.1f} | {co_clustering(g)} |")
+    for table, tg in (("I", table1), ("II", table2), ("III", table3)):
+        if not tg:
             continue
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for r in rows[table]:
-            for s, c in r["curve"].items():
-                label = r.get("label", r["protocol"]["name"]) + f" {'-'.join(r['suites'])}:{s}"
-                ax.plot(list(c), [100 * v for v in c.values()], marker="o", label=label)
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for (_, lab, setting), g in tg.items():
+            for s in g[0]["suites"]:
+                rounds = sorted({int(k) for r in g for k in r["curve"].get(s, {})})
+                mean = [100 * sum(r["curve"][s].get(str(k), r["curve"][s].get(k, 0)) for r in g) / len(g) for k in rounds]
+                ax.plot(rounds, mean, marker="o", label=f"{lab} [{setting}] {s}")
         ax.set_xlabel("round")
-        ax.set_ylabel("success rate (%)")
-        ax.set_title(f"Table {table}: success per round")
+        ax.set_ylabel("success rate (%), mean over seeds")
+        ax.set_title(f"Table {table}: rollout success per evaluated round")
         ax.legend(fontsize=5, ncol=2)
         fig.tight_layout()
         fig.savefig(OUT / f"feddrman_curves_{table}_{budget}.png", dpi=120)
         plt.close(fig)
         md += ["", f"![Table {table} curves](feddrman_curves_{table}_{budget}.png)"]
-    (OUT / f"feddrman{'' if budget == 'default' else '_' + budget}.md").write_text("\n".join(md) + "\n")
-    print(f"wrote {OUT}")
+    (OUT / f"feddrman_{budget}.md").write_text("\n".join(md) + "\n")
+    print(f"wrote {OUT / f'feddrman_{budget}.md'}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ __all__ = ["Demo", "DemoFile", "write_demo_file", "read_demo_file", "generate_de
            "CACHE_VERSION"]
 
 DEFAULT_ROOT = "~/.cache/p2pfl/robotics"
-CACHE_VERSION = "v3"
+CACHE_VERSION = "v4"
 
 
 @dataclass

@@ -31,6 +31,38 @@ def test_spatial_layouts_put_the_target_cube_on_the_named_side_of_the_post():
             assert sign * (lay.cubes["cube_b"][axis] - lay.post[axis]) < -0.05
 
 
+def test_object_tasks_have_their_own_scene_and_the_named_cube_in_a_distinct_slot():
+    # LIBERO-Object: each task its own arrangement; jitter stays within 2 cm of the slot
+    slots = {}
+    for task in SUITES["object"]:
+        xs = []
+        for s in range(10):
+            lay = task.sample(np.random.default_rng(s))
+            assert len(lay.cubes) == 4 and all(abs(y - 0.07) <= 0.02 for _, y in lay.cubes.values())
+            xs.append(lay.cubes[task.cube][0])
+        assert max(xs) - min(xs) <= 0.04
+        slots[task.name] = round(float(np.mean(xs)), 2)
+    assert len(set(slots.values())) == 4, slots
+
+
+@needs_mujoco
+def test_gripper_start_spreads_over_the_front_of_the_table():
+    from p2pfl.robotics.env import HOME, START_SPREAD, RobotEnv
+
+    env = RobotEnv(get_task("goal/stack"))
+    starts = []
+    for s in range(40):
+        env.reset(s)
+        starts.append(env.grip_pos.copy())
+    starts = np.array(starts)
+    assert np.all(np.abs(starts - HOME) <= START_SPREAD + 1e-12)
+    assert np.ptp(starts[:, 0]) > 0.15  # wide enough that early displacement does not reveal the task
+    env.reset(7)
+    again = env.grip_pos.copy()
+    env.reset(7)
+    assert np.array_equal(again, env.grip_pos)
+
+
 @needs_mujoco
 def test_expert_succeeds_on_every_task():
     from p2pfl.robotics.env import Expert, RobotEnv
