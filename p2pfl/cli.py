@@ -127,7 +127,8 @@ def _cmd_list(what: str) -> int:
     if what == "protocols":
         from p2pfl.protocols import PROTOCOLS
 
-        rows = [(name, ("server" if cls.needs_server else "serverless"), cls.summary) for name, cls in sorted(PROTOCOLS.items())]
+        kind = lambda c: "server|none" if c.needs_server and c.serverless_option else "server" if c.needs_server else "serverless"  # noqa: E731
+        rows = [(name, kind(cls), cls.summary) for name, cls in sorted(PROTOCOLS.items())]
     elif what == "datasets":
         from p2pfl.data import DATASETS
 

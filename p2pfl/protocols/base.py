@@ -36,6 +36,8 @@ class Protocol(ABC):
     name: ClassVar[str]
     Params: ClassVar[type[ProtocolParams]] = ProtocolParams
     needs_server: ClassVar[bool] = False
+    #: True when some parameter settings run without a server (``p2pfl list protocols`` says so)
+    serverless_option: ClassVar[bool] = False
     summary: ClassVar[str] = ""
 
     def __init__(self, params: ProtocolParams, sim: "Simulation") -> None:

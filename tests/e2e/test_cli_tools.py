@@ -29,6 +29,7 @@ def test_list_protocols_marks_server_protocols(capsys):
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
     assert "server" in lines["fedavg"].split()[1]
     assert lines["gossip"].split()[1] == "serverless"
+    assert lines["conditional"].split()[1] == "server|none"  # transport: gossip / mode: pooled need no server
 
 
 def test_topology_show_draws_a_png(tmp_path, capsys):

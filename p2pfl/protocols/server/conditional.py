@@ -157,6 +157,7 @@ class Conditional(FedAvg):
     name = "conditional"
     Params = ConditionalParams
     # needs_server (True, from FedAvg) is narrowed per instance: only federated + server transport runs one.
+    serverless_option = True
     summary = "Conditional: shared model conditioned on local PCA eigenvalues (FedAvg, gossip or pooled)"
 
     def __init__(self, params: ConditionalParams, sim) -> None:
