@@ -15,6 +15,7 @@ A user error prints one line on stderr and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -212,6 +213,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UserError as err:
         print(f"p2pfl: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into e.g. `head`, which closed early: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
