@@ -36,6 +36,7 @@ METHODS = {
     "local": {"name": "local"},
     "fedavg": {"name": "fedavg"},
     "fedprox": {"name": "fedprox", "mu": 0.001},
+    "fedkd": {"name": "fedkd"},
 }
 ABLATION = [  # Table III rows: (label, feddrman switches)
     ("BC + CUA", dict(sub_loss=False, act_loss=False, srb=False, cua=True)),
@@ -94,10 +95,11 @@ def main() -> None:
     ap.add_argument("--seeds", default="0", help="comma list of seeds; every row runs once per seed")
     ap.add_argument("--skip-table2", action="store_true")
     ap.add_argument("--table1-suites", default="object,goal,spatial", help="comma list ('' skips Table I)")
-    ap.add_argument("--table1-methods", default="centralized,local,fedavg,fedprox", help="baselines besides feddrman")
+    ap.add_argument("--table1-methods", default="centralized,local,fedavg,fedprox,fedkd", help="baselines besides feddrman")
     ap.add_argument("--pairs", default="object+goal,object+spatial,goal+spatial,object+goal+spatial",
                     help="Table II settings, comma list of suite+suite")
-    ap.add_argument("--table2-methods", default="local,fedavg,fedprox")
+    ap.add_argument("--table2-methods", default="local,fedavg,fedprox,fedkd")
+    ap.add_argument("--skip-feddrman", action="store_true", help="baselines only (e.g. to add a baseline to earlier runs)")
     ap.add_argument("--skip-table3", action="store_true")
     ap.add_argument("--tag", default="", help="suffix of the output files (runs in parallel must differ)")
     ap.add_argument("--merge", nargs="*", default=None, metavar="JSONL",
@@ -117,12 +119,12 @@ def main() -> None:
         for seed in [int(x) for x in a.seeds.split(",")]:
             for suite in [s for s in a.table1_suites.split(",") if s]:
                 ours = {"name": "feddrman", "n_clusters": 1, "beta": SAME_SUITE_BETA[suite]}
-                for proto in [*pick(a.table1_methods).values(), ours]:
+                for proto in [*pick(a.table1_methods).values(), *([] if a.skip_feddrman else [ours])]:
                     rows.append(run("I", [suite], 5, proto, b, seed, log))
             combos = [] if a.skip_table2 else [p.split("+") for p in a.pairs.split(",") if p]
             for suites in combos:
                 ours = {"name": "feddrman", "n_clusters": len(suites), "beta": 0.85 if len(suites) == 3 else 0.9}
-                for proto in [*pick(a.table2_methods).values(), ours]:
+                for proto in [*pick(a.table2_methods).values(), *([] if a.skip_feddrman else [ours])]:
                     rows.append(run("II", suites, 2, proto, b, seed, log))
             for label, sw in ([] if a.skip_table3 else ABLATION):
                 rows.append(run("III", ["object", "goal"], 2, {"name": "feddrman", "n_clusters": 2, "beta": 0.9, **sw}, b, seed,

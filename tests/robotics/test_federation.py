@@ -82,6 +82,7 @@ def test_robot_partition_needs_the_robotics_dataset(tmp_path):
     {"name": "fedprox", "rounds": 1, "mu": 0.001},
     {"name": "local", "rounds": 1},
     {"name": "centralized", "rounds": 1},
+    {"name": "fedkd", "rounds": 2},
 ])
 def test_protocols_run_from_yaml_with_rollouts_as_events(tmp_path, protocol):
     r = p2pfl.run(_scenario(tmp_path, protocol), write=False)
@@ -130,3 +131,46 @@ def test_robot_partition_defaults_to_one_step_history():
     from p2pfl.robotics.schema import RobotSuitesPartition
 
     assert RobotSuitesPartition(kind="robot_suites").history == 1  # 2 lets BC copy the last action from proprio
+
+
+@needs_mujoco
+def test_fedkd_sends_only_the_compressed_mentee_and_never_the_mentor(tmp_path):
+    from p2pfl.config import load_dict
+    from p2pfl.protocols.server.fedkd import FedKD
+    from p2pfl.sim.cost import HEADER_BYTES, payload_bytes
+    from p2pfl.sim.kernel import Simulation
+
+    sim = Simulation(load_dict(_scenario(tmp_path, {"name": "fedkd", "rounds": 2, "mentee_width": 16})))
+    s = sim.run()
+    mentee = FedKD(sim.protocol.params, sim).make_mentee()
+    dense = payload_bytes(mentee.state_dict())
+    mentor = payload_bytes(sim.new_model().state_dict())
+    assert dense < mentor / 2  # the shared mentee is much narrower than the private mentor
+    sends = [e for e in sim.recorder.events if e["kind"] == "send"]
+    ups = [e for e in sends if e["src"] < 4]
+    downs = [e for e in sends if e["src"] >= 4]
+    assert len(ups) == 8 and len(downs) == 8
+    # round 1 downloads the dense mentee (+ the 8-byte train flag); every upload is compressed below dense size
+    assert sorted(e["bytes"] for e in downs)[-4:] == [HEADER_BYTES + dense + 8] * 4
+    assert all(e["bytes"] < HEADER_BYTES + dense for e in ups)
+    assert all(e["bytes"] < mentor for e in sends)
+    ratios = [e["value"] for e in s["logs"]["fedkd_upload_ratio"]]
+    assert len(ratios) == 8 and all(0 < v < 1 for v in ratios)
+    again = Simulation(load_dict(_scenario(tmp_path, {"name": "fedkd", "rounds": 2, "mentee_width": 16}))).run()
+    assert again["bytes_total"] == s["bytes_total"] and again["accuracy_per_node"] == s["accuracy_per_node"]
+
+
+def test_mutual_distillation_trains_both_models_and_the_hidden_map():
+    from p2pfl.protocols.server.fedkd import MentorMentee, mutual_distillation_loss
+
+    lay = ObsLayout(history=1)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        pair = MentorMentee(ResNetTPolicy(lay), ResNetTPolicy(lay, d=16))
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.rand(32, lay.width, generator=g), torch.rand(32, lay.action, generator=g) * 2 - 1
+    x[:, -lay.tokens:] = torch.from_numpy(tokenize("pick up the red cube", lay.tokens)).float()
+    loss = mutual_distillation_loss(pair, x, y, torch.Generator().manual_seed(2))
+    loss.backward()
+    for part in (pair.mentor.head, pair.mentee.head, pair.hidden):
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in part.parameters())
