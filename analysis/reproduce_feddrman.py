@@ -102,6 +102,7 @@ def main() -> None:
     ap.add_argument("--skip-feddrman", action="store_true", help="baselines only (e.g. to add a baseline to earlier runs)")
     ap.add_argument("--skip-table3", action="store_true")
     ap.add_argument("--tag", default="", help="suffix of the output files (runs in parallel must differ)")
+    ap.add_argument("--resume", action="store_true", help="keep the rows already in this tag's jsonl and run only the rest")
     ap.add_argument("--merge", nargs="*", default=None, metavar="JSONL",
                     help="write one report from earlier runs' jsonl files (no new runs)")
     a = ap.parse_args()
@@ -113,22 +114,30 @@ def main() -> None:
         write_report(rows, b, tag, sum(r["wall_s"] for r in rows))
         return
     t0 = time.time()
+    path = OUT / f"feddrman_runs_{tag}.jsonl"
     rows: list[dict] = []
+    if a.resume and path.is_file():
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    done = {(r["table"], r["label"], "+".join(r["suites"]), r["seed"]) for r in rows}
     pick = lambda names: {k: v for k, v in METHODS.items() if k in names.split(",")}  # noqa: E731
-    with open(OUT / f"feddrman_runs_{tag}.jsonl", "w") as log:
+
+    def once(table, suites, per_suite, proto, seed, log, label=None) -> None:
+        if (table, label or proto["name"], "+".join(suites), seed) not in done:
+            rows.append(run(table, suites, per_suite, proto, b, seed, log, label))
+
+    with open(path, "a" if a.resume else "w") as log:
         for seed in [int(x) for x in a.seeds.split(",")]:
             for suite in [s for s in a.table1_suites.split(",") if s]:
                 ours = {"name": "feddrman", "n_clusters": 1, "beta": SAME_SUITE_BETA[suite]}
                 for proto in [*pick(a.table1_methods).values(), *([] if a.skip_feddrman else [ours])]:
-                    rows.append(run("I", [suite], 5, proto, b, seed, log))
+                    once("I", [suite], 5, proto, seed, log)
             combos = [] if a.skip_table2 else [p.split("+") for p in a.pairs.split(",") if p]
             for suites in combos:
                 ours = {"name": "feddrman", "n_clusters": len(suites), "beta": 0.85 if len(suites) == 3 else 0.9}
                 for proto in [*pick(a.table2_methods).values(), *([] if a.skip_feddrman else [ours])]:
-                    rows.append(run("II", suites, 2, proto, b, seed, log))
+                    once("II", suites, 2, proto, seed, log)
             for label, sw in ([] if a.skip_table3 else ABLATION):
-                rows.append(run("III", ["object", "goal"], 2, {"name": "feddrman", "n_clusters": 2, "beta": 0.9, **sw}, b, seed,
-                                log, label=label))
+                once("III", ["object", "goal"], 2, {"name": "feddrman", "n_clusters": 2, "beta": 0.9, **sw}, seed, log, label=label)
     write_report(rows, b, tag, time.time() - t0)
 
 

@@ -44,16 +44,24 @@ def update_similarity(states: Sequence[Mapping[str, torch.Tensor]], init: Mappin
     return s.numpy()
 
 
-def _mean_between(sim: np.ndarray, a: Sequence[int], b: Sequence[int]) -> float:
-    """Mean S_ij over i in a, j in b, i != j; a singleton group's own similarity is S_ii = 1."""
+def _mean_between(sim: np.ndarray, a: Sequence[int], b: Sequence[int]) -> Optional[float]:
+    """S-bar(a, b): mean S_ij over i in a, j in b, i != j; None when there is no such pair."""
     vals = [sim[i, j] for i in a for j in b if i != j]
-    return float(np.mean(vals)) if vals else 1.0
+    return float(np.mean(vals)) if vals else None
 
 
 def partition_score(sim: np.ndarray, groups: Sequence[Sequence[int]]) -> float:
-    """Eq. 11 objective: mean intra-group similarity minus mean inter-group similarity."""
+    """Eq. 11 objective: mean intra-group similarity minus mean inter-group similarity.
+
+    S-bar is a mean over distinct pairs, so a singleton group has no intra-group term; the intra
+    mean runs over the groups that have one (0 when none does). Counting a singleton as S_ii = 1
+    instead (our first reading) made any client alone look perfectly coherent: with update
+    similarities of ~0.9 within suites and ~0.85 across, it split off one client and merged the
+    rest (measured on object+goal, every round).
+    """
     c = len(groups)
-    intra = float(np.mean([_mean_between(sim, g, g) for g in groups]))
+    intra_terms = [m for m in (_mean_between(sim, g, g) for g in groups) if m is not None]
+    intra = float(np.mean(intra_terms)) if intra_terms else 0.0
     if c == 1:
         return intra
     inter = float(np.mean([_mean_between(sim, groups[s], groups[t]) for s, t in itertools.combinations(range(c), 2)]))

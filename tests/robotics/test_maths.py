@@ -132,6 +132,16 @@ def test_cua_finds_the_planted_partition(planted):
     assert sorted(map(sorted, found)) == sorted(map(sorted, planted))
 
 
+def test_cua_does_not_split_off_a_singleton_when_all_updates_are_alike():
+    # within-suite 0.90, across suites 0.85 (accumulated updates share a common component)
+    sim = np.full((4, 4), 0.85)
+    sim[0, 1] = sim[1, 0] = sim[2, 3] = sim[3, 2] = 0.90
+    np.fill_diagonal(sim, 1.0)
+    assert compatibility_partition(sim, 2) == [[0, 1], [2, 3]]
+    assert partition_score(sim, [[0, 1], [2, 3]]) == pytest.approx(0.05)
+    assert partition_score(sim, [[0, 1, 2], [3]]) == pytest.approx((0.90 + 0.85 + 0.85) / 3 - (0.85 + 0.85 + 0.90) / 3)
+
+
 def test_cua_local_search_beyond_exhaustive_range_finds_planted_partition():
     planted = [list(range(0, 12, 3)), list(range(1, 12, 3)), list(range(2, 12, 3))]
     states, init = _planted_updates(planted, seed=9)
