@@ -1,7 +1,10 @@
 """Reproduce the structure of FedDRMan's Tables I-III on p2pfl's MuJoCo suites.
 
-    python analysis/reproduce_feddrman.py                 # the default budget (see BUDGETS)
+    python analysis/reproduce_feddrman.py                 # the default budget (see BUDGETS), seed 0
     python analysis/reproduce_feddrman.py --budget smoke  # a seconds-long pipeline check
+
+Runs in parallel (one per core) write their own ``--tag``; ``--merge a.jsonl b.jsonl`` then writes
+one report over all seeds; ``--resume`` keeps a tag's finished rows and runs the rest.
 
 Writes analysis/results/feddrman.md (success rate per suite and method, per table) and
 analysis/results/feddrman_curves_*.png (success vs round). Every run is a scenario built from
@@ -172,6 +175,11 @@ def co_clustering(group: list[dict], per_suite: int = 2) -> str:
     return f"same-suite {pct(same)}, cross-suite {pct(cross)}"
 
 
+def _seeds(groups: dict) -> str:
+    seeds = sorted({r["seed"] for g in groups.values() for r in g})
+    return f"Seeds: {', '.join(map(str, seeds))}.\n"
+
+
 def write_report(rows: list[dict], b: dict, budget: str, wall: float) -> None:
     import matplotlib
 
@@ -185,11 +193,11 @@ def write_report(rows: list[dict], b: dict, budget: str, wall: float) -> None:
     md = [f"# FedDRMan reproduction on p2pfl's MuJoCo suites (budget `{budget}`)", "",
           f"Budget: {b['rounds']} rounds, rollouts every {b['eval_every']} rounds, {b['episodes']} episodes per task "
           f"(4 tasks per suite), horizon {b['horizon']}, {b.get('epochs', 1)} local epoch(s) per round, {b['demos']} expert "
-          f"demos per task; seeds {', '.join(map(str, seeds))}. Total run time {wall / 60:.1f} min (CPU, 1 torch thread per run). "
+          f"demos per task; seeds {', '.join(map(str, seeds))} (per table below). Total run time {wall / 60:.1f} min (CPU, 1 torch thread per run). "
           "Numbers are success rates (%) at the final round: mean over seeds (per-seed values in brackets).", ""]
     table1 = {k: v for k, v in groups.items() if k[0] == "I"}
     if table1:
-        md += ["## Table I: same-suite task non-IID (K=5, Dirichlet alpha=0.5 over tasks)", "",
+        md += ["## Table I: same-suite task non-IID (K=5, Dirichlet alpha=0.5 over tasks)", "", _seeds(table1),
                "| method | object | goal | spatial | mean |", "|---|---|---|---|---|"]
         labels = list(dict.fromkeys(k[1] for k in table1))
         for lab in labels:
@@ -201,7 +209,7 @@ def write_report(rows: list[dict], b: dict, budget: str, wall: float) -> None:
             md.append(f"| {lab} | " + " | ".join(cells) + f" | {sum(means) / len(means):.1f} |" if means else "")
     table2 = {k: v for k, v in groups.items() if k[0] == "II"}
     if table2:
-        md += ["", "## Table II: cross-suite (2 devices per suite; FedDRMan C = number of suites)", "",
+        md += ["", "## Table II: cross-suite (2 devices per suite; FedDRMan C = number of suites)", "", _seeds(table2),
                "| setting | method | per-suite success | mean | pairs co-clustered over rounds (truth: 100% / 0%) |", "|---|---|---|---|---|"]
         for (_, lab, setting), g in table2.items():
             suites = g[0]["suites"]
@@ -210,7 +218,7 @@ def write_report(rows: list[dict], b: dict, budget: str, wall: float) -> None:
                       f" | {sum(vals) / len(vals):.1f} | {co_clustering(g)} |")
     table3 = {k: v for k, v in groups.items() if k[0] == "III"}
     if table3:
-        md += ["", "## Table III: ablation on Object-Goal cross-suite", "", "| configuration | object | goal | mean | pairs co-clustered (same / cross suite) |",
+        md += ["", "## Table III: ablation on Object-Goal cross-suite", "", _seeds(table3), "| configuration | object | goal | mean | pairs co-clustered (same / cross suite) |",
                "|---|---|---|---|---|"]
         for (_, lab, _), g in table3.items():
             vals = [100 * r["final"][s] for r in g for s in ("object", "goal")]
@@ -232,8 +240,9 @@ def write_report(rows: list[dict], b: dict, budget: str, wall: float) -> None:
         fig.savefig(OUT / f"feddrman_curves_{table}_{budget}.png", dpi=120)
         plt.close(fig)
         md += ["", f"![Table {table} curves](feddrman_curves_{table}_{budget}.png)"]
-    (OUT / f"feddrman_{budget}.md").write_text("\n".join(md) + "\n")
-    print(f"wrote {OUT / f'feddrman_{budget}.md'}")
+    name = "feddrman.md" if budget == "default" else f"feddrman_{budget}.md"
+    (OUT / name).write_text("\n".join(md) + "\n")
+    print(f"wrote {OUT / name}")
 
 
 if __name__ == "__main__":
