@@ -101,7 +101,8 @@ def main() -> None:
     ap.add_argument("--table1-methods", default="centralized,local,fedavg,fedprox,fedkd", help="baselines besides feddrman")
     ap.add_argument("--pairs", default="object+goal,object+spatial,goal+spatial,object+goal+spatial",
                     help="Table II settings, comma list of suite+suite")
-    ap.add_argument("--table2-methods", default="local,fedavg,fedprox,fedkd")
+    ap.add_argument("--table2-methods", default="local,fedavg,fedprox,fedkd,feddrman-text",
+                    help="baselines besides feddrman; feddrman-text = FedDRMan with the text encoder as Omega")
     ap.add_argument("--skip-feddrman", action="store_true", help="baselines only (e.g. to add a baseline to earlier runs)")
     ap.add_argument("--skip-table3", action="store_true")
     ap.add_argument("--tag", default="", help="suffix of the output files (runs in parallel must differ)")
@@ -139,6 +140,8 @@ def main() -> None:
                 ours = {"name": "feddrman", "n_clusters": len(suites), "beta": 0.85 if len(suites) == 3 else 0.9}
                 for proto in [*pick(a.table2_methods).values(), *([] if a.skip_feddrman else [ours])]:
                     once("II", suites, 2, proto, seed, log)
+                if "feddrman-text" in a.table2_methods.split(","):  # Omega = text encoder instead of the paper's transformer
+                    once("II", suites, 2, {**ours, "omega": "text."}, seed, log, label="feddrman (Omega=text)")
             for label, sw in ([] if a.skip_table3 else ABLATION):
                 once("III", ["object", "goal"], 2, {"name": "feddrman", "n_clusters": 2, "beta": 0.9, **sw}, seed, log, label=label)
     write_report(rows, b, tag, time.time() - t0)
