@@ -98,7 +98,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="0", help="comma list of seeds; every row runs once per seed")
     ap.add_argument("--skip-table2", action="store_true")
     ap.add_argument("--table1-suites", default="object,goal,spatial", help="comma list ('' skips Table I)")
-    ap.add_argument("--table1-methods", default="centralized,local,fedavg,fedprox,fedkd", help="baselines besides feddrman")
+    ap.add_argument("--table1-methods", default="centralized,local,fedavg,fedprox,fedkd", help="baselines besides feddrman; feddrman-r16 = FedDRMan with subspace rank 16")
     ap.add_argument("--pairs", default="object+goal,object+spatial,goal+spatial,object+goal+spatial",
                     help="Table II settings, comma list of suite+suite")
     ap.add_argument("--table2-methods", default="local,fedavg,fedprox,fedkd,feddrman-text",
@@ -135,6 +135,8 @@ def main() -> None:
                 ours = {"name": "feddrman", "n_clusters": 1, "beta": SAME_SUITE_BETA[suite]}
                 for proto in [*pick(a.table1_methods).values(), *([] if a.skip_feddrman else [ours])]:
                     once("I", [suite], 5, proto, seed, log)
+                if "feddrman-r16" in a.table1_methods.split(","):  # a rank below the batch size N = 32 (see report)
+                    once("I", [suite], 5, {**ours, "rank": 16}, seed, log, label="feddrman (rank 16)")
             combos = [] if a.skip_table2 else [p.split("+") for p in a.pairs.split(",") if p]
             for suites in combos:
                 ours = {"name": "feddrman", "n_clusters": len(suites), "beta": 0.85 if len(suites) == 3 else 0.9}
