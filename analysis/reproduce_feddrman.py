@@ -216,7 +216,10 @@ def write_report(rows: list[dict], b: dict, budget: str, wall: float) -> None:
     if table2:
         md += ["", "## Table II: cross-suite (2 devices per suite; FedDRMan C = number of suites)", "", _seeds(table2),
                "| setting | method | per-suite success | mean | pairs co-clustered over rounds (truth: 100% / 0%) |", "|---|---|---|---|---|"]
-        for (_, lab, setting), g in table2.items():
+        order = ["local", "fedavg", "fedprox", "fedkd", "feddrman"]
+        settings = list(dict.fromkeys(k[2] for k in table2))
+        key = lambda k: (settings.index(k[2]), order.index(k[1]) if k[1] in order else len(order))  # noqa: E731
+        for (_, lab, setting), g in sorted(table2.items(), key=lambda kv: key(kv[0])):
             suites = g[0]["suites"]
             vals = [100 * r["final"][s] for r in g for s in suites]
             md.append(f"| {setting} | {lab} | " + ", ".join(f"{s} {c}" for s, c in zip(suites, _cells(g, suites))) +
