@@ -174,3 +174,19 @@ def test_mutual_distillation_trains_both_models_and_the_hidden_map():
     loss.backward()
     for part in (pair.mentor.head, pair.mentee.head, pair.hidden):
         assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in part.parameters())
+
+
+def test_a_suites_shards_do_not_depend_on_its_position_or_companions(tmp_path):
+    from p2pfl.config import load_dict
+    from p2pfl.sim.kernel import Simulation
+
+    def shards(suites):
+        sim = Simulation(load_dict(_scenario(tmp_path, {"name": "fedavg", "rounds": 1}, suites=suites)))
+        f = sim.federation
+        return {(f.device_suites[i], i % 2): (s.train_x, s.train_y) for i, s in enumerate(f.shards)}
+
+    a, b = shards(("object", "goal")), shards(("goal", "object"))
+    c = shards(("goal",))
+    for key, (x, y) in a.items():
+        assert torch.equal(x, b[key][0]) and torch.equal(y, b[key][1])
+    assert torch.equal(c[("goal", 0)][1], a[("goal", 0)][1])
