@@ -234,16 +234,23 @@ def write_report(rows: list[dict], b: dict, budget: str, wall: float) -> None:
     for table, tg in (("I", table1), ("II", table2), ("III", table3)):
         if not tg:
             continue
-        fig, ax = plt.subplots(figsize=(8, 4.5))
+        settings = list(dict.fromkeys(k[2] for k in tg))
+        fig, axes = plt.subplots(1, len(settings), figsize=(4.2 * len(settings), 4), squeeze=False, sharey=True)
+        colours = plt.get_cmap("tab10").colors
+        labels = list(dict.fromkeys(k[1] for k in tg))
         for (_, lab, setting), g in tg.items():
-            for s in g[0]["suites"]:
+            ax = axes[0][settings.index(setting)]
+            for si, s in enumerate(g[0]["suites"]):
                 rounds = sorted({int(k) for r in g for k in r["curve"].get(s, {})})
                 mean = [100 * sum(r["curve"][s].get(str(k), r["curve"][s].get(k, 0)) for r in g) / len(g) for k in rounds]
-                ax.plot(rounds, mean, marker="o", label=f"{lab} [{setting}] {s}")
-        ax.set_xlabel("round")
-        ax.set_ylabel("success rate (%), mean over seeds")
-        ax.set_title(f"Table {table}: rollout success per evaluated round")
-        ax.legend(fontsize=5, ncol=2)
+                ax.plot(rounds, mean, marker="o", color=colours[labels.index(lab) % 10], linestyle=["-", "--", ":"][si % 3],
+                        label=f"{lab}: {s}")
+            ax.set_title(setting if table == "II" else f"Table {table}: {setting}", fontsize=9)
+            ax.set_xlabel("round")
+        for ax in axes[0]:
+            ax.legend(fontsize=5)
+        axes[0][0].set_ylabel("rollout success (%), mean over seeds")
+        fig.suptitle(f"Table {table}: success per evaluated round (line style = suite)", fontsize=10)
         fig.tight_layout()
         fig.savefig(OUT / f"feddrman_curves_{table}_{budget}.png", dpi=120)
         plt.close(fig)
