@@ -126,10 +126,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_list(what: str) -> int:
     if what == "protocols":
-        from p2pfl.protocols import PROTOCOLS
+        from p2pfl.registry import all_protocols
 
         kind = lambda c: "server|none" if c.needs_server and c.serverless_option else "server" if c.needs_server else "serverless"  # noqa: E731
-        rows = [(name, kind(cls), cls.summary) for name, cls in sorted(PROTOCOLS.items())]
+        rows = [(name, kind(cls), cls.summary) for name, cls in sorted(all_protocols().items())]
     elif what == "datasets":
         from p2pfl.data import DATASETS
 

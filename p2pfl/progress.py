@@ -56,11 +56,14 @@ def print_summary(result: Any) -> None:
     t = Table(title=f"{s['scenario']} · {s['protocol']} · seed {s['seed']}", show_header=False)
     t.add_column("figure", style="bold")
     t.add_column("value", justify="right")
-    acc = s["accuracy_mean"]
+    from p2pfl.metrics.report import run_score
+
+    score = run_score(s)
+    low = " (lower is better)" if score.lower_is_better else ""
     t.add_row("devices / servers", f"{s['n_devices']} / {s['n_servers']}")
     t.add_row("rounds", str(s["rounds"]))
-    t.add_row("accuracy mean", "n/a" if acc is None else f"{acc:.4f}")
-    t.add_row("accuracy worst device", "n/a" if s["accuracy_worst"] is None else f"{s['accuracy_worst']:.4f}")
+    t.add_row(f"{score.label} mean{low}", "n/a" if score.mean is None else f"{score.mean:.4f}")
+    t.add_row(f"{score.label} worst device", "n/a" if score.worst is None else f"{score.worst:.4f}")
     t.add_row("bytes total", _fmt_bytes(s["bytes_total"]))
     t.add_row("messages (dropped)", f"{s['messages_total']} ({s['messages_dropped']})")
     t.add_row("compute", f"{s['compute_flops_total']:.3e} FLOPs, {s['compute_sim_s_total']:.2f} device-s")

@@ -1,7 +1,8 @@
-"""Clustering maths for clustered FL: RND novelty, compatibility federations, scores, plots.
+"""Clustering maths for clustered FL: RND novelty, compatibility federations, FedDRMan's CUA, scores, plots.
 
 Pure functions (no SimPy) that the protocols compose; the RND clustered-FL
-paper (Secs. III-V) is the source of every rule here.
+paper (Secs. III-V) is the source of every rule here but ``cua`` (compatible update
+aggregation: grouping by update similarity, FedDRMan Sec. III-C1).
 """
 
 from p2pfl.clustering.compatibility import (
@@ -10,6 +11,7 @@ from p2pfl.clustering.compatibility import (
     compatible,
     label_propagation_clusters,
 )
+from p2pfl.clustering.cua import cua_partition, match_clusters, partition_score, update_similarity
 from p2pfl.clustering.plots import novelty_heatmap
 from p2pfl.clustering.rnd import (
     make_predictor,
@@ -20,7 +22,12 @@ from p2pfl.clustering.rnd import (
     rnd_flops,
     train_predictor,
 )
-from p2pfl.clustering.scores import adjusted_rand_index, labels_from_clusters, misclassification_rate
+from p2pfl.clustering.scores import (
+    adjusted_rand_index,
+    clustering_scores,
+    labels_from_clusters,
+    misclassification_rate,
+)
 
 __all__ = [
     "make_target",
@@ -36,6 +43,11 @@ __all__ = [
     "label_propagation_clusters",
     "adjusted_rand_index",
     "misclassification_rate",
+    "clustering_scores",
     "labels_from_clusters",
     "novelty_heatmap",
+    "update_similarity",
+    "partition_score",
+    "cua_partition",
+    "match_clusters",
 ]

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from numbers import Integral
+from typing import Any
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 from sklearn.metrics import adjusted_rand_score
 
-__all__ = ["labels_from_clusters", "adjusted_rand_index", "misclassification_rate"]
+__all__ = ["labels_from_clusters", "adjusted_rand_index", "misclassification_rate", "clustering_scores"]
 
 
 def labels_from_clusters(clusters: Sequence[Sequence[int]], n: int) -> np.ndarray:
@@ -73,3 +74,13 @@ def misclassification_rate(true_labels: Sequence[int] | np.ndarray, clusters: Se
     rows, cols = linear_sum_assignment(contingency, maximize=True)
     matched = int(contingency[rows, cols].sum())
     return (truth.size - matched) / truth.size
+
+
+def clustering_scores(true_clusters: tuple[int, ...], clusters: list[list[int]]) -> dict[str, Any]:
+    """ARI, misclassification rate and count of federations against the ground truth (scoring only)."""
+    return {
+        "clusters": clusters,
+        "ari": adjusted_rand_index(list(true_clusters), clusters),
+        "misclassification_rate": misclassification_rate(list(true_clusters), clusters),
+        "n_federations": len(clusters),
+    }

@@ -1,4 +1,11 @@
-"""Datasets (loaders) and partitions (heterogeneity generators).
+"""Datasets (loaders), partition kinds (heterogeneity generators) and federations.
+
+``datasets`` loads pools; ``schema`` is the YAML ``data:`` section (every
+partition kind's fields, the robot one included); ``partitions`` holds one plan
+per partition kind (``PLANS``); ``splitters`` the index arithmetic the plans
+use; ``federation`` builds the shards.  ``p2pfl.data`` imports nothing from
+``p2pfl.robotics``: the robot federation is built by
+``p2pfl.robotics.federation`` (dispatch: ``p2pfl.sim.world``).
 
 The kernel calls ``build_federation(spec, n_devices, seed=...)`` and gets one
 :class:`Shard` per device.  ``DATASETS`` and ``PARTITIONS`` map every YAML

@@ -1,22 +1,25 @@
 """Shards, federations and ``build_federation`` (the entry point the kernel calls).
 
 ``build_federation(spec, n_devices, seed=...)`` loads the pool(s), asks the
-partition's plan for disjoint training indices, clusters, label maps and
-input transforms, draws local test sets that follow each device's training
-distribution (``local_test_partition``), and returns tensors ready to train.
+partition kind's plan (``p2pfl.data.partitions.PLANS``) for disjoint training
+indices, clusters, label maps and input transforms, draws local test sets that
+follow each device's training distribution
+(``p2pfl.data.splitters.local_test_partition``), and returns tensors ready to
+train.  The robot partition (``robot_suites``) is not built here: see
+``p2pfl.robotics.federation`` and ``p2pfl.sim.world.build_any_federation``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from p2pfl.data.datasets import Pool
-from p2pfl.data.partitions import local_test_partition
-from p2pfl.data.schema import DataSpec
+from p2pfl.data.schema import ROBOT_PARTITION_KIND, DataSpec
+from p2pfl.data.splitters import local_test_partition
 from p2pfl.errors import ConfigError, DataError
 from p2pfl.seeding import stream
 
@@ -69,6 +72,12 @@ class Federation:
     def n_clusters(self) -> int:
         return len(set(self.true_clusters))
 
+    def to(self, device: torch.device | str) -> "Federation":
+        """This federation with every shard's tensors on ``device`` (no copy where they already are)."""
+        moved = tuple(replace(s, train_x=s.train_x.to(device), train_y=s.train_y.to(device),
+                              test_x=s.test_x.to(device), test_y=s.test_y.to(device)) for s in self.shards)
+        return replace(self, shards=moved)
+
     def stats(self) -> dict:
         """JSON-ready summary of sizes, label sets and clusters per device."""
         def classes(y: torch.Tensor) -> list[int]:
@@ -118,17 +127,16 @@ def _check_devices(spec: DataSpec, n_devices: int) -> None:
 
 def build_federation(spec: DataSpec, n_devices: int, *, seed: int) -> Federation:
     """Build one shard per device as ``spec`` says; same (spec, n_devices, seed) => identical tensors."""
-    _check_devices(spec, n_devices)
     kind = spec.partition.kind
+    if kind == ROBOT_PARTITION_KIND:
+        raise ConfigError(f"data.partition.kind {kind} is built by p2pfl.robotics.federation.build_robot_federation, "
+                          "not p2pfl.data.build_federation; use p2pfl.sim.world.build_any_federation")
+    _check_devices(spec, n_devices)
     if kind == "parameter_shift":
         from p2pfl.data.synthetic import build_synthetic
 
         return build_synthetic(spec, int(n_devices), seed=seed)
-    if kind == "robot_suites":
-        from p2pfl.robotics.federation import build_robot_federation
-
-        return build_robot_federation(spec, int(n_devices), seed=seed)
-    from p2pfl.data.heterogeneity import PLANS
+    from p2pfl.data.partitions import PLANS
 
     plan = PLANS[kind](spec, int(n_devices), seed)
     return _assemble(spec, plan, seed)

@@ -1,331 +1,231 @@
-"""Partitions: pure functions from labels (or sizes) to per-device index arrays.
+"""The YAML partition kinds (``data.partition.kind``): one plan per kind, ``PLANS``.
 
-Each public function checks its arguments and raises ``DataError`` with the
-rule and the value; a private ``_`` twin does the work on valid input (the
-scikit-learn ``kmeans_plusplus`` / ``_kmeans_plusplus`` split).  Every
-function takes an explicit ``rng`` (numpy Generator) and returns sorted int64
-index arrays into the pool, one per device, pairwise disjoint.
+A plan decides who gets which samples, labels and transform; the index
+arithmetic it uses (iid, Dirichlet, quantity skew, class groups, cluster
+assignment) is in ``p2pfl.data.splitters``, the YAML fields of each kind in
+``p2pfl.data.schema``.  Conditional-PCA paper Sec. IV-A (E1-E4) and RND paper (clustered feature
+skew).  Devices are assigned to clusters by ``assign_clusters`` (``blocks``
+by default: contiguous device ids form a cluster).  Clusters that share a
+pool of images (rotation, concept shift, feature skew) split it iid among
+all devices; clusters with their own classes (label shift, subclass
+covariate shift) split only their classes among their own devices.  Either
+way training shards are pairwise disjoint.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 
 import numpy as np
+import torch
 
+from p2pfl.data import semantic as sem
+from p2pfl.data import transforms as tf
+from p2pfl.data.datasets import FALLBACKS, Pool, load_dataset
+from p2pfl.data.federation import Plan
+from p2pfl.data.splitters import (
+    assign_clusters,
+    dirichlet_partition,
+    group_partition,
+    iid_partition,
+    quantity_sizes,
+    quantity_skew_partition,
+)
+from p2pfl.data.schema import DataSpec
 from p2pfl.errors import DataError
+from p2pfl.seeding import stream
 
-__all__ = [
-    "assign_clusters",
-    "iid_partition",
-    "dirichlet_partition",
-    "quantity_sizes",
-    "quantity_skew_partition",
-    "group_partition",
-    "local_test_partition",
-    "apportion",
-]
+__all__ = ["PLANS"]
 
 
-def _group_by_owner(owner: np.ndarray, index: np.ndarray, n_devices: int) -> list[np.ndarray]:
-    """Split ``index`` by ``owner`` (device id) into sorted int64 arrays."""
-    order = np.lexsort((index, owner))
-    owner, index = owner[order], index[order]
-    cuts = np.searchsorted(owner, np.arange(1, n_devices))
-    return [a.astype(np.int64, copy=False) for a in np.split(index, cuts)]
+def _pool(spec: DataSpec) -> Pool:
+    return load_dataset(spec.dataset, spec.root, spec.download)
 
 
-def apportion(total: int, weights: np.ndarray) -> np.ndarray:
-    """Largest-remainder rounding: non-negative ints proportional to ``weights`` summing to ``total``.
-
-    Ties go to the lower position, so the result is deterministic.
-    """
-    w = np.asarray(weights, dtype=np.float64)
-    quota = w / w.sum() * total
-    base = np.floor(quota).astype(np.int64)
-    rest = int(total - base.sum())
-    if rest > 0:
-        order = np.argsort(-(quota - base), kind="stable")
-        base[order[:rest]] += 1
-    return base
+def _rng(seed: int) -> np.random.Generator:
+    return stream(seed, "data.partition")
 
 
-# ---------------------------------------------------------------- clusters
-def assign_clusters(n_devices: int, n_clusters: int, mode: str = "blocks") -> np.ndarray:
-    """Ground-truth cluster of each device, as an int64 array of length ``n_devices``.
-
-    ``blocks``: contiguous blocks, device i -> floor(i * K / n) (sizes differ by
-    at most one; with n = K * m, devices c*m .. c*m+m-1 form cluster c).
-    ``round_robin``: device i -> i % K.
-    """
-    if n_clusters < 1 or n_clusters > n_devices:
-        raise DataError(f"n_clusters must be in 1..n_devices={n_devices}; got {n_clusters}")
-    i = np.arange(n_devices, dtype=np.int64)
-    if mode == "blocks":
-        return (i * n_clusters) // n_devices
-    if mode == "round_robin":
-        return i % n_clusters
-    raise DataError(f"cluster assignment must be 'blocks' or 'round_robin'; got {mode!r}")
-
-
-# ---------------------------------------------------------------- iid
-def iid_partition(
-    n_samples: int, n_devices: int, *, rng: np.random.Generator, samples_per_device: int | None = None
-) -> list[np.ndarray]:
-    """Uniform random split of ``range(n_samples)``.
-
-    With ``samples_per_device`` every device gets exactly that many samples;
-    otherwise all samples are dealt and sizes differ by at most one.
-    """
-    if n_devices < 1:
-        raise DataError(f"n_devices must be >= 1; got {n_devices}")
-    need = n_devices if samples_per_device is None else n_devices * samples_per_device
-    if need > n_samples:
-        raise DataError(
-            f"{n_devices} devices x {samples_per_device or 1} samples need {need} training samples; "
-            f"the pool has {n_samples}; lower samples_per_client or the number of devices"
-        )
-    return _iid_split(n_samples, n_devices, rng, samples_per_device)
-
-
-def _iid_split(n_samples: int, n_devices: int, rng: np.random.Generator, per: int | None) -> list[np.ndarray]:
-    perm = rng.permutation(n_samples)
-    if per is not None:
-        perm = perm[: n_devices * per]
-    return [np.sort(p).astype(np.int64) for p in np.array_split(perm, n_devices)]
-
-
-# ---------------------------------------------------------------- dirichlet label skew
-def dirichlet_partition(
-    labels: np.ndarray,
-    n_devices: int,
-    alpha: float,
-    *,
-    rng: np.random.Generator,
-    min_samples: int = 1,
-    samples_per_device: int | None = None,
-    max_tries: int = 1000,
-) -> list[np.ndarray]:
-    """Label-skewed split: class proportions drawn from Dirichlet(alpha).
-
-    Without ``samples_per_device`` (all data dealt; Hsu et al. 2019 / NIID-Bench):
-    for each class c, q_c ~ Dir(alpha * 1_n) and the class-c samples are cut at
-    the cumulative fractions of q_c; the whole draw is repeated (same stream)
-    until every device holds at least ``min_samples`` samples.
-
-    With ``samples_per_device`` = s (fixed sizes): device i in order draws
-    p_i ~ Dir(alpha * 1_C) and takes s samples distributed Multinomial(s, p_i),
-    restricted to classes that still have samples; a shortfall is redrawn over
-    the classes left, so later devices lean toward leftover classes.
-    """
-    labels = np.asarray(labels)
-    if labels.ndim != 1 or labels.size == 0:
-        raise DataError(f"labels must be a non-empty 1-d array; got shape {labels.shape}")
-    if not alpha > 0:
-        raise DataError(f"dirichlet alpha must be > 0; got {alpha}")
-    if n_devices < 1:
-        raise DataError(f"n_devices must be >= 1; got {n_devices}")
-    if samples_per_device is not None:
-        if n_devices * samples_per_device > labels.size:
-            raise DataError(
-                f"{n_devices} devices x {samples_per_device} samples need {n_devices * samples_per_device} "
-                f"training samples; the pool has {labels.size}; lower samples_per_client"
-            )
-        return _dirichlet_fixed(labels, n_devices, alpha, rng, samples_per_device)
-    if n_devices * min_samples > labels.size:
-        raise DataError(f"min_samples={min_samples} x {n_devices} devices exceeds the {labels.size} training samples")
-    return _dirichlet_split(labels, n_devices, alpha, rng, min_samples, max_tries)
-
-
-def _dirichlet_split(
-    labels: np.ndarray, n: int, alpha: float, rng: np.random.Generator, min_samples: int, max_tries: int
-) -> list[np.ndarray]:
-    classes = np.unique(labels)
-    by_class = [np.flatnonzero(labels == c) for c in classes]
-    for _ in range(max_tries):
-        owners, idx = [], []
-        for members in by_class:
-            members = rng.permutation(members)
-            q = rng.dirichlet(np.full(n, alpha))
-            cuts = (np.cumsum(q)[:-1] * members.size).astype(np.int64)
-            counts = np.diff(np.concatenate(([0], cuts, [members.size])))
-            owners.append(np.repeat(np.arange(n), counts))
-            idx.append(members)
-        owner = np.concatenate(owners)
-        if np.bincount(owner, minlength=n).min() >= min_samples:
-            return _group_by_owner(owner, np.concatenate(idx), n)
-    raise DataError(
-        f"dirichlet alpha={alpha} left a device with fewer than {min_samples} samples in {max_tries} draws; "
-        "raise alpha, lower min_samples or use fewer devices"
+def _plan(spec, pool, clusters, train, label_maps=None, transforms=None, num_classes=None) -> Plan:
+    n = len(train)
+    return Plan(
+        pools={pool.name: pool},
+        sources=[pool.name] * n,
+        clusters=np.asarray(clusters, dtype=np.int64),
+        train_index=train,
+        label_maps=label_maps if label_maps is not None else [None] * n,
+        transforms=transforms if transforms is not None else [None] * n,
+        num_classes=pool.num_classes if num_classes is None else num_classes,
     )
 
 
-def _dirichlet_fixed(labels: np.ndarray, n: int, alpha: float, rng: np.random.Generator, per: int) -> list[np.ndarray]:
-    classes, inverse = np.unique(labels, return_inverse=True)
-    remaining = np.bincount(inverse, minlength=classes.size).astype(np.int64)
-    counts = np.zeros((n, classes.size), dtype=np.int64)
-    for i in range(n):
-        p = rng.dirichlet(np.full(classes.size, alpha))
-        want = per
-        while want > 0:
-            avail = remaining - counts[i]
-            w = p * (avail > 0)
-            if w.sum() <= 0:
-                w = (avail > 0).astype(np.float64)
-            draw = np.minimum(rng.multinomial(want, w / w.sum()), avail)
-            counts[i] += draw
-            want -= int(draw.sum())
-        remaining -= counts[i]
-    owners, idx = [], []
-    for c in range(classes.size):
-        members = rng.permutation(np.flatnonzero(inverse == c))[: counts[:, c].sum()]
-        owners.append(np.repeat(np.arange(n), counts[:, c]))
-        idx.append(members)
-    return _group_by_owner(np.concatenate(owners), np.concatenate(idx), n)
+def _iid(spec: DataSpec, pool: Pool, n: int, seed: int) -> list[np.ndarray]:
+    return iid_partition(len(pool.train_y), n, rng=_rng(seed), samples_per_device=spec.samples_per_client)
 
 
-# ---------------------------------------------------------------- quantity skew
-def quantity_sizes(
-    total: int,
-    n_devices: int,
-    *,
-    rng: np.random.Generator,
-    distribution: str = "dirichlet",
-    beta: float = 0.5,
-    exponent: float = 1.0,
-    min_samples: int = 1,
-) -> np.ndarray:
-    """Device sizes summing exactly to ``total``, each >= ``min_samples``.
+# ---------------------------------------------------------------- one cluster
+def plan_iid(spec: DataSpec, n: int, seed: int) -> Plan:
+    pool = _pool(spec)
+    return _plan(spec, pool, np.zeros(n), _iid(spec, pool, n, seed))
 
-    ``dirichlet``: shares q ~ Dir(beta * 1_n).  ``power_law``: the device of rank
-    r (ranks are a random permutation of devices) gets share ~ (r + 1) ** -exponent.
-    The ``total - n * min_samples`` samples beyond the minimum are apportioned
-    to the shares by largest remainder.
-    """
-    if n_devices < 1 or min_samples < 0:
-        raise DataError(f"n_devices must be >= 1 and min_samples >= 0; got {n_devices}, {min_samples}")
-    if n_devices * min_samples > total:
-        raise DataError(f"min_samples={min_samples} x {n_devices} devices exceeds the {total} samples")
-    if distribution == "dirichlet":
-        if not beta > 0:
-            raise DataError(f"quantity_skew beta must be > 0; got {beta}")
-        shares = rng.dirichlet(np.full(n_devices, beta))
-    elif distribution == "power_law":
-        if not exponent >= 0:
-            raise DataError(f"quantity_skew exponent must be >= 0; got {exponent}")
-        ranks = rng.permutation(n_devices)
-        shares = (ranks + 1.0) ** -exponent
+
+def plan_dirichlet(spec: DataSpec, n: int, seed: int) -> Plan:
+    p, pool = spec.partition, _pool(spec)
+    train = dirichlet_partition(pool.train_y, n, p.alpha, rng=_rng(seed), min_samples=p.min_samples,
+                                samples_per_device=spec.samples_per_client)
+    return _plan(spec, pool, np.zeros(n), train)
+
+
+def plan_quantity_skew(spec: DataSpec, n: int, seed: int) -> Plan:
+    """Sizes from ``quantity_sizes``; their total is the whole pool, or
+    n * samples_per_client when that is set (it is then the mean size)."""
+    p, pool = spec.partition, _pool(spec)
+    total = len(pool.train_y) if spec.samples_per_client is None else n * spec.samples_per_client
+    if total > len(pool.train_y):
+        raise DataError(f"{n} devices x samples_per_client={spec.samples_per_client} exceed the {len(pool.train_y)} "
+                        "training samples; lower samples_per_client")
+    rng = _rng(seed)
+    sizes = quantity_sizes(total, n, rng=rng, distribution=p.distribution, beta=p.beta, exponent=p.exponent,
+                           min_samples=p.min_samples)
+    return _plan(spec, pool, np.zeros(n), quantity_skew_partition(len(pool.train_y), sizes, rng=rng))
+
+
+# ---------------------------------------------------------------- E1 / E2a: class groups per cluster
+def plan_label_shift(spec: DataSpec, n: int, seed: int) -> Plan:
+    """E1: cluster k draws only from class group k; labels keep their class ids."""
+    p, pool = spec.partition, _pool(spec)
+    clusters = assign_clusters(n, p.n_clusters, p.assignment)
+    groups = sem.label_shift_groups(spec.dataset, pool.num_classes, p.n_clusters, pool.fine_to_coarse)
+    train = group_partition(pool.train_y, clusters, groups, rng=_rng(seed), samples_per_device=spec.samples_per_client)
+    return _plan(spec, pool, clusters, train)
+
+
+def plan_covariate_subclass(spec: DataSpec, n: int, seed: int) -> Plan:
+    """E2a: cluster k sees subclass group k; every cluster predicts the superclass."""
+    p, pool = spec.partition, _pool(spec)
+    clusters = assign_clusters(n, p.n_clusters, p.assignment)
+    supers = sem.superclasses(spec.dataset, pool.fine_to_coarse)
+    groups = sem.subclass_groups(supers, p.n_clusters)
+    train = group_partition(pool.train_y, clusters, groups, rng=_rng(seed), samples_per_device=spec.samples_per_client)
+    to_super = sem.superclass_map(supers, pool.num_classes)
+    return _plan(spec, pool, clusters, train, label_maps=[to_super] * n, num_classes=len(supers))
+
+
+# ---------------------------------------------------------------- shared pool, per-cluster labels or inputs
+def plan_rotation(spec: DataSpec, n: int, seed: int) -> Plan:
+    """E2b: cluster k's train and test images are rotated by angles[k] degrees."""
+    p, pool = spec.partition, _pool(spec)
+    clusters = assign_clusters(n, len(p.angles), p.assignment)
+    per_cluster = [_rotation(a) for a in p.angles]
+    return _plan(spec, pool, clusters, _iid(spec, pool, n, seed), transforms=[per_cluster[c] for c in clusters])
+
+
+def _rotation(angle: float) -> Callable[[torch.Tensor, str], torch.Tensor]:
+    return lambda x, split: tf.rotate(x, angle)
+
+
+def plan_semantic_concept(spec: DataSpec, n: int, seed: int) -> Plan:
+    """E3a: cluster k labels by ``SEMANTIC_MAPPINGS[dataset][k]``."""
+    p, pool = spec.partition, _pool(spec)
+    maps = sem.semantic_label_maps(spec.dataset)
+    clusters = assign_clusters(n, len(maps), p.assignment)
+    n_out = int(max(m.max() for m in maps)) + 1
+    return _plan(spec, pool, clusters, _iid(spec, pool, n, seed), label_maps=[maps[c] for c in clusters], num_classes=n_out)
+
+
+def plan_label_permutation(spec: DataSpec, n: int, seed: int) -> Plan:
+    """E3b: cluster k's label y becomes perm_k[y] (``semantic.label_permutations``)."""
+    p, pool = spec.partition, _pool(spec)
+    clusters = assign_clusters(n, p.n_clusters, p.assignment)
+    perms = sem.label_permutations(pool.num_classes, p.n_clusters, seed=seed, identity_first=p.identity_first)
+    return _plan(spec, pool, clusters, _iid(spec, pool, n, seed), label_maps=[perms[c] for c in clusters])
+
+
+def plan_feature_skew(spec: DataSpec, n: int, seed: int) -> Plan:
+    """RND paper: same label distribution everywhere; group k's inputs get
+    Gaussian noise of std noise_levels[k] (fresh per sample, drawn from the
+    device's own stream) or the fixed simplex pattern k, clamped to [0, 1]."""
+    p, pool = spec.partition, _pool(spec)
+    clusters = assign_clusters(n, p.n_clusters, p.assignment)
+    if p.mode == "noise":
+        levels = tf.noise_levels(p.noise_std, p.n_clusters)
+        transforms = [_noise(levels[c], seed, i) for i, c in enumerate(clusters)]
     else:
-        raise DataError(f"quantity_skew distribution must be 'dirichlet' or 'power_law'; got {distribution!r}")
-    return min_samples + apportion(total - n_devices * min_samples, shares)
+        patterns = tf.simplex_patterns(p.n_clusters, pool.input_shape, p.rms, rng=stream(seed, "data.pattern"))
+        transforms = [_pattern(patterns[c]) for c in clusters]
+    return _plan(spec, pool, clusters, _iid(spec, pool, n, seed), transforms=transforms)
 
 
-def quantity_skew_partition(n_samples: int, sizes: Sequence[int], *, rng: np.random.Generator) -> list[np.ndarray]:
-    """Random split of ``range(n_samples)`` into pieces of the given ``sizes`` (labels iid)."""
-    sizes = np.asarray(sizes, dtype=np.int64)
-    if sizes.min(initial=0) < 0 or sizes.sum() > n_samples:
-        raise DataError(f"sizes must be >= 0 and sum to at most {n_samples}; got sum {int(sizes.sum())}")
-    perm = rng.permutation(n_samples)[: sizes.sum()]
-    return [np.sort(p).astype(np.int64) for p in np.split(perm, np.cumsum(sizes)[:-1])]
+def _noise(std: float, seed: int, device: int):
+    return lambda x, split: tf.add_noise(x, std, rng=stream(seed, "data.noise", device, 0 if split == "train" else 1))
 
 
-# ---------------------------------------------------------------- class groups (cluster partitions)
-def group_partition(
-    labels: np.ndarray,
-    device_group: Sequence[int],
-    group_classes: Sequence[Sequence[int]],
-    *,
-    rng: np.random.Generator,
-    samples_per_device: int | None = None,
-) -> list[np.ndarray]:
-    """Split each group's samples (those whose label is in its class set) among its devices.
-
-    ``device_group[i]`` is the group of device i; ``group_classes[g]`` the
-    classes group g draws from (groups must have disjoint class sets).  Within
-    a group the samples are shuffled and dealt in device-id order: exactly
-    ``samples_per_device`` each, or all of them with sizes differing by at most one.
-    """
-    labels = np.asarray(labels)
-    device_group = np.asarray(device_group, dtype=np.int64)
-    n_groups = len(group_classes)
-    seen: set[int] = set()
-    for g, cls in enumerate(group_classes):
-        if seen & set(cls):
-            raise DataError(f"class groups must be disjoint; classes {sorted(seen & set(cls))} are in two groups")
-        seen |= set(cls)
-    if device_group.min(initial=0) < 0 or device_group.max(initial=0) >= n_groups:
-        raise DataError(f"device groups must lie in 0..{n_groups - 1}")
-    for g, cls in enumerate(group_classes):
-        m = int((device_group == g).sum())
-        have = int(np.isin(labels, cls).sum())
-        need = m * (samples_per_device or 1)
-        if m and need > have:
-            raise DataError(
-                f"cluster {g} (classes {list(cls)}) has {have} training samples but its {m} devices need {need}; "
-                "lower samples_per_client or the number of devices"
-            )
-    return _group_split(labels, device_group, group_classes, rng, samples_per_device)
+def _pattern(pattern: torch.Tensor):
+    return lambda x, split: tf.add_pattern(x, pattern)
 
 
-def _group_split(labels, device_group, group_classes, rng, per) -> list[np.ndarray]:
-    n = device_group.size
-    out: list[np.ndarray] = [np.empty(0, np.int64)] * n
-    for g, cls in enumerate(group_classes):
-        devices = np.flatnonzero(device_group == g)
-        if devices.size == 0:
-            continue
-        members = rng.permutation(np.flatnonzero(np.isin(labels, cls)))
-        if per is not None:
-            members = members[: devices.size * per]
-        for d, part in zip(devices, np.array_split(members, devices.size)):
-            out[d] = np.sort(part).astype(np.int64)
-    return out
+# ---------------------------------------------------------------- E4
+def plan_cross_dataset(spec: DataSpec, n: int, seed: int) -> Plan:
+    """E4a: cluster 0 draws from data.dataset, cluster k from others[k-1]; all
+    keep their own 10-class labels.  Devices that use the same dataset split
+    it iid.  With ``fallback``, MNIST without files becomes digits28."""
+    p = spec.partition
+    names = [spec.dataset] + list(p.others)
+    pools: dict[str, Pool] = {}
+    resolved = []
+    for name in names:
+        try:
+            pool = load_dataset(name, spec.root if name == spec.dataset else _other_root(spec, name), spec.download)
+        except DataError:
+            if not (p.fallback and name in FALLBACKS):
+                raise
+            pool = load_dataset(FALLBACKS[name])
+        pools[pool.name] = pool
+        resolved.append(pool.name)
+    clusters = assign_clusters(n, len(names), p.assignment)
+    sources = [resolved[c] for c in clusters]
+    train: list[np.ndarray] = [np.empty(0, np.int64)] * n
+    rng = _rng(seed)
+    for src in dict.fromkeys(resolved):
+        devs = [i for i in range(n) if sources[i] == src]
+        parts = iid_partition(len(pools[src].train_y), len(devs), rng=rng, samples_per_device=spec.samples_per_client)
+        for i, part in zip(devs, parts):
+            train[i] = part
+    return Plan(pools=pools, sources=sources, clusters=clusters, train_index=train, label_maps=[None] * n,
+                transforms=[None] * n, num_classes=max(pl.num_classes for pl in pools.values()))
 
 
-# ---------------------------------------------------------------- local test sets
-def local_test_partition(
-    train_labels: Sequence[np.ndarray],
-    test_labels: np.ndarray,
-    fraction: float,
-    *,
-    rng: np.random.Generator,
-) -> list[np.ndarray]:
-    """Local test sets that follow each device's training label distribution.
-
-    Device i with n_i training samples gets t_i = max(1, round(n_i * f / (1 - f)))
-    test samples (so test is a fraction f of its local data), apportioned over
-    classes in proportion to its training counts (largest remainder) and capped
-    at the class's pool size.  Test samples of class c are dealt from one seeded
-    shuffle of the class-c pool in device-id order: disjoint across devices
-    while the pool suffices; beyond that the dealing wraps around the shuffle,
-    so overlap is spread evenly and no sample repeats within a device.
-    """
-    if not 0 < fraction < 1:
-        raise DataError(f"test_fraction must be in (0, 1); got {fraction}")
-    test_labels = np.asarray(test_labels)
-    return _test_split([np.asarray(t) for t in train_labels], test_labels, fraction, rng)
+def _other_root(spec: DataSpec, name: str) -> str | None:
+    """Other datasets look in data.root too (torchvision keeps them side by side)."""
+    return spec.root
 
 
-def _test_split(train_labels, test_labels, fraction, rng) -> list[np.ndarray]:
-    n = len(train_labels)
-    n_classes = int(max([test_labels.max(initial=-1)] + [t.max(initial=-1) for t in train_labels])) + 1
-    counts = np.stack([np.bincount(t, minlength=n_classes) for t in train_labels]) if n else np.zeros((0, n_classes), np.int64)
-    avail = np.bincount(test_labels, minlength=n_classes)
-    sizes = counts.sum(1)
-    want = np.where(sizes > 0, np.maximum(1, np.floor(sizes * fraction / (1 - fraction) + 0.5)), 0).astype(np.int64)
-    take = np.zeros_like(counts)
-    for i in range(n):
-        if want[i]:
-            take[i] = apportion(int(want[i]), counts[i])
-    take = np.minimum(take, avail[None, :])
-    owners, idx = [], []
-    for c in range(n_classes):
-        total = int(take[:, c].sum())
-        if total == 0:
-            continue
-        pool_c = rng.permutation(np.flatnonzero(test_labels == c))
-        idx.append(pool_c[np.arange(total) % pool_c.size])
-        owners.append(np.repeat(np.arange(n), take[:, c]))
-    if not idx:
-        return [np.empty(0, np.int64) for _ in range(n)]
-    return _group_by_owner(np.concatenate(owners), np.concatenate(idx), n)
+def plan_combined(spec: DataSpec, n: int, seed: int) -> Plan:
+    """E4b: cluster id = g * C + c: concept group g (semantic mapping g of E3a)
+    and covariate cluster c (subclass group c of E2a).  The two concept groups
+    share each covariate cluster's images, split disjointly among their devices."""
+    p, pool = spec.partition, _pool(spec)
+    c_count = p.covariate_clusters
+    clusters = assign_clusters(n, 2 * c_count, p.assignment)
+    covariate = clusters % c_count
+    concept = clusters // c_count
+    groups = sem.subclass_groups(sem.superclasses(spec.dataset, pool.fine_to_coarse), c_count)
+    train = group_partition(pool.train_y, covariate, groups, rng=_rng(seed), samples_per_device=spec.samples_per_client)
+    maps = sem.semantic_label_maps(spec.dataset)
+    n_out = int(max(m.max() for m in maps)) + 1
+    return _plan(spec, pool, clusters, train, label_maps=[maps[g] for g in concept], num_classes=n_out)
+
+
+PLANS: dict[str, Callable[[DataSpec, int, int], Plan]] = {
+    "iid": plan_iid,
+    "dirichlet": plan_dirichlet,
+    "quantity_skew": plan_quantity_skew,
+    "label_shift": plan_label_shift,
+    "covariate_subclass": plan_covariate_subclass,
+    "rotation": plan_rotation,
+    "semantic_concept": plan_semantic_concept,
+    "label_permutation": plan_label_permutation,
+    "cross_dataset": plan_cross_dataset,
+    "combined": plan_combined,
+    "feature_skew": plan_feature_skew,
+}

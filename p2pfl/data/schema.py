@@ -28,9 +28,15 @@ YAML (every field but ``partition.kind`` has a default)::
       # {kind: combined, covariate_clusters: 2}                     (E4b, 2C clusters)
       # {kind: feature_skew, n_clusters: 4, mode: noise, noise_std: 0.3}   (or mode: pattern, rms: 0.1)
       # {kind: parameter_shift, n_clusters: 3, n_features: 10, noise_std: 0.1}  (synthetic_* only)
+      # {kind: robot_suites, suites: [object], clients_per_suite: 5, alpha: 0.5}  (dataset robotics only)
 
 Every clustered kind takes ``assignment: blocks`` (device i -> floor(i*K/n),
 contiguous ids) or ``round_robin`` (device i -> i % K).
+
+``robot_suites`` (FedDRMan's robot federation) is only a schema here: ``p2pfl.data`` imports
+nothing from ``p2pfl.robotics``, and its federation is built by
+``p2pfl.robotics.federation.build_robot_federation`` (``p2pfl.sim.world.build_any_federation``
+dispatches on ``ROBOT_PARTITION_KIND``).
 """
 
 from __future__ import annotations
@@ -42,7 +48,6 @@ from pydantic import Field, field_validator, model_validator
 from p2pfl.config.validation import Strict
 from p2pfl.data.datasets import DATASET_INFO
 from p2pfl.data.semantic import SEMANTIC_MAPPINGS, SUPERCLASSES
-from p2pfl.robotics.schema import RobotSuitesPartition
 
 __all__ = [
     "DataSpec",
@@ -59,6 +64,9 @@ __all__ = [
     "CombinedPartition",
     "FeatureSkewPartition",
     "ParameterShiftPartition",
+    "RobotSuitesPartition",
+    "ROBOT_PARTITION_KIND",
+    "SUITE_NAMES",
     "SPARSITY",
     "PARTITIONS",
 ]
@@ -178,6 +186,45 @@ class ParameterShiftPartition(_Clustered):
     n_clusters: int = Field(3, ge=1)
     n_features: int = Field(10, ge=1)
     noise_std: float = Field(0.1, ge=0)
+
+
+#: The partition kind whose federation ``p2pfl.data.build_federation`` does not build (robot demos).
+ROBOT_PARTITION_KIND = "robot_suites"
+#: The generated MuJoCo task suites (``p2pfl.robotics.suites.SUITES``); LIBERO suites are named freely.
+SUITE_NAMES = ("spatial", "object", "goal")
+
+
+class RobotSuitesPartition(Strict):
+    """Robot devices over task suites: Dirichlet(alpha) task skew within a suite (FedDRMan Sec. IV-1).
+
+    Each suite's demos are split among ``reference_clients`` clients by Dirichlet(alpha) over
+    tasks; the first ``clients_per_suite`` of them join the federation (the paper reuses shards
+    of the 5-client partition for cross-suite runs). Device i belongs to suite i // clients_per_suite.
+    """
+
+    kind: Literal["robot_suites"]
+    suites: list[str] = Field(default_factory=lambda: ["object"], min_length=1)
+    clients_per_suite: int = Field(5, ge=1)
+    reference_clients: int = Field(5, ge=1)
+    alpha: float = Field(0.5, gt=0)
+    demos_per_task: int = Field(150, ge=2, description="20 are too few to localise objects on unseen layouts")
+    history: int = Field(1, ge=1, le=8, description="observation steps per sample; 1 by default: with 2, the proprio history reveals the last action and BC learns to copy it (the copycat problem: spatial 10% with 2 steps, 57.5% with 1, same training)")
+    eval_episodes: int = Field(10, ge=1)
+    horizon: int = Field(80, ge=1)
+    source: Literal["generated", "libero"] = "generated"
+    libero_tasks: dict[str, list[str]] = Field(default_factory=dict,
+                                               description="libero source: suite -> demo files (relative to data.root)")
+
+    @field_validator("suites")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"suites must be distinct; got {v}")
+        return v
+
+    @property
+    def n_clusters(self) -> int:
+        return len(self.suites)
 
 
 PartitionSpec = Annotated[

@@ -6,7 +6,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-__all__ = ["State", "weighted_average", "clone_state", "add_scaled", "sub", "squared_distance", "state_to_vector"]
+__all__ = ["State", "weighted_sum", "weighted_average", "clone_state", "add_scaled", "sub", "squared_distance", "state_to_vector"]
 
 State = dict[str, torch.Tensor]
 
@@ -16,20 +16,19 @@ def clone_state(state: Mapping[str, torch.Tensor]) -> State:
     return {k: v.detach().clone() for k, v in state.items()}
 
 
-def weighted_average(items: Sequence[tuple[Mapping[str, torch.Tensor], float]]) -> State:
-    """FedAvg: sum_k w_k x_k / sum_k w_k over ``[(state, weight)]``.
+def weighted_sum(items: Sequence[tuple[Mapping[str, torch.Tensor], float]]) -> State:
+    """sum_k w_k x_k over ``[(state, weight)]``, in the order given (DSGD's mixing, FedAvg's numerator).
 
-    Raises ValueError on an empty list, non-positive total weight or mismatched keys.
+    Floating-point entries accumulate in float64 and are cast back to their dtype;
+    integer buffers (e.g. BatchNorm counters) are kept from the first state.
+    Raises ValueError on an empty list or mismatched keys.
     """
     if not items:
-        raise ValueError("weighted_average needs at least one (state, weight) pair")
-    total = float(sum(w for _, w in items))
-    if total <= 0:
-        raise ValueError(f"weights must sum to a positive number; got {total}")
+        raise ValueError("weighted_sum needs at least one (state, weight) pair")
     keys = list(items[0][0].keys())
     for state, _ in items[1:]:
         if list(state.keys()) != keys:
-            raise ValueError("states to average have different keys")
+            raise ValueError("states to combine have different keys")
     out: State = {}
     for k in keys:
         ref = items[0][0][k]
@@ -38,9 +37,24 @@ def weighted_average(items: Sequence[tuple[Mapping[str, torch.Tensor], float]]) 
             continue
         acc = torch.zeros_like(ref, dtype=torch.float64)
         for state, w in items:
-            acc += state[k].to(torch.float64) * (w / total)
+            acc += state[k].to(torch.float64) * w
         out[k] = acc.to(ref.dtype)
     return out
+
+
+def weighted_average(items: Sequence[tuple[Mapping[str, torch.Tensor], float]]) -> State:
+    """FedAvg: sum_k w_k x_k / sum_k w_k over ``[(state, weight)]``.
+
+    The weighted sum with weights ``w_k / total`` (each normalised before it
+    multiplies, which fixes the rounding). Raises ValueError on an empty list,
+    non-positive total weight or mismatched keys.
+    """
+    if not items:
+        raise ValueError("weighted_average needs at least one (state, weight) pair")
+    total = float(sum(w for _, w in items))
+    if total <= 0:
+        raise ValueError(f"weights must sum to a positive number; got {total}")
+    return weighted_sum([(state, w / total) for state, w in items])
 
 
 def sub(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> State:

@@ -16,8 +16,9 @@ __all__ = ["Recorder"]
 class Recorder:
     """Counters per node and an ordered event log."""
 
-    def __init__(self, n_nodes: int, on_round: Optional[Callable[[], None]] = None) -> None:
+    def __init__(self, n_nodes: int, metric: str = "accuracy", on_round: Optional[Callable[[], None]] = None) -> None:
         self.n_nodes = n_nodes
+        self.metric = metric
         self.events: list[dict[str, Any]] = []
         self.bytes_sent = [0] * n_nodes
         self.bytes_received = [0] * n_nodes
@@ -26,10 +27,8 @@ class Recorder:
         self.bytes_by_kind: dict[str, int] = defaultdict(int)
         self.compute_flops = [0] * n_nodes
         self.compute_sim_s = [0.0] * n_nodes
-        self.accuracy: dict[int, float] = {}
-        self.accuracy_curve: list[dict[str, Any]] = []
+        self.scores: dict[int, float] = {}
         self.logs: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        self.timing: dict[str, float] = defaultdict(float)
         self._on_round = on_round
 
     def event(self, t: float, kind: str, **fields: Any) -> None:
@@ -57,10 +56,10 @@ class Recorder:
         self.compute_sim_s[node] += sim_s
         self.event(t, "compute", node=node, what=what, flops=int(flops), sim_s=sim_s)
 
-    def evaluation(self, t: float, node: int, accuracy: float, round: Optional[int]) -> None:
-        """Record a device's test accuracy; the latest one per device is its final figure."""
-        self.accuracy[node] = accuracy
-        self.event(t, "eval", node=node, round=round, accuracy=accuracy)
+    def evaluation(self, t: float, node: int, score: float, round: Optional[int]) -> None:
+        """Record a device's test score (field named by the run's metric); the latest per device is final."""
+        self.scores[node] = score
+        self.event(t, "eval", node=node, round=round, **{self.metric: score})
 
     def log(self, t: float, node: Optional[int], name: str, value: Any, **fields: Any) -> None:
         """A protocol-specific metric (e.g. consensus distance)."""

@@ -1,15 +1,18 @@
 """The protocol interface (design guide, "the heart").
 
 A protocol is one class: its ``Params`` (validated YAML), and generators
-``device(ctx)`` / ``server(ctx)`` that read as the algorithm. Decisions
-(peer choice, aggregation, cluster assignment) are pure methods the loops
-call, so they are testable without SimPy.
+``device(ctx)`` / ``server(ctx)`` that read as the algorithm. It is built from
+its params and a read-only :class:`~p2pfl.sim.runinfo.RunInfo`, never from the
+Simulation; at run time everything goes through the node's context. Decisions
+(peer choice, aggregation, cluster assignment) are pure methods the loops call,
+so they are testable without SimPy.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar, Generator, Optional
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import Field
 
@@ -17,21 +20,30 @@ from p2pfl.config.validation import Strict
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.context import DeviceContext, ServerContext
-    from p2pfl.sim.kernel import Simulation
+    from p2pfl.sim.runinfo import RunInfo
 
-__all__ = ["ProtocolParams", "Protocol"]
+__all__ = ["ProtocolParams", "Protocol", "Process"]
+
+#: What ``device`` and ``server`` return: a SimPy process body.
+Process = Generator[Any, Any, Any]
 
 
 class ProtocolParams(Strict):
     """Fields every protocol shares; a protocol's own Params subclass this."""
 
     name: str
-    rounds: int = Field(10, ge=1)
-    eval_every: Optional[int] = Field(None, ge=1, description="evaluate every k rounds (final round always)")
+    rounds: int = Field(10, ge=1, le=1_000_000)
+    eval_every: int | None = Field(None, ge=1, description="evaluate every k rounds (final round always)")
 
 
-class Protocol(ABC):
-    """Base class: subclasses set ``name``, ``Params`` and implement ``device`` (and ``server``)."""
+P = TypeVar("P", bound=ProtocolParams)
+
+
+class Protocol(ABC, Generic[P]):
+    """Base class: subclasses set ``name``, ``Params`` and implement ``device`` (and ``server``).
+
+    ``class MyProtocol(Protocol[MyParams])`` makes ``self.params.my_field`` type-check.
+    """
 
     name: ClassVar[str]
     Params: ClassVar[type[ProtocolParams]] = ProtocolParams
@@ -40,15 +52,24 @@ class Protocol(ABC):
     serverless_option: ClassVar[bool] = False
     summary: ClassVar[str] = ""
 
-    def __init__(self, params: ProtocolParams, sim: "Simulation") -> None:
+    def __init__(self, params: P, run: RunInfo) -> None:
         self.params = params
-        self.sim = sim
+        self.run = run
+
+    @classmethod
+    def implementation(cls, params: ProtocolParams) -> type[Protocol[Any]]:
+        """The class that runs ``params`` (a YAML name may choose between algorithms by a field)."""
+        return cls
+
+    def requires_server(self) -> bool:
+        """Does this instance need a server node? (``needs_server``; some protocols decide from params.)"""
+        return self.needs_server
 
     @abstractmethod
-    def device(self, ctx: "DeviceContext") -> Generator:
+    def device(self, ctx: DeviceContext) -> Process:
         """SimPy process body of one device."""
 
-    def server(self, ctx: "ServerContext") -> Generator:
+    def server(self, ctx: ServerContext) -> Process:
         """SimPy process body of one server (only when ``needs_server``)."""
         raise NotImplementedError(f"protocol {self.name!r} has no server process")
         yield  # pragma: no cover
@@ -56,8 +77,8 @@ class Protocol(ABC):
     def progress_total(self) -> int:
         """How many ``ctx.round_done`` calls a full run makes (for the progress bar)."""
         if self.needs_server:
-            return self.params.rounds * max(1, len(self.sim.server_ids))
-        return self.params.rounds * self.sim.n_devices
+            return self.params.rounds * max(1, len(self.run.servers))
+        return self.params.rounds * self.run.n_devices
 
     def should_eval(self, round: int) -> bool:
         """Evaluate after ``round`` (1-based)? Every ``eval_every`` rounds and always after the last."""

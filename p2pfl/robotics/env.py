@@ -5,6 +5,9 @@ Action: 4-D in [-1, 1]: gripper xyz velocity (x ``MAX_STEP_M`` per control step)
 is kinematic: closing within reach of a cube's centre attaches it, opening releases it to fall
 under MuJoCo physics (a documented simplification of LIBERO's contact grasps, which keeps the
 physics cheap on two CPU cores). Observations follow LIBERO's keys.
+
+MuJoCo is imported through :func:`p2pfl.robotics.gl.import_mujoco` (GL backend check, triton
+loaded first), when the first environment or scene is made, not when this module is imported.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Optional
 
 import numpy as np
 
+from p2pfl.robotics.gl import gl_backend_error, import_mujoco, renderer
 from p2pfl.robotics.suites import CUBE_HALF, IMAGE_SIZE, ZONE_HALF, Task, scene_xml
 
 __all__ = ["RobotEnv", "Expert", "MAX_STEP_M", "CONTROL_SUBSTEPS", "PROPRIO_DIM", "ACTION_DIM", "mujoco_available"]
@@ -35,20 +39,26 @@ START_SPREAD = np.array([0.12, 0.06, 0.025])
 
 
 def mujoco_available() -> Optional[str]:
-    """None when MuJoCo imports and renders offscreen here; otherwise the reason it cannot."""
-    try:
-        import mujoco
+    """None when MuJoCo imports and renders offscreen here; otherwise the reason it cannot.
 
+    Checks the GL backend cheaply first (:func:`~p2pfl.robotics.gl.gl_backend_error`: no import
+    when its library is missing), then renders one tiny scene.
+    """
+    reason = gl_backend_error()
+    if reason is not None:
+        return reason
+    try:
+        mujoco = import_mujoco()
         m = mujoco.MjModel.from_xml_string('<mujoco><visual><global offwidth="8" offheight="8"/></visual>'
                                            '<worldbody><geom type="sphere" size="0.1"/></worldbody></mujoco>')
-        r = mujoco.Renderer(m, 8, 8)
+        r = renderer(mujoco, m, 8, 8)
         d = mujoco.MjData(m)
         r.update_scene(d)
         r.render()
         _SCENES[("probe", 8)] = (m, r)  # never freed (see _scene)
         return None
-    except Exception as err:  # ImportError, GL context failures
-        return f"{type(err).__name__}: {err}".strip()[:200]
+    except Exception as err:  # UserError from the GL checks, context failures
+        return " ".join(str(err).split())[:300]
 
 
 _SCENES: dict = {}
@@ -75,12 +85,11 @@ def _scene(suite: str, image_size: int):
     """
     key = (suite, image_size)
     if key not in _SCENES:
-        import mujoco
-
+        mujoco = import_mujoco()
         model = mujoco.MjModel.from_xml_string(scene_xml(suite))
         model.vis.global_.offwidth = max(model.vis.global_.offwidth, image_size)
         model.vis.global_.offheight = max(model.vis.global_.offheight, image_size)
-        _SCENES[key] = (model, mujoco.Renderer(model, image_size, image_size))
+        _SCENES[key] = (model, renderer(mujoco, model, image_size, image_size))
     return _SCENES[key]
 
 
@@ -94,8 +103,7 @@ class RobotEnv:
     """One task's scene: ``reset(seed)``, ``step(action)``, ``obs()``; renders agentview RGB."""
 
     def __init__(self, task: Task, image_size: int = IMAGE_SIZE) -> None:
-        import mujoco
-
+        mujoco = import_mujoco()
         self._mj = mujoco
         self.task = task
         self.model, self.renderer = _scene(task.suite, image_size)

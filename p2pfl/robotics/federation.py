@@ -20,10 +20,11 @@ import torch
 from torch import nn
 
 from p2pfl.data.federation import Federation, Shard
+from p2pfl.data.schema import SUITE_NAMES, RobotSuitesPartition
 from p2pfl.errors import ConfigError, DataError
+from p2pfl.robotics.gl import require_gl
 from p2pfl.robotics.policy import ObsLayout, pack_samples
 from p2pfl.robotics.rollout import RolloutResult, rollout_tasks
-from p2pfl.robotics.schema import SUITE_NAMES, RobotSuitesPartition
 from p2pfl.seeding import stream
 
 __all__ = ["RobotFederation", "RolloutReport", "build_robot_federation", "dirichlet_demo_split", "ROLLOUT_STEP_FLOPS"]
@@ -137,13 +138,18 @@ def _resize(images: np.ndarray, size: int) -> np.ndarray:
 
 
 def build_robot_federation(spec: Any, n_devices: int, *, seed: int) -> RobotFederation:
-    """One shard per device: device i is client i % clients_per_suite of suite i // clients_per_suite."""
+    """One shard per device: device i is client i % clients_per_suite of suite i // clients_per_suite.
+
+    Raises a one-line ``UserError`` before generating or loading any demo when MuJoCo cannot
+    render here (rollouts, the federation's score, always render; generated demos do too).
+    """
     p: RobotSuitesPartition = spec.partition
     if p.clients_per_suite > p.reference_clients:
         raise ConfigError(f"data.partition.clients_per_suite={p.clients_per_suite} exceeds reference_clients={p.reference_clients}")
     if n_devices != len(p.suites) * p.clients_per_suite:
         raise ConfigError(f"robot_suites needs {len(p.suites)} suites x {p.clients_per_suite} clients = "
                           f"{len(p.suites) * p.clients_per_suite} devices; the topology has {n_devices}")
+    require_gl()
     shards, suites, clusters, tasks_of, layout = [], [], [], {}, None
     make_env = None
     for c, suite in enumerate(p.suites):

@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from p2pfl.errors import DataError
+from p2pfl.robotics.gl import require_gl
 
 __all__ = ["libero_available", "libero_env_factory", "LiberoEnv"]
 
@@ -85,6 +86,7 @@ class LiberoEnv:
 
 def libero_env_factory(image: int) -> Callable[[str], LiberoEnv]:
     """``make_env(task_id)`` for rollouts; task ids are ``<libero suite>/<task name>``."""
+    require_gl()  # robosuite renders with MuJoCo too: same backend check, triton loaded first
     reason = libero_available()
     if reason is not None:
         raise DataError(f"data.partition.source: libero needs the 'libero' package ({reason}); see README 'Robotics'")

@@ -7,14 +7,15 @@ algorithm: ``yield ctx.send(...)``, ``msg = yield ctx.recv(...)``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generator, Optional
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import simpy
 import torch
 from torch import nn
 
-from p2pfl.learning.train import BatchLoss, Penalty, TrainResult, evaluate_accuracy
+from p2pfl.learning.train import BatchLoss, Penalty, TrainResult
 from p2pfl.sim.cost import train_flops
 from p2pfl.sim.executor import TrainJob
 from p2pfl.sim.profiles import DeviceProfile
@@ -22,6 +23,7 @@ from p2pfl.sim.profiles import DeviceProfile
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.data import Shard
     from p2pfl.sim.kernel import Simulation
+    from p2pfl.sim.runinfo import RunInfo
 
 __all__ = ["NodeContext", "DeviceContext", "ServerContext"]
 
@@ -40,12 +42,17 @@ def _snapshot(payload: Any) -> Any:
 
 
 class NodeContext:
-    """What every node (device or server) may do."""
+    """What every node (device or server) may do.
 
-    def __init__(self, sim: "Simulation", node_id: int, neighbors: tuple[int, ...], rng: np.random.Generator,
+    ``run`` is the read-only description of the run (ids, graph, task facts,
+    per-purpose seeds); everything else a node learns comes through ``recv``.
+    """
+
+    def __init__(self, sim: Simulation, node_id: int, neighbors: tuple[int, ...], rng: np.random.Generator,
                  torch_gen: torch.Generator) -> None:
         self._sim = sim
         self._env = sim.env
+        self.run: RunInfo = sim.run_info
         self.id = node_id
         self.neighbors = neighbors
         self.rng = rng
@@ -71,7 +78,7 @@ class NodeContext:
             return get
         return self._env.process(self._recv_until(get, timeout))
 
-    def _recv_until(self, get: simpy.Event, timeout: float) -> Generator:
+    def _recv_until(self, get: simpy.resources.store.StoreGet, timeout: float) -> Generator[Any, Any, Any]:
         result = yield get | self._env.timeout(timeout)
         if get in result:
             return result[get]
@@ -82,7 +89,7 @@ class NodeContext:
         """Idle for ``seconds`` of simulated time."""
         return self._env.timeout(seconds)
 
-    def spawn(self, generator: Generator) -> simpy.Process:
+    def spawn(self, generator: Generator[Any, Any, Any]) -> simpy.Process:
         """Run a helper process of this node (e.g. a responder) alongside its main loop."""
         return self._env.process(generator)
 
@@ -98,12 +105,23 @@ class NodeContext:
         """The scenario's model: the common initial weights, or this node's own seeded ones."""
         return self._sim.new_model(self.id if independent else None)
 
+    def forward_flops(self, model: nn.Module) -> int:
+        """Modelled forward FLOPs per sample of ``model`` on this task's inputs (cached per model)."""
+        return self._sim.forward_flops(model)
+
+    def evaluate_device(self, device: int, model: nn.Module, round: Optional[int] = None) -> float:
+        """Score ``model`` on ``device``'s local test set (a measurement: no bytes, no time).
+
+        The score is the run's metric: accuracy, RMSE for regression, rollout success for robots.
+        """
+        return self._sim.evaluate_on(device, model, round)
+
 
 class DeviceContext(NodeContext):
     """A device: owns a data shard, a profile and real local training."""
 
-    def __init__(self, sim: "Simulation", node_id: int, neighbors: tuple[int, ...], rng: np.random.Generator,
-                 torch_gen: torch.Generator, shard: "Shard", profile: DeviceProfile, servers: tuple[int, ...]) -> None:
+    def __init__(self, sim: Simulation, node_id: int, neighbors: tuple[int, ...], rng: np.random.Generator,
+                 torch_gen: torch.Generator, shard: Shard, profile: DeviceProfile, servers: tuple[int, ...]) -> None:
         super().__init__(sim, node_id, neighbors, rng, torch_gen)
         self.shard = shard
         self.profile = profile
@@ -122,7 +140,7 @@ class DeviceContext(NodeContext):
     def train(self, model: nn.Module, *, epochs: Optional[int] = None, lr: Optional[float] = None,
               momentum: Optional[float] = None, penalty: Optional[Penalty] = None,
               x: Optional[torch.Tensor] = None, y: Optional[torch.Tensor] = None,
-              loss: Optional[BatchLoss] = None) -> Generator:
+              loss: Optional[BatchLoss] = None) -> Generator[Any, Any, TrainResult]:
         """Train ``model`` in place on this device's shard; advance time by FLOPs / FLOP rate.
 
         ``loss(model, x, y)`` replaces the batch loss (its extra compute is the caller's to charge).
@@ -131,36 +149,32 @@ class DeviceContext(NodeContext):
         job = TrainJob(self.id, model, self.shard.train_x if x is None else x, self.shard.train_y if y is None else y,
                        sim.training, self.torch_gen, epochs=epochs, lr=lr, momentum=momentum, penalty=penalty,
                        loss=loss)
-        result: TrainResult = yield sim.executor.submit(self._env, job)
+        result = yield sim.executor.submit(self._env, job)
         flops = train_flops(sim.forward_flops(model), result.samples)
         yield from self.compute(flops, "train")
         return result
 
-    def compute(self, flops: int, what: str) -> Generator:
+    def pooled_shards(self) -> tuple[Shard, ...]:
+        """Every device's shard, for the pooled references only (``centralized``, Conditional's
+        ``pooled`` mode), which model a data centre holding all data; they account its upload themselves."""
+        return self._sim.federation.shards
+
+    def compute(self, flops: int, what: str) -> Generator[Any, Any, None]:
         """Charge ``flops`` of modelled compute to this device (time = FLOPs / FLOP rate)."""
         sim_s = flops / self.profile.flops_per_s
         self._sim.recorder.compute(self.now, self.id, flops, sim_s, what)
         yield self._env.timeout(sim_s)
 
     def evaluate(self, model: nn.Module, round: Optional[int] = None) -> float:
-        """Accuracy of ``model`` on this device's local test set, recorded for this device."""
+        """Score of ``model`` on this device's local test set (the run's metric), recorded for this device."""
         return self._sim.evaluate_on(self.id, model, round)
 
 
 class ServerContext(NodeContext):
     """A server node: attached to some devices; evaluates on their test sets for scoring."""
 
-    def __init__(self, sim: "Simulation", node_id: int, name: str, devices: tuple[int, ...], rng: np.random.Generator,
+    def __init__(self, sim: Simulation, node_id: int, name: str, devices: tuple[int, ...], rng: np.random.Generator,
                  torch_gen: torch.Generator) -> None:
         super().__init__(sim, node_id, devices, rng, torch_gen)
         self.name = name
         self.devices = devices
-
-    def evaluate_device(self, device: int, model: nn.Module, round: Optional[int] = None) -> float:
-        """Score ``model`` on ``device``'s local test set (a measurement: no bytes, no time)."""
-        return self._sim.evaluate_on(device, model, round)
-
-
-def evaluate_shard(model: nn.Module, shard: "Shard") -> float:
-    """Accuracy of ``model`` on a shard's local test set."""
-    return evaluate_accuracy(model, shard.test_x, shard.test_y)

@@ -2,7 +2,9 @@
 
 Build order: topology -> data shards -> device profiles -> network -> protocol.
 Each consumer gets its own seed stream (``p2pfl.seeding``), so the same
-scenario and seed give the same simulated history, byte for byte.
+scenario and seed give the same simulated history, byte for byte. The protocol
+is built from its params and a read-only :class:`RunInfo`; it reaches the world
+only through node contexts.
 """
 
 from __future__ import annotations
@@ -10,28 +12,32 @@ from __future__ import annotations
 import math
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Optional
 
+import networkx as nx
 import simpy
 import torch
 from torch import nn
 
 from p2pfl.data import build_federation
 from p2pfl.errors import ConfigError, UserError
-from p2pfl.learning.models import build_model
 from p2pfl.learning.train import evaluate_accuracy, evaluate_rmse
 from p2pfl.metrics.recorder import Recorder
-from p2pfl.protocols import get_protocol
+from p2pfl.metrics.summary import build_summary
 from p2pfl.seeding import child_seed, stream, torch_generator
 from p2pfl.sim.context import DeviceContext, ServerContext
 from p2pfl.sim.cost import forward_flops_per_sample
 from p2pfl.sim.executor import EXECUTORS
 from p2pfl.sim.network import Network
 from p2pfl.sim.profiles import draw_profiles
+from p2pfl.sim.runinfo import RunInfo, ServerInfo
 from p2pfl.topology import Link, build_topology
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.config.scenario import Scenario
+    from p2pfl.data import Federation
+    from p2pfl.protocols.base import Protocol
 
 __all__ = ["Simulation", "SimulationStalled", "resolve_torch_device"]
 
@@ -50,32 +56,54 @@ def resolve_torch_device(name: str) -> torch.device:
 
 
 class Simulation:
-    """One run of one scenario."""
+    """One run of one scenario.
 
-    def __init__(self, scenario: "Scenario", *, on_round: Optional[Callable[[], None]] = None) -> None:
+    ``protocol`` is the protocol class; by default it is looked up in the
+    registry from ``scenario.protocol.name`` (the kernel itself imports no protocol).
+    """
+
+    def __init__(self, scenario: Scenario, protocol: Optional[type[Protocol]] = None, *,
+                 on_round: Optional[Callable[[], None]] = None) -> None:
         t0 = time.perf_counter()
         self.scenario = scenario
         self.seed = seed = scenario.seed
         self.training = scenario.training
         self.torch_device = resolve_torch_device(scenario.torch_device)
-        cls = get_protocol(scenario.protocol.name)
+        if protocol is None:
+            from p2pfl.registry import get_protocol
+
+            protocol = get_protocol(scenario.protocol.name)
+        cls = protocol.implementation(scenario.protocol)
         self.topology = build_topology(scenario.topology, seed=seed)
         self.n_devices = n = self.topology.n_devices
         self.server_ids = tuple(range(n, n + len(self.topology.servers)))
-        self.federation = build_federation(scenario.data, n, seed=seed)
-        if self.torch_device.type != "cpu":
-            self.federation = self.federation.to(self.torch_device)  # type: ignore[attr-defined]
+        # one code path whatever the device: on CPU .to() returns the same tensors
+        self.federation = _build_federation(scenario, n, seed).to(self.torch_device)
+        self.metric = _metric_of(self.federation)
         self.env = simpy.Environment()
-        self.recorder = Recorder(n + len(self.server_ids), on_round=on_round)
+        self.recorder = Recorder(n + len(self.server_ids), metric=self.metric, on_round=on_round)
         self.profiles = draw_profiles(scenario.devices, n, stream(seed, "profiles"))
         self.network = self._build_network()
-        self.protocol = cls(scenario.protocol, self)
-        if self.protocol.needs_server and not self.topology.servers:
+        self.run_info = self._run_info()
+        self.protocol: Protocol = cls(scenario.protocol, self.run_info)
+        if self.protocol.requires_server() and not self.topology.servers:
             raise ConfigError(f"protocol {cls.name!r} needs a server; add 'servers: [{{attach: all}}]' to the topology")
         self.executor = EXECUTORS[scenario.executor]()
-        self._flops: "weakref.WeakKeyDictionary[nn.Module, int]" = weakref.WeakKeyDictionary()
+        self._flops: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
         self.eval_wall_s = 0.0
+        self.run_wall_s = 0.0
         self.build_wall_s = time.perf_counter() - t0
+
+    def _run_info(self) -> RunInfo:
+        fed = self.federation
+        graph = nx.freeze(nx.Graph(self.topology.graph.subgraph(range(self.n_devices))))
+        servers = tuple(ServerInfo(sid, spec.name, tuple(spec.attached))
+                        for sid, spec in zip(self.server_ids, self.topology.servers))
+        return RunInfo(seed=self.seed, n_devices=self.n_devices, servers=servers, graph=graph,
+                       input_shape=tuple(fed.input_shape), num_classes=fed.num_classes, task=fed.task,
+                       dataset=fed.dataset, model=self.scenario.model, training=self.training,
+                       torch_device=self.torch_device, model_hint=getattr(fed, "model_hint", None),
+                       true_clusters=tuple(fed.true_clusters))
 
     def _build_network(self) -> Network:
         links: dict[tuple[int, int], Link] = {(u, v): d["link"] for u, v, d in self.topology.graph.edges(data=True)}
@@ -95,10 +123,7 @@ class Simulation:
     def new_model(self, node: Optional[int] = None) -> nn.Module:
         """The scenario's model; common initial weights, or node-specific ones when ``node`` is given."""
         seed = child_seed(self.seed, "init") if node is None else child_seed(self.seed, "init", node)
-        fed = self.federation
-        model = build_model(self.scenario.model, fed.input_shape, fed.num_classes, seed=seed,
-                            hint=getattr(fed, "model_hint", None))
-        return model if self.torch_device.type == "cpu" else model.to(self.torch_device)
+        return self.run_info.build_model(seed)
 
     def forward_flops(self, model: nn.Module) -> int:
         """Forward FLOPs per sample of ``model`` (cached by architecture)."""
@@ -108,7 +133,8 @@ class Simulation:
         return flops
 
     def evaluate_on(self, device: int, model: nn.Module, round: Optional[int]) -> float:
-        """Accuracy (RMSE for regression tasks) of ``model`` on ``device``'s local test set, recorded for it."""
+        """The metric's score of ``model`` on ``device``'s local test set (accuracy, RMSE or rollout
+        success), recorded for it."""
         t0 = time.perf_counter()
         scorer = getattr(self.federation, "score_device", None)
         if scorer is not None:  # robot data: closed-loop rollouts, their compute charged to the device
@@ -121,10 +147,10 @@ class Simulation:
             return report.score
         shard = self.federation.shards[device]
         score = evaluate_rmse if self.federation.task == "regression" else evaluate_accuracy
-        acc = score(model, shard.test_x, shard.test_y)
+        value = score(model, shard.test_x, shard.test_y)
         self.eval_wall_s += time.perf_counter() - t0
-        self.recorder.evaluation(self.env.now, device, acc, round)
-        return acc
+        self.recorder.evaluation(self.env.now, device, value, round)
+        return value
 
     # --- running -----------------------------------------------------------------------------
 
@@ -158,8 +184,9 @@ class Simulation:
     def _run(self, t0: float) -> dict[str, Any]:
         devices, servers = self._contexts()
         dev_procs = [self.env.process(self.protocol.device(c)) for c in devices]
-        srv_procs = [self.env.process(self.protocol.server(c)) for c in servers] if self.protocol.needs_server else []
-        main = srv_procs if self.protocol.needs_server else dev_procs
+        with_server = self.protocol.requires_server()
+        srv_procs = [self.env.process(self.protocol.server(c)) for c in servers] if with_server else []
+        main = srv_procs if with_server else dev_procs
         try:
             self.env.run(until=simpy.AllOf(self.env, main))
         except RuntimeError as err:
@@ -172,59 +199,18 @@ class Simulation:
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
-        """The deterministic summary.json content."""
-        rec, n = self.recorder, self.n_devices
-        acc = [rec.accuracy.get(i) for i in range(n)]
-        out: dict[str, Any] = {
-            "scenario": self.scenario.name,
-            "protocol": self.protocol.name,
-            "seed": self.seed,
-            "rounds": self.scenario.protocol.rounds,
-            "n_devices": n,
-            "n_servers": len(self.server_ids),
-            "sim_time_s": self.env.now,
-            **self._scores(acc),
-            "bytes_total": sum(rec.bytes_sent),
-            "messages_total": sum(rec.messages_sent),
-            "messages_dropped": rec.messages_dropped,
-            "bytes_per_node": rec.bytes_sent[:n],
-            "bytes_received_per_node": rec.bytes_received[:n],
-            "bytes_per_server": {s.name: rec.bytes_sent[sid] for sid, s in zip(self.server_ids, self.topology.servers)},
-            "bytes_by_kind": dict(sorted(rec.bytes_by_kind.items())),
-            "compute_flops_total": sum(rec.compute_flops),
-            "compute_sim_s_total": sum(rec.compute_sim_s),
-            "compute_flops_per_node": rec.compute_flops[:n],
-            "accuracy_curve": self._accuracy_curve(),
-            "logs": {k: [{kk: vv for kk, vv in e.items() if kk != "node"} for e in v] for k, v in sorted(rec.logs.items())},
-            "true_clusters": list(self.federation.true_clusters),
-            "partition": self.federation.stats(),
-        }
-        out.update(self.protocol.result())
-        return out
-
-    def _scores(self, values: list[Optional[float]]) -> dict[str, Any]:
-        """accuracy_mean/worst/per_node, or rmse_mean/worst/per_node for regression (worst = highest)."""
-        scored = [a for a in values if a is not None]
-        if self.federation.task == "regression":
-            return {"metric": "rmse", "accuracy_mean": None, "accuracy_worst": None,
-                    "accuracy_per_node": [None] * len(values),
-                    "rmse_mean": sum(scored) / len(scored) if scored else None,
-                    "rmse_worst": max(scored) if scored else None, "rmse_per_node": values}
-        return {"metric": "accuracy", "accuracy_mean": sum(scored) / len(scored) if scored else None,
-                "accuracy_worst": min(scored) if scored else None, "accuracy_per_node": values}
-
-    def _accuracy_curve(self) -> list[dict[str, Any]]:
-        """Mean device accuracy per evaluated round, at the time the last device of that round was scored."""
-        by_round: dict[int, list[tuple[float, float]]] = {}
-        for e in self.recorder.events:
-            if e["kind"] == "eval" and e["round"] is not None:
-                by_round.setdefault(e["round"], []).append((e["t"], e["accuracy"]))
-        return [{"round": r, "t": max(t for t, _ in v), "accuracy_mean": sum(a for _, a in v) / len(v)}
-                for r, v in sorted(by_round.items())]
+        """The deterministic summary.json content (built in ``p2pfl.metrics.summary``)."""
+        head = {"scenario": self.scenario.name, "protocol": self.protocol.name, "seed": self.seed,
+                "rounds": self.scenario.protocol.rounds}
+        tail = {"true_clusters": list(self.federation.true_clusters), "partition": self.federation.stats(),
+                **self.protocol.result()}
+        return build_summary(self.recorder, metric=self.metric, n_devices=self.n_devices, server_ids=self.server_ids,
+                             server_names=tuple(s.name for s in self.topology.servers), head=head,
+                             sim_time_s=self.env.now, tail=tail)
 
     def timing(self) -> dict[str, float]:
         """Measured wall-clock figures (never steer the simulation)."""
-        run = getattr(self, "run_wall_s", 0.0)
+        run = self.run_wall_s
         return {
             "build_wall_s": self.build_wall_s,
             "run_wall_s": run,
@@ -233,3 +219,19 @@ class Simulation:
             "kernel_wall_s": max(run - self.executor.wall_s - self.eval_wall_s, 0.0),
             "events": len(self.recorder.events),
         }
+
+
+def _build_federation(scenario: Scenario, n_devices: int, seed: int) -> Federation:
+    """Every device's shard: robot demonstrations for the robot partition, else ``data.build_federation``."""
+    if scenario.data.partition.kind == "robot_suites":
+        from p2pfl.robotics.federation import build_robot_federation
+
+        return build_robot_federation(scenario.data, n_devices, seed=seed)
+    return build_federation(scenario.data, n_devices, seed=seed)
+
+
+def _metric_of(federation: Federation) -> str:
+    """The score every evaluation reports: rollout success, RMSE (regression) or accuracy."""
+    if getattr(federation, "score_device", None) is not None:
+        return "success"
+    return "rmse" if federation.task == "regression" else "accuracy"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import p2pfl
-from p2pfl.protocols.serverless.dsgd import metropolis_weights, mix
+from p2pfl.protocols.serverless.dsgd import metropolis_mix, metropolis_weights
 from tests.helpers import digits_scenario
 from tests.protocols.test_rnd import H, M
 
@@ -28,10 +28,10 @@ def test_metropolis_weights_are_symmetric_and_doubly_stochastic():
 def test_mix_preserves_the_mean_over_the_fleet():
     g = nx.cycle_graph(5)
     states = {i: {"w": torch.tensor([float(i), float(i * i)])} for i in g}
-    mixed = [mix({j: states[j] for j in metropolis_weights(g, i)}, metropolis_weights(g, i)) for i in g]
+    mixed = [metropolis_mix({j: states[j] for j in metropolis_weights(g, i)}, metropolis_weights(g, i)) for i in g]
     assert torch.allclose(torch.stack([m["w"] for m in mixed]).mean(0), torch.tensor([2.0, 6.0]))
     with pytest.raises(ValueError, match="different nodes"):
-        mix({0: states[0]}, {1: 1.0})
+        metropolis_mix({0: states[0]}, {1: 1.0})
 
 
 @pytest.mark.parametrize("kind,n,edges", [("ring", 6, 6), ("complete", 4, 6)])

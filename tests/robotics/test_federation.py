@@ -128,7 +128,7 @@ def test_proprio_is_standardised_so_open_and_closed_grippers_differ():
 
 
 def test_robot_partition_defaults_to_one_step_history():
-    from p2pfl.robotics.schema import RobotSuitesPartition
+    from p2pfl.data.schema import RobotSuitesPartition
 
     assert RobotSuitesPartition(kind="robot_suites").history == 1  # 2 lets BC copy the last action from proprio
 
@@ -176,6 +176,7 @@ def test_mutual_distillation_trains_both_models_and_the_hidden_map():
         assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in part.parameters())
 
 
+@needs_mujoco
 def test_a_suites_shards_do_not_depend_on_its_position_or_companions(tmp_path):
     from p2pfl.config import load_dict
     from p2pfl.sim.kernel import Simulation

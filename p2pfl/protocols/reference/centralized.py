@@ -8,17 +8,19 @@ on every device's local test set (a measurement, no bytes). 0 bytes by design.
 
 from __future__ import annotations
 
-from typing import Generator
+from typing import TYPE_CHECKING
 
 import torch
 
-from p2pfl.protocols.base import Protocol, ProtocolParams
-from p2pfl.sim.context import DeviceContext
+from p2pfl.protocols.base import Process, Protocol, ProtocolParams
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.sim.context import DeviceContext
 
 __all__ = ["Centralized"]
 
 
-class Centralized(Protocol):
+class Centralized(Protocol[ProtocolParams]):
     """Pooled training of one model on all data, run by device 0 as the data centre."""
 
     name = "centralized"
@@ -28,16 +30,16 @@ class Centralized(Protocol):
     def progress_total(self) -> int:
         return self.params.rounds
 
-    def device(self, ctx: DeviceContext) -> Generator:
+    def device(self, ctx: DeviceContext) -> Process:
         if ctx.id != 0:
             return
-        shards = self.sim.federation.shards
+        shards = ctx.pooled_shards()
         x = torch.cat([s.train_x for s in shards])
         y = torch.cat([s.train_y for s in shards])
         model = ctx.new_model()
         for r in range(1, self.params.rounds + 1):
             yield from ctx.train(model, x=x, y=y)
             if self.should_eval(r):
-                for d in range(self.sim.n_devices):
-                    self.sim.evaluate_on(d, model, r)
+                for d in self.run.device_ids:
+                    ctx.evaluate_device(d, model, r)
             ctx.round_done(r)

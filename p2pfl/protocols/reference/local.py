@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Generator
+from typing import TYPE_CHECKING
 
-from p2pfl.protocols.base import Protocol, ProtocolParams
-from p2pfl.sim.context import DeviceContext
+from p2pfl.protocols.base import Process, Protocol, ProtocolParams
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.sim.context import DeviceContext
 
 __all__ = ["Local"]
 
 
-class Local(Protocol):
+class Local(Protocol[ProtocolParams]):
     """Each device trains its own model for ``rounds`` x ``training.epochs`` epochs."""
 
     name = "local"
     Params = ProtocolParams
     summary = "local training only, no communication (lower bound)"
 
-    def device(self, ctx: DeviceContext) -> Generator:
+    def device(self, ctx: DeviceContext) -> Process:
         model = ctx.new_model()
         for r in range(1, self.params.rounds + 1):
             yield from ctx.train(model)

@@ -10,30 +10,35 @@ the joins.
 
 from __future__ import annotations
 
-from typing import Any, Generator
+from typing import TYPE_CHECKING, Any
 
 from p2pfl.clustering import adjusted_rand_index
 from p2pfl.learning.aggregate import clone_state, weighted_average
 from p2pfl.learning.state import live_state, load_state_
-from p2pfl.protocols.server.fedavg import FedAvg, FedAvgParams
-from p2pfl.sim.context import DeviceContext, ServerContext
+from p2pfl.protocols.base import Process
+from p2pfl.protocols.server.collect import collect_round
+from p2pfl.protocols.server.fedavg import FedAvgBase, FedAvgParams, select_clients
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.sim.context import DeviceContext, ServerContext
+    from p2pfl.sim.runinfo import RunInfo
 
 __all__ = ["Oracle"]
 
 
-class Oracle(FedAvg):
-    """FedAvg within each true cluster, through one server."""
+class Oracle(FedAvgBase[FedAvgParams]):
+    """FedAvg within each true cluster, through one server (client fraction and round timeout as FedAvg's)."""
 
     name = "oracle"
     Params = FedAvgParams
     needs_server = True
     summary = "reference: FedAvg within each ground-truth cluster (knows the clusters)"
 
-    def __init__(self, params: FedAvgParams, sim) -> None:
-        super().__init__(params, sim)
+    def __init__(self, params: FedAvgParams, run: RunInfo) -> None:
+        super().__init__(params, run)
         self.groups: dict[int, list[int]] = {}
 
-    def server(self, ctx: ServerContext) -> Generator:
+    def server(self, ctx: ServerContext) -> Process:
         p = self.params
         cluster_of: dict[int, int] = {}
         while len(cluster_of) < len(ctx.devices):
@@ -44,22 +49,22 @@ class Oracle(FedAvg):
         self.groups = dict(sorted(self.groups.items()))
         models = {c: self.make_model(ctx) for c in self.groups}
         for r in range(1, p.rounds + 1):
+            selected = select_clients(ctx.devices, p.client_fraction, ctx.rng)
             states = {c: clone_state(live_state(m)) for c, m in models.items()}
-            for d in ctx.devices:
+            for d in selected:
                 ctx.send(d, "model", {"state": states[cluster_of[d]]}, round=r)
-            updates: dict[int, tuple[dict, float]] = {}
-            while len(updates) < len(ctx.devices):
-                msg = yield ctx.recv("update")
-                if msg.round == r:
-                    updates[msg.src] = (msg.payload["state"], float(msg.payload["n_samples"]))
+            got = yield from collect_round(ctx, "update", r, selected, p.round_timeout_s)
+            updates = {d: (m.payload["state"], float(m.payload["n_samples"])) for d, m in got.items()}
             for c, members in self.groups.items():
-                load_state_(models[c], weighted_average([updates[d] for d in members]))
+                ups = [updates[d] for d in members if d in updates]
+                if ups:
+                    load_state_(models[c], weighted_average(ups))
             if self.should_eval(r):
                 for d in ctx.devices:
                     ctx.evaluate_device(d, models[cluster_of[d]], r)
             ctx.round_done(r)
 
-    def device(self, ctx: DeviceContext) -> Generator:
+    def device(self, ctx: DeviceContext) -> Process:
         if not ctx.servers:
             return
         yield ctx.send(ctx.servers[0], "join", {"cluster": ctx.true_cluster})
@@ -69,4 +74,4 @@ class Oracle(FedAvg):
         clusters = [members for _, members in sorted(self.groups.items())]
         if not clusters:
             return {}
-        return {"clusters": clusters, "ari": adjusted_rand_index(self.sim.federation.true_clusters, clusters)}
+        return {"clusters": clusters, "ari": adjusted_rand_index(list(self.run.true_clusters), clusters)}

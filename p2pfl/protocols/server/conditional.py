@@ -42,8 +42,10 @@ Infer: every device is scored with the shared model and its own s.
 from __future__ import annotations
 
 import json
+import operator
+from functools import reduce
 from pathlib import Path
-from typing import Any, Generator, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional, cast
 
 import numpy as np
 import torch
@@ -64,11 +66,14 @@ from p2pfl.conditioning import (
 )
 from p2pfl.errors import ConfigError
 from p2pfl.learning.train import train_local
-from p2pfl.protocols.server.fedavg import FedAvg, FedAvgParams
+from p2pfl.protocols.base import Process
+from p2pfl.protocols.server.fedavg import FedAvgBase, FedAvgParams
 from p2pfl.protocols.serverless.gossip import Gossip, GossipParams, select_peer
-from p2pfl.seeding import child_seed
-from p2pfl.sim.context import DeviceContext, NodeContext, ServerContext
 from p2pfl.sim.cost import HEADER_BYTES, forward_flops_per_sample, payload_bytes, train_flops
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.sim.context import DeviceContext, NodeContext, ServerContext
+    from p2pfl.sim.runinfo import RunInfo
 
 __all__ = ["Conditional", "ConditionalParams", "normalize_statistics"]
 
@@ -88,9 +93,9 @@ class ConditionalParams(FedAvgParams):
 _RGB = (3, 32, 32)
 
 
-def _load_phi(spec: Optional[str], fed) -> Optional[nn.Module]:
-    """The frozen encoder named by ``encoder:`` (None: identity), checked against the federation (App. B-C)."""
-    shape = tuple(fed.input_shape)
+def _load_phi(spec: Optional[str], run: RunInfo) -> Optional[nn.Module]:
+    """The frozen encoder named by ``encoder:`` (None: identity), checked against the run's data (App. B-C)."""
+    shape = tuple(run.input_shape)
     if spec == "identity":
         return None
     if spec is None:
@@ -106,7 +111,7 @@ def _load_phi(spec: Optional[str], fed) -> Optional[nn.Module]:
     path = Path(spec).expanduser()
     encoder = load_encoder(path)
     trained_on = str(encoder.meta.get("dataset", ""))
-    used = {fed.dataset, *fed.dataset.split("+"), *(s.source for s in fed.shards)}
+    used = {run.dataset, *run.dataset.split("+")}
     if trained_on in used:
         other = "cifar100" if trained_on == "cifar10" else "cifar10"
         raise ConfigError(f"protocol.encoder {path} was trained on {trained_on!r}, the scenario's own dataset: "
@@ -151,38 +156,42 @@ class _PooledView(nn.Module):
         return self.model.forward_with(self.x[idx], self.s[idx])
 
 
-class Conditional(FedAvg):
+class Conditional(FedAvgBase[ConditionalParams]):
     """One shared model conditioned on each device's local PCA eigenvalues."""
 
     name = "conditional"
     Params = ConditionalParams
     # needs_server (True, from FedAvg) is narrowed per instance: only federated + server transport runs one.
+    needs_server = True
     serverless_option = True
     summary = "Conditional: shared model conditioned on local PCA eigenvalues (FedAvg, gossip or pooled)"
 
-    def __init__(self, params: ConditionalParams, sim) -> None:
-        super().__init__(params, sim)
-        self.needs_server = params.mode == "federated" and params.transport == "server"
-        if self.needs_server and not sim.topology.servers:
+    def __init__(self, params: ConditionalParams, run: RunInfo) -> None:
+        super().__init__(params, run)
+        if self.requires_server() and not run.servers:
             raise ConfigError("protocol 'conditional' with transport 'server' needs a server; add "
                               "'servers: [{attach: all}]' to the topology or set protocol.transport: gossip")
         self.raw: dict[int, np.ndarray] = {}
         self.stats: dict[int, np.ndarray] = {}
         self._prep: dict[int, Any] = {}
-        self.encoder = _load_phi(params.encoder, sim.federation)
+        self.encoder = _load_phi(params.encoder, run)
         self.encoder_flops = 0
         if self.encoder is not None:
             self.encoder_flops = forward_flops_per_sample(self.encoder, _RGB)
-            self.encoder = self.encoder if sim.torch_device.type == "cpu" else self.encoder.to(sim.torch_device)
-        self._gossip = Gossip(GossipParams(name="gossip", rounds=params.rounds, eval_every=params.eval_every), sim)
+            self.encoder = self.encoder.to(run.torch_device)
+        self._gossip = Gossip(GossipParams(name="gossip", rounds=params.rounds, eval_every=params.eval_every), run)
+
+    def requires_server(self) -> bool:
+        """Only the federated mode over the server transport runs a server."""
+        return self.params.mode == "federated" and self.params.transport == "server"
 
     # --- model ---------------------------------------------------------------------------------
     def make_model(self, ctx: NodeContext, independent: bool = False) -> ConditionedModel:
         """The conditioned model (common init); a device's copy carries its own statistics."""
-        sim, fed = self.sim, self.sim.federation
-        seed = child_seed(sim.seed, "init", ctx.id) if independent else child_seed(sim.seed, "init")
-        model = conditioned_model(sim.scenario.model, fed.input_shape, fed.num_classes, self.params.components, seed=seed)
-        model = model if sim.torch_device.type == "cpu" else model.to(sim.torch_device)
+        run = self.run
+        seed = run.seed_for("init", ctx.id) if independent else run.seed_for("init")
+        model = conditioned_model(run.model, run.input_shape, run.num_classes, self.params.components, seed=seed)
+        model = model.to(run.torch_device)
         if ctx.id in self.stats:
             model.set_statistics(self.stats[ctx.id])
         return model
@@ -193,11 +202,11 @@ class Conditional(FedAvg):
         return super().progress_total()
 
     # --- prepare: statistics and their normalization -------------------------------------------
-    def local_statistics(self, ctx: DeviceContext) -> Generator:
+    def local_statistics(self, ctx: DeviceContext) -> Process:
         """Raw top-l eigenvalues of this device's Z (phi = encoder if any), charged as compute."""
         p, shard = self.params, ctx.shard
         x = shard.train_x if self.encoder is None else embed(self.encoder, shard.train_x)
-        z = feature_matrix(x, shard.train_y, self.sim.federation.num_classes)
+        z = feature_matrix(x, shard.train_y, self.run.num_classes)
         raw = pca_statistics(z, p.components, oversample=p.oversample, power_iterations=p.power_iterations)
         flops = pca_flops(z.shape[0], z.shape[1], p.components, oversample=p.oversample,
                           power_iterations=p.power_iterations) + self.encoder_flops * z.shape[0]
@@ -205,7 +214,7 @@ class Conditional(FedAvg):
         self.raw[ctx.id] = raw
         return raw
 
-    def prepare(self, ctx: DeviceContext) -> Generator:
+    def prepare(self, ctx: DeviceContext) -> Process:
         """Statistics, then normalization (federated modes)."""
         raw = yield from self.local_statistics(ctx)
         p = self.params
@@ -222,7 +231,7 @@ class Conditional(FedAvg):
         self.stats[ctx.id] = s
         return s
 
-    def gossip_moments(self, ctx: DeviceContext, raw: np.ndarray) -> Generator:
+    def gossip_moments(self, ctx: DeviceContext, raw: np.ndarray) -> Process:
         """Push-pull averaging of m = [s, s^2] with random neighbours; mean and std from the average."""
         m = torch.tensor(np.concatenate([raw, raw**2]), dtype=torch.float32)
         ctx.spawn(self._moment_responder(ctx, m))
@@ -241,7 +250,7 @@ class Conditional(FedAvg):
         mean = m[:l].double().numpy()
         return mean, np.sqrt(np.clip(m[l:].double().numpy() - mean**2, 0.0, None))
 
-    def _moment_responder(self, ctx: DeviceContext, m: torch.Tensor) -> Generator:
+    def _moment_responder(self, ctx: DeviceContext, m: torch.Tensor) -> Process:
         while True:
             msg = yield ctx.recv("moment_push")
             mine = m.clone()
@@ -249,21 +258,21 @@ class Conditional(FedAvg):
             m += 0.5 * (msg.payload["m"] - mine)
 
     # --- the processes ---------------------------------------------------------------------------
-    def server(self, ctx: ServerContext) -> Generator:
+    def server(self, ctx: ServerContext) -> Process:
         if self.params.normalization == "zscore":
             got: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
             while len(got) < len(ctx.devices):
                 msg = yield ctx.recv("moments")
                 got[msg.src] = (msg.payload["sum"], msg.payload["sumsq"])
-            sums = sum(got[d][0].double() for d in sorted(got))
-            sumsqs = sum(got[d][1].double() for d in sorted(got))
+            sums = reduce(operator.add, [got[d][0].double() for d in sorted(got)])
+            sumsqs = reduce(operator.add, [got[d][1].double() for d in sorted(got)])
             mean, std = population_moments(sums.numpy(), sumsqs.numpy(), len(got))
             reply = {"mean": torch.tensor(mean, dtype=torch.float32), "std": torch.tensor(std, dtype=torch.float32)}
             for d in sorted(got):
                 ctx.send(d, "moments_reply", reply)
         yield from super().server(ctx)
 
-    def device(self, ctx: DeviceContext) -> Generator:
+    def device(self, ctx: DeviceContext) -> Process:
         p = self.params
         if p.mode == "pooled":
             yield from self.pooled_device(ctx)
@@ -272,28 +281,29 @@ class Conditional(FedAvg):
             return  # not attached: not part of this federation
         yield from self.prepare(ctx)
         if p.transport == "gossip":
-            yield from self._gossip.device(_ConditionedContext(ctx, self))
+            yield from self._gossip.device(cast("DeviceContext", _ConditionedContext(ctx, self)))
         else:
             yield from super().device(ctx)
 
     def evaluate_global(self, ctx: ServerContext, model: nn.Module, r: int) -> None:
         """Each device scores the global model with its own statistics (a measurement: s does not travel)."""
-        for d in range(self.sim.n_devices):
-            model.set_statistics(self.stats[d])
-            ctx.evaluate_device(d, model, r)
+        conditioned = cast(ConditionedModel, model)
+        for d in self.run.device_ids:
+            conditioned.set_statistics(self.stats[d])
+            ctx.evaluate_device(d, conditioned, r)
 
-    def pooled_device(self, ctx: DeviceContext) -> Generator:
+    def pooled_device(self, ctx: DeviceContext) -> Process:
         """Every device computes its statistics; device 0 (the data centre) trains on the pooled set."""
         self._prep[ctx.id] = ctx.spawn(self.local_statistics(ctx))
         if ctx.id != 0:
             return
         yield ctx.sleep(0)  # every device has started its statistics by now
-        sim, n = self.sim, self.sim.n_devices
+        n = self.run.n_devices
         for i in range(n):
             yield self._prep[i]
         norm = normalize_statistics(np.stack([self.raw[i] for i in range(n)]), self.params.normalization)
         self.stats = {i: norm[i] for i in range(n)}
-        shards = sim.federation.shards
+        shards = ctx.pooled_shards()
         ctx.log("pooled_upload_bytes", sum(
             HEADER_BYTES + payload_bytes([s.train_x, s.train_y]) + 4 * self.params.components for s in shards))
         model = self.make_model(ctx)
@@ -304,12 +314,12 @@ class Conditional(FedAvg):
         view = _PooledView(model, x, table[owner.to(x.device)])
         idx = torch.arange(x.shape[0], device=x.device)
         for r in range(1, self.params.rounds + 1):
-            result = train_local(view, idx, y, sim.training, generator=ctx.torch_gen)
-            yield from ctx.compute(train_flops(sim.forward_flops(model), result.samples), "train")
+            result = train_local(view, idx, y, self.run.training, generator=ctx.torch_gen)
+            yield from ctx.compute(train_flops(ctx.forward_flops(model), result.samples), "train")
             if self.should_eval(r):
                 for d in range(n):
                     model.set_statistics(self.stats[d])
-                    sim.evaluate_on(d, model, r)
+                    ctx.evaluate_device(d, model, r)
             ctx.round_done(r)
 
     # --- outputs ---------------------------------------------------------------------------------

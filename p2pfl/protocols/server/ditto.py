@@ -11,7 +11,7 @@ The personal models are what is evaluated (by their devices).
 
 from __future__ import annotations
 
-from typing import Generator, Optional
+from typing import TYPE_CHECKING, Optional
 
 from pydantic import Field
 from torch import nn
@@ -19,9 +19,13 @@ from torch import nn
 from p2pfl.learning.aggregate import clone_state
 from p2pfl.learning.state import live_state, load_state_
 from p2pfl.learning.train import Penalty
-from p2pfl.protocols.server.fedavg import FedAvg, FedAvgParams
+from p2pfl.protocols.base import Process
+from p2pfl.protocols.server.fedavg import FedAvgBase, FedAvgParams
 from p2pfl.protocols.server.fedprox import proximal_penalty
-from p2pfl.sim.context import DeviceContext, ServerContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.sim.context import DeviceContext, ServerContext
+    from p2pfl.sim.runinfo import RunInfo
 
 __all__ = ["Ditto", "DittoParams"]
 
@@ -33,18 +37,18 @@ class DittoParams(FedAvgParams):
     personal_momentum: float = Field(0.0, ge=0, lt=1, description="plain SGD, as in the paper")
 
 
-class Ditto(FedAvg):
+class Ditto(FedAvgBase[DittoParams]):
     """FedAvg global model plus a persistent, proximally regularized personal model per device."""
 
     name = "ditto"
     Params = DittoParams
     summary = "Ditto: FedAvg global model + personal models with lambda/2 ||v - w||^2 (evaluated)"
 
-    def __init__(self, params: DittoParams, sim) -> None:
-        super().__init__(params, sim)
+    def __init__(self, params: DittoParams, run: RunInfo) -> None:
+        super().__init__(params, run)
         self.personal: dict[int, nn.Module] = {}
 
-    def local_update(self, ctx: DeviceContext, model: nn.Module, r: int, penalty: Optional[Penalty] = None) -> Generator:
+    def local_update(self, ctx: DeviceContext, model: nn.Module, r: int, penalty: Optional[Penalty] = None) -> Process:
         p = self.params
         personal = self.personal.get(ctx.id)
         if personal is None:

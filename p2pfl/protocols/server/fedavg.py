@@ -9,24 +9,30 @@ and averages what arrived (lost or late updates are skipped).
 
 from __future__ import annotations
 
-from typing import Generator, Optional
+from typing import TYPE_CHECKING, Generic, Optional, TypeVar
 
 import numpy as np
 from pydantic import Field
 from torch import nn
 
-from p2pfl.learning.aggregate import clone_state, weighted_average
+from p2pfl.learning.aggregate import State, clone_state, weighted_average
 from p2pfl.learning.state import load_state_
 from p2pfl.learning.train import Penalty
-from p2pfl.protocols.base import Protocol, ProtocolParams
-from p2pfl.sim.context import DeviceContext, NodeContext, ServerContext
+from p2pfl.protocols.base import Process, Protocol, ProtocolParams
+from p2pfl.protocols.server.collect import collect_round
 
-__all__ = ["FedAvg", "FedAvgParams", "select_clients"]
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.sim.context import DeviceContext, NodeContext, ServerContext
+
+__all__ = ["FedAvg", "FedAvgBase", "FedAvgParams", "select_clients"]
 
 
 class FedAvgParams(ProtocolParams):
     client_fraction: float = Field(1.0, gt=0, le=1)
     round_timeout_s: Optional[float] = Field(None, gt=0)
+
+
+F = TypeVar("F", bound=FedAvgParams)
 
 
 def select_clients(devices: tuple[int, ...], fraction: float, rng: np.random.Generator) -> list[int]:
@@ -37,15 +43,12 @@ def select_clients(devices: tuple[int, ...], fraction: float, rng: np.random.Gen
     return sorted(int(d) for d in rng.choice(np.asarray(devices), size=k, replace=False))
 
 
-class FedAvg(Protocol):
-    """Server-side FedAvg over the devices attached to the (single) server."""
+class FedAvgBase(Protocol[F], Generic[F]):
+    """Server-side FedAvg over the devices attached to the (single) server; variants subclass this."""
 
-    name = "fedavg"
-    Params = FedAvgParams
     needs_server = True
-    summary = "FedAvg through a server, sample-size weighted, optional client fraction"
 
-    def server(self, ctx: ServerContext) -> Generator:
+    def server(self, ctx: ServerContext) -> Process:
         p = self.params
         model = self.make_model(ctx)
         for r in range(1, p.rounds + 1):
@@ -53,7 +56,7 @@ class FedAvg(Protocol):
             state = clone_state(model.state_dict())
             for d in selected:
                 ctx.send(d, "model", {"state": state}, round=r)
-            updates = yield from self.collect(ctx, r, len(selected))
+            updates = yield from self.collect(ctx, r, selected)
             if updates:
                 load_state_(model, self.aggregate(updates))
             if self.should_eval(r):
@@ -66,26 +69,19 @@ class FedAvg(Protocol):
 
     def evaluate_global(self, ctx: ServerContext, model: nn.Module, r: int) -> None:
         """Score the global model on every device's local test set."""
-        for d in range(self.sim.n_devices):
+        for d in self.run.device_ids:
             ctx.evaluate_device(d, model, r)
 
-    def collect(self, ctx: ServerContext, r: int, expected: int) -> Generator:
-        """Receive this round's updates until all came or the round timeout passed."""
-        updates = []
-        deadline = None if self.params.round_timeout_s is None else ctx.now + self.params.round_timeout_s
-        while len(updates) < expected:
-            msg = yield ctx.recv("update", timeout=None if deadline is None else max(deadline - ctx.now, 0.0))
-            if msg is None:
-                break
-            if msg.round == r:
-                updates.append((msg.payload["state"], float(msg.payload["n_samples"])))
-        return updates
+    def collect(self, ctx: ServerContext, r: int, selected: list[int]) -> Process:
+        """This round's ``(state, n_samples)`` uploads in arrival order (until all came or the round timeout)."""
+        got = yield from collect_round(ctx, "update", r, selected, self.params.round_timeout_s)
+        return [(m.payload["state"], float(m.payload["n_samples"])) for m in got.values()]
 
-    def aggregate(self, updates: list) -> dict:
+    def aggregate(self, updates: list[tuple[State, float]]) -> State:
         """Sample-weighted average of the uploaded states."""
         return weighted_average(updates)
 
-    def device(self, ctx: DeviceContext) -> Generator:
+    def device(self, ctx: DeviceContext) -> Process:
         if not ctx.servers:
             return  # not attached to the server: not part of this federation
         model = self.make_model(ctx)
@@ -96,6 +92,14 @@ class FedAvg(Protocol):
             yield from self.local_update(ctx, model, msg.round)
             yield ctx.send(server, "update", {"state": model.state_dict(), "n_samples": ctx.n_samples}, round=msg.round)
 
-    def local_update(self, ctx: DeviceContext, model: nn.Module, r: int, penalty: Optional[Penalty] = None) -> Generator:
+    def local_update(self, ctx: DeviceContext, model: nn.Module, r: int, penalty: Optional[Penalty] = None) -> Process:
         """Device step of round ``r``: local training from the global model (variants add a penalty)."""
         return (yield from ctx.train(model, penalty=penalty))
+
+
+class FedAvg(FedAvgBase[FedAvgParams]):
+    """FedAvg (McMahan et al., 2017, Algorithm 1) through one server."""
+
+    name = "fedavg"
+    Params = FedAvgParams
+    summary = "FedAvg through a server, sample-size weighted, optional client fraction"

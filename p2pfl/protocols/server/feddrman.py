@@ -16,7 +16,7 @@ The maths are pure functions in ``p2pfl.robotics.distill`` and ``p2pfl.robotics.
 
 from __future__ import annotations
 
-from typing import Any, Generator, Optional
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 import torch
 from pydantic import Field
@@ -26,11 +26,19 @@ from p2pfl.clustering import adjusted_rand_index
 from p2pfl.errors import ConfigError
 from p2pfl.learning.aggregate import State, clone_state, weighted_average
 from p2pfl.learning.state import live_state, load_state_
-from p2pfl.protocols.server.fedavg import FedAvg, FedAvgParams, select_clients
-from p2pfl.robotics.aggregation import compatibility_partition, match_clusters, rebalance_update, update_similarity
-from p2pfl.robotics.distill import action_distillation, subspace_distillation
+from p2pfl.learning.train import BatchLoss
+from p2pfl.protocols.base import Process
+from p2pfl.protocols.server.collect import collect_round
+from p2pfl.protocols.server.fedavg import FedAvgBase, FedAvgParams, select_clients
+from p2pfl.clustering.cua import cua_partition as compatibility_partition, match_clusters, update_similarity
+from p2pfl.learning.spectral import rebalance_update
+from p2pfl.learning.distill import action_distillation, subspace_distillation
 from p2pfl.robotics.gmm import gmm_nll
-from p2pfl.sim.context import DeviceContext, ServerContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.robotics.policy import ResNetTPolicy
+    from p2pfl.sim.context import DeviceContext, ServerContext
+    from p2pfl.sim.runinfo import RunInfo
 
 __all__ = ["FedDRMan", "FedDRManParams", "aggregate_clusters"]
 
@@ -63,7 +71,7 @@ def aggregate_clusters(cluster_states: list[State], updates: dict[int, tuple[Sta
     return out
 
 
-class FedDRMan(FedAvg):
+class FedDRMan(FedAvgBase[FedDRManParams]):
     """Server-guided subspace/action distillation with compatible, spectrally rebalanced aggregation."""
 
     name = "feddrman"
@@ -71,12 +79,12 @@ class FedDRMan(FedAvg):
     needs_server = True
     summary = "FedDRMan: subspace + action distillation, compatible update aggregation, spectral rebalancing"
 
-    def __init__(self, params: FedDRManParams, sim) -> None:
-        super().__init__(params, sim)
+    def __init__(self, params: FedDRManParams, run: RunInfo) -> None:
+        super().__init__(params, run)
         self.groups: list[list[int]] = []
 
     # --- server ------------------------------------------------------------------------------
-    def server(self, ctx: ServerContext) -> Generator:
+    def server(self, ctx: ServerContext) -> Process:
         p = self.params
         probe = self.make_model(ctx)
         if not hasattr(probe, "encode"):
@@ -92,7 +100,8 @@ class FedDRMan(FedAvg):
             selected = select_clients(ctx.devices, p.client_fraction, ctx.rng)
             for d in selected:
                 ctx.send(d, "model", {"state": clusters[assign[d]]}, round=r)
-            updates = yield from self._collect(ctx, r, len(selected))
+            got = yield from collect_round(ctx, "update", r, selected, p.round_timeout_s)
+            updates = {d: (m.payload["state"], float(m.payload["n_samples"])) for d, m in got.items()}
             if updates:
                 ids = sorted(updates)
                 k_eff = min(c, len(ids))
@@ -113,27 +122,15 @@ class FedDRMan(FedAvg):
             if self.should_eval(r):
                 for cid, m in enumerate(scratch):
                     load_state_(m, clusters[cid])
-                for d in range(self.sim.n_devices):
+                for d in self.run.device_ids:
                     ctx.evaluate_device(d, scratch[assign.get(d, 0)], r)
             ctx.round_done(r)
 
-    def _collect(self, ctx: ServerContext, r: int, expected: int) -> Generator:
-        """This round's uploads by client id (until all came or the round timeout passed)."""
-        out: dict[int, tuple[State, float]] = {}
-        deadline = None if self.params.round_timeout_s is None else ctx.now + self.params.round_timeout_s
-        while len(out) < expected:
-            msg = yield ctx.recv("update", timeout=None if deadline is None else max(deadline - ctx.now, 0.0))
-            if msg is None:
-                break
-            if msg.round == r:
-                out[msg.src] = (msg.payload["state"], float(msg.payload["n_samples"]))
-        return out
-
     # --- device ------------------------------------------------------------------------------
-    def device(self, ctx: DeviceContext) -> Generator:
+    def device(self, ctx: DeviceContext) -> Process:
         if not ctx.servers:
             return
-        model, teacher = self.make_model(ctx), self.make_model(ctx)
+        model, teacher = self.make_model(ctx), cast("ResNetTPolicy", self.make_model(ctx))
         teacher.requires_grad_(False)
         teacher.eval()
         server = ctx.servers[0]
@@ -145,18 +142,19 @@ class FedDRMan(FedAvg):
             gen.manual_seed(int(ctx.rng.integers(2**62)))
             result = yield from ctx.train(model, loss=self.local_loss(teacher, gen))
             if self._uses_teacher():
-                yield from ctx.compute(self.sim.forward_flops(teacher) * result.samples, "distill")
+                yield from ctx.compute(ctx.forward_flops(teacher) * result.samples, "distill")
             yield ctx.send(server, "update", {"state": live_state(model), "n_samples": ctx.n_samples}, round=msg.round)
 
     def _uses_teacher(self) -> bool:
         p = self.params
         return (p.sub_loss and any(v > 0 for v in p.lambda_sub.values())) or (p.act_loss and p.lambda_act > 0)
 
-    def local_loss(self, teacher: nn.Module, gen: Optional[torch.Generator] = None):
+    def local_loss(self, teacher: ResNetTPolicy, gen: Optional[torch.Generator] = None) -> BatchLoss:
         """Eq. 8 as a batch loss ``loss(student, x, y)``."""
         p = self.params
 
-        def loss(student: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            student = cast("ResNetTPolicy", model)
             z, feats = student.encode(x)
             dist = student.head(z)
             total = gmm_nll(dist, y)
@@ -178,4 +176,4 @@ class FedDRMan(FedAvg):
     def result(self) -> dict[str, Any]:
         if not self.groups:
             return {}
-        return {"clusters": self.groups, "ari": adjusted_rand_index(self.sim.federation.true_clusters, self.groups)}
+        return {"clusters": self.groups, "ari": adjusted_rand_index(list(self.run.true_clusters), self.groups)}

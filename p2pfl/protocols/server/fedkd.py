@@ -20,7 +20,7 @@ so this equals separate optimisers up to the shared gradient-norm clip).
 
 from __future__ import annotations
 
-from typing import Generator, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import torch
 from pydantic import Field
@@ -31,11 +31,14 @@ from p2pfl.errors import ConfigError
 from p2pfl.learning.aggregate import clone_state, weighted_average
 from p2pfl.learning.state import load_state_
 from p2pfl.learning.svd_compress import compress_update, decompress_update, energy_threshold
-from p2pfl.protocols.server.fedavg import FedAvg, FedAvgParams, select_clients
-from p2pfl.robotics.distill import action_distillation
+from p2pfl.protocols.base import Process
+from p2pfl.protocols.server.fedavg import FedAvgBase, FedAvgParams, select_clients
+from p2pfl.learning.distill import action_distillation
 from p2pfl.robotics.gmm import GMM, gmm_nll
-from p2pfl.seeding import child_seed
-from p2pfl.sim.context import DeviceContext, NodeContext, ServerContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.robotics.policy import ResNetTPolicy
+    from p2pfl.sim.context import DeviceContext, NodeContext, ServerContext
 
 __all__ = ["FedKD", "FedKDParams", "MentorMentee", "mutual_distillation_loss"]
 
@@ -54,10 +57,10 @@ def _mean_action(d: GMM) -> torch.Tensor:
 class MentorMentee(nn.Module):
     """A device's trainable pair: private mentor, local mentee copy, and the hidden map W_h."""
 
-    def __init__(self, mentor: nn.Module, mentee: nn.Module) -> None:
+    def __init__(self, mentor: ResNetTPolicy, mentee: ResNetTPolicy) -> None:
         super().__init__()
         self.mentor, self.mentee = mentor, mentee
-        self.hidden = nn.Linear(mentee.head.trunk[0].in_features, mentor.head.trunk[0].in_features)
+        self.hidden = nn.Linear(_width(mentee), _width(mentor))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Both policies act (so the kernel's FLOP counter charges both per trained sample)."""
@@ -78,7 +81,7 @@ def mutual_distillation_loss(pair: MentorMentee, x: torch.Tensor, y: torch.Tenso
     return task + (distil + hidden) / (e + 1e-3)
 
 
-class FedKD(FedAvg):
+class FedKD(FedAvgBase[FedKDParams]):
     """Mentor/mentee mutual distillation; only the SVD-compressed mentee update is exchanged."""
 
     name = "fedkd"
@@ -86,22 +89,22 @@ class FedKD(FedAvg):
     needs_server = True
     summary = "FedKD-A: private mentor + shared mentee, adaptive mutual distillation, SVD-compressed updates"
 
-    def make_mentee(self) -> nn.Module:
+    def make_mentee(self) -> ResNetTPolicy:
         """The shared mentee: the robot policy at ``mentee_width`` (same seeded init everywhere)."""
         from p2pfl.robotics.policy import ObsLayout, ResNetTPolicy
 
-        layout = getattr(self.sim.federation, "model_hint", None)
+        layout = self.run.model_hint
         if not isinstance(layout, ObsLayout):
             raise ConfigError("protocol fedkd needs robot data (data.dataset: robotics) and model robot_policy")
         with torch.random.fork_rng(devices=[]):
-            torch.default_generator.manual_seed(child_seed(self.sim.seed, "fedkd.mentee"))
+            torch.default_generator.manual_seed(self.run.seed_for("fedkd.mentee"))
             return ResNetTPolicy(layout, d=self.params.mentee_width)
 
     def threshold(self, r: int) -> float:
         return energy_threshold(r, self.params.rounds, self.params.energy_start, self.params.energy_end)
 
     # --- server ------------------------------------------------------------------------------
-    def server(self, ctx: ServerContext) -> Generator:
+    def server(self, ctx: ServerContext) -> Process:
         p = self.params
         mentee = self.make_mentee()
         packed = None  # last round's compressed aggregate, broadcast with the next request
@@ -110,7 +113,7 @@ class FedKD(FedAvg):
             for d in ctx.devices:
                 body = {"state": clone_state(mentee.state_dict())} if packed is None else {"delta": packed}
                 ctx.send(d, "model", {**body, "train": d in selected}, round=r)
-            updates = yield from self.collect(ctx, r, len(selected))
+            updates = yield from self.collect(ctx, r, sorted(selected))
             if updates:
                 avg = weighted_average([(decompress_update(u), n) for u, n in updates])
                 packed = compress_update(avg, self.threshold(r))
@@ -120,13 +123,13 @@ class FedKD(FedAvg):
             ctx.round_done(r)
 
     # --- device ------------------------------------------------------------------------------
-    def device(self, ctx: DeviceContext) -> Generator:
+    def device(self, ctx: DeviceContext) -> Process:
         if not ctx.servers:
             return
         p = self.params
         mentor, mentee = self.make_model(ctx), self.make_mentee()
         with torch.random.fork_rng(devices=[]):  # W_h's init, seeded per device
-            torch.default_generator.manual_seed(child_seed(self.sim.seed, "fedkd.hidden", ctx.id))
+            torch.default_generator.manual_seed(self.run.seed_for("fedkd.hidden", ctx.id))
             pair = MentorMentee(mentor, mentee)
         shared = self.make_mentee()  # this device's copy of the global mentee
         server = ctx.servers[0]
@@ -141,7 +144,7 @@ class FedKD(FedAvg):
             load_state_(pair.mentee, shared.state_dict())
             gen = torch.Generator()
             gen.manual_seed(int(ctx.rng.integers(2**62)))
-            yield from ctx.train(pair, loss=lambda m, x, y: mutual_distillation_loss(m, x, y, gen))
+            yield from ctx.train(pair, loss=lambda m, x, y: mutual_distillation_loss(cast(MentorMentee, m), x, y, gen))
             base = shared.state_dict()
             delta = {k: v.detach() - base[k] for k, v in pair.mentee.state_dict().items()}
             packed = compress_update(delta, self.threshold(msg.round))
@@ -150,11 +153,18 @@ class FedKD(FedAvg):
                 ctx.evaluate(pair.mentor, msg.round)
             yield ctx.send(server, "update", {"state": packed, "n_samples": ctx.n_samples}, round=msg.round)
 
-    def make_model(self, ctx: NodeContext) -> nn.Module:
+    def make_model(self, ctx: NodeContext) -> ResNetTPolicy:
         model = ctx.new_model()
         if not hasattr(model, "encode"):
             raise ConfigError("protocol fedkd needs a policy with a GMM head (model robot_policy, data robotics)")
-        return model
+        return cast("ResNetTPolicy", model)
+
+
+def _width(policy: ResNetTPolicy) -> int:
+    """Width of a policy's features (the input of its GMM head's first layer)."""
+    first = policy.head.trunk[0]
+    assert isinstance(first, nn.Linear)
+    return first.in_features
 
 
 def _apply(model: nn.Module, delta: dict[str, torch.Tensor]) -> None:

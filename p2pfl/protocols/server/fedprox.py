@@ -8,7 +8,8 @@ else (messages, bytes, aggregation) is FedAvg's: the variant overrides
 
 from __future__ import annotations
 
-from typing import Generator, Mapping, Optional
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Optional
 
 import torch
 from pydantic import Field
@@ -16,8 +17,11 @@ from torch import nn
 
 from p2pfl.learning.aggregate import clone_state
 from p2pfl.learning.train import Penalty
-from p2pfl.protocols.server.fedavg import FedAvg, FedAvgParams
-from p2pfl.sim.context import DeviceContext
+from p2pfl.protocols.base import Process
+from p2pfl.protocols.server.fedavg import FedAvgBase, FedAvgParams
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.sim.context import DeviceContext
 
 __all__ = ["FedProx", "FedProxParams", "proximal_penalty"]
 
@@ -37,13 +41,13 @@ def proximal_penalty(anchor: Mapping[str, torch.Tensor], coefficient: float) -> 
     return penalty
 
 
-class FedProx(FedAvg):
+class FedProx(FedAvgBase[FedProxParams]):
     """FedAvg with a proximal term toward the round's global model."""
 
     name = "fedprox"
     Params = FedProxParams
     summary = "FedAvg with a proximal term mu/2 ||w - w_global||^2 in local training"
 
-    def local_update(self, ctx: DeviceContext, model: nn.Module, r: int, penalty: Optional[Penalty] = None) -> Generator:
+    def local_update(self, ctx: DeviceContext, model: nn.Module, r: int, penalty: Optional[Penalty] = None) -> Process:
         prox = proximal_penalty(clone_state(dict(model.named_parameters())), self.params.mu)
         return (yield from super().local_update(ctx, model, r, penalty=prox))

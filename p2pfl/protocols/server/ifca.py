@@ -19,20 +19,22 @@ Each round's assignment and its adjusted Rand index against the true clusters
 from __future__ import annotations
 
 import math
-from typing import Any, Generator
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 from pydantic import Field
 from torch import nn
 
 from p2pfl.clustering import adjusted_rand_index
-from p2pfl.learning.aggregate import clone_state, weighted_average
-from p2pfl.learning.models import build_model
+from p2pfl.learning.aggregate import State, clone_state, weighted_average
 from p2pfl.learning.state import live_state, load_state_
 from p2pfl.learning.train import average_loss
-from p2pfl.protocols.base import Protocol, ProtocolParams
-from p2pfl.seeding import child_seed
-from p2pfl.sim.context import DeviceContext, ServerContext
+from p2pfl.protocols.base import Process, Protocol, ProtocolParams
+from p2pfl.protocols.server.collect import collect_round
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.sim.context import DeviceContext, ServerContext
+    from p2pfl.sim.runinfo import RunInfo
 
 __all__ = ["IFCA", "IFCAParams", "choose_cluster", "clusters_from_assignment", "is_balanced"]
 
@@ -41,6 +43,7 @@ class IFCAParams(ProtocolParams):
     n_clusters: int = Field(2, ge=1, description="K cluster models")
     balanced_init: bool = False
     init_tries: int = Field(10, ge=1)
+    round_timeout_s: Optional[float] = Field(None, gt=0, description="stop waiting for updates after this long")
 
 
 def choose_cluster(losses: list[float]) -> int:
@@ -61,7 +64,7 @@ def is_balanced(assignment: list[int], k: int) -> bool:
     return bool(counts.min() >= need)
 
 
-class IFCA(Protocol):
+class IFCA(Protocol[IFCAParams]):
     """Iterative federated clustering through one server."""
 
     name = "ifca"
@@ -69,20 +72,15 @@ class IFCA(Protocol):
     needs_server = True
     summary = "IFCA: K cluster models broadcast, devices pick the lowest-loss one (K x download)"
 
-    def __init__(self, params: IFCAParams, sim) -> None:
-        super().__init__(params, sim)
+    def __init__(self, params: IFCAParams, run: RunInfo) -> None:
+        super().__init__(params, run)
         self.assignment: list[int] = []
 
     def init_models(self, draw: int) -> list[nn.Module]:
         """K independently initialised cluster models (draw ``draw`` of the init stream)."""
-        fed, sim = self.sim.federation, self.sim
-        models = []
-        for k in range(self.params.n_clusters):
-            m = build_model(sim.scenario.model, fed.input_shape, fed.num_classes, seed=child_seed(sim.seed, "ifca.init", draw, k))
-            models.append(m if sim.torch_device.type == "cpu" else m.to(sim.torch_device))
-        return models
+        return [self.run.build_model(self.run.seed_for("ifca.init", draw, k)) for k in range(self.params.n_clusters)]
 
-    def server(self, ctx: ServerContext) -> Generator:
+    def server(self, ctx: ServerContext) -> Process:
         p, n = self.params, len(ctx.devices)
         models = self.init_models(0)
         if p.balanced_init:
@@ -90,7 +88,7 @@ class IFCA(Protocol):
                 states = [clone_state(live_state(m)) for m in models]
                 for d in ctx.devices:
                     ctx.send(d, "probe", {"states": states})
-                picks = {}
+                picks: dict[int, int] = {}
                 while len(picks) < n:
                     msg = yield ctx.recv("probe_reply")
                     picks[msg.src] = int(msg.payload["cluster"])
@@ -103,24 +101,24 @@ class IFCA(Protocol):
             states = [clone_state(live_state(m)) for m in models]
             for d in ctx.devices:
                 ctx.send(d, "models", {"states": states}, round=r)
-            updates: dict[int, tuple[dict, float, int]] = {}
-            while len(updates) < n:
-                msg = yield ctx.recv("update")
-                if msg.round == r:
-                    updates[msg.src] = (msg.payload["state"], float(msg.payload["n_samples"]), int(msg.payload["cluster"]))
+            got = yield from collect_round(ctx, "update", r, ctx.devices, p.round_timeout_s)
+            updates = {d: (m.payload["state"], float(m.payload["n_samples"]), int(m.payload["cluster"]))
+                       for d, m in got.items()}
             for k in range(p.n_clusters):
                 members = [(s, w) for s, w, c in updates.values() if c == k]
                 if members:
                     load_state_(models[k], weighted_average(members))
-            self.assignment = [updates[d][2] for d in sorted(updates)]
+            # a device whose update did not arrive keeps its previous cluster (initially 0)
+            previous = self.assignment or [0] * len(ctx.devices)
+            self.assignment = [updates[d][2] if d in updates else previous[i] for i, d in enumerate(ctx.devices)]
             ctx.log("assignment", list(self.assignment), round=r)
             ctx.log("ari", self.ari(), round=r)
             if self.should_eval(r):
-                for d, c in zip(sorted(updates), self.assignment):
+                for d, c in zip(ctx.devices, self.assignment):
                     ctx.evaluate_device(d, models[c], r)
             ctx.round_done(r)
 
-    def device(self, ctx: DeviceContext) -> Generator:
+    def device(self, ctx: DeviceContext) -> Process:
         if not ctx.servers:
             return
         server = ctx.servers[0]
@@ -135,16 +133,16 @@ class IFCA(Protocol):
             yield ctx.send(server, "update", {"state": live_state(work), "n_samples": ctx.n_samples, "cluster": k},
                            round=msg.round)
 
-    def estep(self, ctx: DeviceContext, work: nn.Module, states: list[dict]) -> Generator:
+    def estep(self, ctx: DeviceContext, work: nn.Module, states: list[State]) -> Process:
         """Training loss of each cluster model (K forward passes over the shard, charged); the argmin."""
         losses = []
         for state in states:
             load_state_(work, state)
             losses.append(average_loss(work, ctx.shard.train_x, ctx.shard.train_y))
-        yield from ctx.compute(len(states) * self.sim.forward_flops(work) * ctx.n_samples, "ifca_estep")
+        yield from ctx.compute(len(states) * ctx.forward_flops(work) * ctx.n_samples, "ifca_estep")
         return choose_cluster(losses)
 
-    def answer_probes(self, ctx: DeviceContext, server: int) -> Generator:
+    def answer_probes(self, ctx: DeviceContext, server: int) -> Process:
         work = ctx.new_model()
         while True:
             msg = yield ctx.recv("probe")
@@ -153,7 +151,7 @@ class IFCA(Protocol):
 
     def ari(self) -> float:
         clusters = clusters_from_assignment(self.assignment, self.params.n_clusters)
-        return adjusted_rand_index(self.sim.federation.true_clusters, clusters)
+        return adjusted_rand_index(list(self.run.true_clusters), clusters)
 
     def result(self) -> dict[str, Any]:
         if not self.assignment:

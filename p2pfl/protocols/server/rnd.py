@@ -29,36 +29,25 @@ Modelled compute of the clustering phase is charged with
 
 from __future__ import annotations
 
-import io
-import tempfile
-from pathlib import Path
-from typing import Any, Generator, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import numpy as np
-import torch
 from pydantic import Field
 from torch import nn
 
-from p2pfl.clustering import (
-    adjusted_rand_index,
-    compatibility_clusters,
-    make_predictor,
-    make_target,
-    misclassification_rate,
-    novelty_heatmap,
-    novelty_row,
-    rnd_flops,
-    train_predictor,
-)
+from p2pfl.clustering import clustering_scores, compatibility_clusters
+from p2pfl.clustering.novelty import RNDProbe, heatmap_png, npy_bytes
 from p2pfl.errors import ConfigError
-from p2pfl.learning.aggregate import clone_state, weighted_average
+from p2pfl.learning.aggregate import State, clone_state, weighted_average
 from p2pfl.learning.state import load_state_
-from p2pfl.protocols.base import Protocol, ProtocolParams
-from p2pfl.seeding import torch_generator
-from p2pfl.sim.context import DeviceContext, ServerContext
+from p2pfl.protocols.base import Process, Protocol, ProtocolParams
+from p2pfl.protocols.server.collect import collect_round
 
-__all__ = ["RND", "RNDParams", "RNDProbe", "clustering_rounds", "federation_index", "regroup_weights",
-           "clustering_scores"]
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.sim.context import DeviceContext, ServerContext
+    from p2pfl.sim.runinfo import RunInfo
+
+__all__ = ["RND", "RNDParams", "clustering_rounds", "federation_index", "regroup_weights"]
 
 
 class RNDParams(ProtocolParams):
@@ -68,6 +57,7 @@ class RNDParams(ProtocolParams):
     rnd_epochs: int = Field(10, ge=1, description="predictor training epochs (Adam)")
     rnd_batch_size: int = Field(128, ge=1)
     rnd_lr: float = Field(1e-3, gt=0)
+    round_timeout_s: Optional[float] = Field(None, gt=0, description="stop waiting for updates after this long")
 
 
 # --------------------------------------------------------------------------- pure decisions
@@ -99,83 +89,10 @@ def regroup_weights(members: list[int], old_fed: list[int], n_samples: list[int]
     return w
 
 
-def clustering_scores(true_clusters: tuple[int, ...], clusters: list[list[int]]) -> dict[str, Any]:
-    """ARI, misclassification rate and count of federations against the ground truth (scoring only)."""
-    return {
-        "clusters": clusters,
-        "ari": adjusted_rand_index(list(true_clusters), clusters),
-        "misclassification_rate": misclassification_rate(list(true_clusters), clusters),
-        "n_federations": len(clusters),
-    }
-
-
-# --------------------------------------------------------------------------- the RND probe
-
-
-class RNDProbe:
-    """A device's side of RND: train its predictor, score predictors on its data, charge the FLOPs.
-
-    Shared by ``rnd`` and ``rnd_gossip``. Real work runs in torch; simulated
-    time comes from ``rnd_flops``; ``flops`` accumulates the clustering compute.
-    """
-
-    def __init__(self, sim, *, epochs: int, batch_size: int, lr: float) -> None:
-        self.seed = sim.seed
-        self.shape = tuple(sim.federation.input_shape)
-        self.epochs, self.batch_size, self.lr = epochs, batch_size, lr
-        self.device = sim.torch_device
-        self.target = make_target(self.shape, seed=self.seed).to(self.device)
-        self.flops = 0
-
-    def new_predictor(self) -> nn.Module:
-        """The shared initial predictor (every device builds the same from the seed)."""
-        return make_predictor(self.shape, seed=self.seed).to(self.device)
-
-    def predictor_from(self, state: dict[str, torch.Tensor]) -> nn.Module:
-        p = self.new_predictor()
-        p.load_state_dict(state)
-        return p.eval()
-
-    def train(self, ctx: DeviceContext, event: int) -> Generator:
-        """Train this device's predictor on its training inputs; returns the predictor."""
-        x = ctx.shard.train_x
-        predictor = self.new_predictor()
-        train_predictor(predictor, self.target, x, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
-                        generator=torch_generator(self.seed, "rnd.shuffle", ctx.id, event))
-        flops = rnd_flops(self.shape, int(x.shape[0]), self.epochs, 0, 0)
-        self.flops += flops
-        yield from ctx.compute(flops, "rnd_train")
-        return predictor
-
-    def score(self, ctx: DeviceContext, predictors: dict[int, nn.Module], n: int) -> Generator:
-        """Row of the novelty matrix: s_ij for every predictor held, nan elsewhere."""
-        x = ctx.shard.train_x
-        ids = sorted(predictors)
-        row = np.full(n, np.nan)
-        row[ids] = novelty_row([predictors[j] for j in ids], self.target, x)
-        flops = rnd_flops(self.shape, 0, 0, len(ids), int(x.shape[0]))
-        self.flops += flops
-        yield from ctx.compute(flops, "rnd_score")
-        return row
-
-
-def heatmap_png(U: np.ndarray, true_clusters: tuple[int, ...], title: str) -> bytes:
-    """Fig. 2 heatmap (u_ii - u_ij) as PNG bytes (rendered in a private temporary folder)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = novelty_heatmap(U, Path(tmp) / "heatmap.png", true_labels=list(true_clusters), title=title)
-        return path.read_bytes()
-
-
-def npy_bytes(U: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, U)
-    return buf.getvalue()
-
-
 # --------------------------------------------------------------------------- protocol
 
 
-class RND(Protocol):
+class RND(Protocol[RNDParams]):
     """Server-side RND federation discovery, then FedAvg per federation."""
 
     name = "rnd"
@@ -183,20 +100,20 @@ class RND(Protocol):
     needs_server = True
     summary = "RND novelty clustering (all-to-all predictors, server builds the matrix) + FedAvg per federation"
 
-    def __init__(self, params: RNDParams, sim) -> None:
-        super().__init__(params, sim)
-        servers = sim.topology.servers
-        if len(servers) != 1 or len(servers[0].attached) != sim.n_devices:
+    def __init__(self, params: RNDParams, run: RunInfo) -> None:
+        super().__init__(params, run)
+        servers = run.servers
+        if len(servers) != 1 or len(servers[0].attached) != run.n_devices:
             raise ConfigError("protocol 'rnd' needs exactly one server attached to every device "
                               "(topology 'servers: [{attach: all}]')")
-        self.probe = RNDProbe(sim, epochs=params.rnd_epochs, batch_size=params.rnd_batch_size, lr=params.rnd_lr)
+        self.probe = RNDProbe(run, epochs=params.rnd_epochs, batch_size=params.rnd_batch_size, lr=params.rnd_lr)
         self.events = clustering_rounds(params.rounds, params.recluster_every)
         self.history: list[dict[str, Any]] = []
         self.novelty: Optional[np.ndarray] = None
 
     # ---- device -----------------------------------------------------------------------
 
-    def device(self, ctx: DeviceContext) -> Generator:
+    def device(self, ctx: DeviceContext) -> Process:
         model = ctx.new_model()
         server = ctx.servers[0]
         for r in range(1, self.params.rounds + 1):
@@ -207,9 +124,9 @@ class RND(Protocol):
             yield from ctx.train(model)
             yield ctx.send(server, "update", {"state": model.state_dict(), "n_samples": ctx.n_samples}, round=msg.round)
 
-    def discover(self, ctx: DeviceContext, event: int, server: int) -> Generator:
+    def discover(self, ctx: DeviceContext, event: int, server: int) -> Process:
         """Algorithm 1: train the predictor, share it, score all predictors, upload the row."""
-        n = self.sim.n_devices
+        n = self.run.n_devices
         predictor = yield from self.probe.train(ctx, event)
         state = predictor.state_dict()
         if self.params.exchange == "direct":
@@ -228,9 +145,9 @@ class RND(Protocol):
 
     # ---- server -----------------------------------------------------------------------
 
-    def server(self, ctx: ServerContext) -> Generator:
-        p, n = self.params, self.sim.n_devices
-        n_samples = [int(s.train_y.shape[0]) for s in self.sim.federation.shards]
+    def server(self, ctx: ServerContext) -> Process:
+        p, n = self.params, self.run.n_devices
+        n_samples = [0] * n  # learned from the devices' updates (each carries its sample count)
         models: list[nn.Module] = [ctx.new_model()]
         fed = [0] * n
         for r in range(1, p.rounds + 1):
@@ -240,10 +157,11 @@ class RND(Protocol):
             states = [clone_state(m.state_dict()) for m in models]
             for d in range(n):
                 ctx.send(d, "model", {"state": states[fed[d]]}, round=r)
-            updates: list[list[tuple[dict, float]]] = [[] for _ in models]
-            for _ in range(n):
-                msg = yield ctx.recv("update")
-                updates[fed[msg.src]].append((msg.payload["state"], float(msg.payload["n_samples"])))
+            updates: list[list[tuple[State, float]]] = [[] for _ in models]
+            got = yield from collect_round(ctx, "update", r, range(n), p.round_timeout_s)
+            for d, msg in got.items():
+                n_samples[d] = int(msg.payload["n_samples"])
+                updates[fed[d]].append((msg.payload["state"], float(msg.payload["n_samples"])))
             for q, ups in enumerate(updates):
                 if ups:
                     load_state_(models[q], weighted_average(ups))
@@ -252,9 +170,9 @@ class RND(Protocol):
                     ctx.evaluate_device(d, models[fed[d]], r)
             ctx.round_done(r)
 
-    def build_federations(self, ctx: ServerContext, event: int, r: int) -> Generator:
+    def build_federations(self, ctx: ServerContext, event: int, r: int) -> Process:
         """Algorithm 2: (relay the predictors,) stack the rows, apply the compatibility criterion."""
-        n = self.sim.n_devices
+        n = self.run.n_devices
         if self.params.exchange == "relay":
             for _ in range(n):
                 msg = yield ctx.recv("rnd_upload")
@@ -267,21 +185,24 @@ class RND(Protocol):
             U[msg.src] = msg.payload["row"]
         clusters = compatibility_clusters(U, self.params.alpha)
         self.novelty = U
-        record = {"round": r, "t": ctx.now, **clustering_scores(self.sim.federation.true_clusters, clusters)}
+        record = {"round": r, "t": ctx.now, **clustering_scores(self.run.true_clusters, clusters)}
         self.history.append(record)
         ctx.log("rnd_federations", len(clusters), round=r)
         return clusters
 
     def regroup(self, ctx: ServerContext, clusters: list[list[int]], models: list[nn.Module], fed: list[int],
                 n_samples: list[int]) -> tuple[list[nn.Module], list[int]]:
-        """One model per new federation, started from its members' previous models (sample-weighted)."""
+        """One model per new federation, started from its members' previous models, weighted by the sample
+        counts the server has heard in their updates."""
         new_models = []
         for members in clusters:
             weights = regroup_weights(members, fed, n_samples)
+            if sum(weights.values()) == 0:  # no counts heard yet (first event): weigh by members
+                weights = regroup_weights(members, fed, [1] * len(fed))
             m = ctx.new_model()
             load_state_(m, weighted_average([(models[q].state_dict(), w) for q, w in sorted(weights.items())]))
             new_models.append(m)
-        return new_models, federation_index(clusters, self.sim.n_devices)
+        return new_models, federation_index(clusters, self.run.n_devices)
 
     # ---- outputs ----------------------------------------------------------------------
 
@@ -302,5 +223,5 @@ class RND(Protocol):
         if self.novelty is None:
             return {}
         return {"novelty.npy": npy_bytes(self.novelty),
-                "novelty_heatmap.png": heatmap_png(self.novelty, self.sim.federation.true_clusters,
+                "novelty_heatmap.png": heatmap_png(self.novelty, self.run.true_clusters,
                                                    r"RND (server): $u_{ii} - u_{ij}$")}

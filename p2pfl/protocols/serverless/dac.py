@@ -1,4 +1,8 @@
-"""DAC: decentralized adaptive clustering (Listo Zec et al., FL-IJCAI 2022), two variants.
+"""DAC: decentralized adaptive clustering (Listo Zec et al., FL-IJCAI 2022), two algorithms.
+
+The YAML name is ``dac``; its ``variant`` field picks the class that runs
+(:meth:`DAC.implementation`): ``cosine`` -> :class:`DACCosine`, ``original`` ->
+:class:`DACOriginal`. ``DAC`` (the registry's target) is ``DACCosine``.
 
 ``variant: cosine`` -- the Conditional paper's practical variant (App. K-C):
 "cosine-similarity-based neighbor discovery in model parameter space,
@@ -36,21 +40,26 @@ components of the last round's "i aggregated j" graph.
 
 from __future__ import annotations
 
-from typing import Any, Generator, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-import torch
 from pydantic import Field
+from torch import nn
 
+from p2pfl.clustering.scores import clustering_scores
 from p2pfl.learning.aggregate import State, clone_state, state_to_vector, weighted_average
 from p2pfl.learning.state import live_state, load_state_
 from p2pfl.learning.train import average_loss
-from p2pfl.protocols.base import Protocol, ProtocolParams
-from p2pfl.protocols.server.rnd import clustering_scores
-from p2pfl.protocols.serverless.dsgd import gather_round
-from p2pfl.sim.context import DeviceContext
+from p2pfl.protocols.base import Process, Protocol, ProtocolParams
+from p2pfl.protocols.serverless.neighbour_averaging import NeighbourAveraging, gather_round
 
-__all__ = ["DAC", "DACParams", "cosine_top_k", "dac_prior", "two_hop_update", "tau_at", "selection_components"]
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.sim.context import DeviceContext
+    from p2pfl.sim.network import Message
+    from p2pfl.sim.runinfo import RunInfo
+
+__all__ = ["DAC", "DACCosine", "DACOriginal", "DACParams", "cosine_top_k", "dac_prior", "two_hop_update", "tau_at",
+           "selection_components"]
 
 
 class DACParams(ProtocolParams):
@@ -68,7 +77,7 @@ class DACParams(ProtocolParams):
 def cosine_top_k(own: State, received: dict[int, State], k: int) -> list[int]:
     """Ids of the ``k`` received models most cosine-similar to ``own`` in parameter space (ties: lower id)."""
     a = state_to_vector(own)
-    scored = []
+    scored: list[tuple[float, int]] = []
     for j in sorted(received):
         b = state_to_vector(received[j])
         cos = float(a @ b / (a.norm() * b.norm()).clamp_min(1e-300))
@@ -125,65 +134,87 @@ def selection_components(n: int, chosen: dict[int, list[int]]) -> list[list[int]
     return sorted(groups.values(), key=lambda f: f[0])
 
 
-# --------------------------------------------------------------------------- protocol
+# --------------------------------------------------------------------------- protocols
 
 
-class DAC(Protocol):
-    """Decentralized adaptive clustering: cosine top-k (Conditional App. K-C) or the original loss-based DAC."""
+class _DACBase(Protocol[DACParams]):
+    """What both DAC algorithms share: the YAML name and params, candidate peers, the reported federations."""
 
     name = "dac"
     Params = DACParams
     summary = "DAC: similarity-weighted decentralized collaboration (cosine top-k, or original loss-based priors)"
+    #: The ``variant`` this class runs.
+    variant: ClassVar[str]
 
-    def __init__(self, params: DACParams, sim) -> None:
-        super().__init__(params, sim)
+    def __init__(self, params: DACParams, run: RunInfo) -> None:
+        super().__init__(params, run)
+        #: Whom each device aggregated in its last round (scoring: ``selection_components``).
         self.chosen: dict[int, list[int]] = {}
         self.similarity_flops = 0
 
+    @classmethod
+    def implementation(cls, params: ProtocolParams) -> type[Protocol[Any]]:
+        """``variant: cosine`` -> :class:`DACCosine`, ``variant: original`` -> :class:`DACOriginal`."""
+        variant = getattr(params, "variant", "cosine")
+        if variant == cls.variant:
+            return cls
+        return DACOriginal if variant == "original" else DACCosine
+
     def candidates(self, ctx: DeviceContext) -> tuple[int, ...]:
+        """Topology neighbours, or every other device (``candidates: all``, reached by routed sends)."""
         if self.params.candidates == "all":
-            return tuple(j for j in range(self.sim.n_devices) if j != ctx.id)
+            return tuple(j for j in self.run.device_ids if j != ctx.id)
         return ctx.neighbors
 
-    def device(self, ctx: DeviceContext) -> Generator:
-        if self.params.variant == "cosine":
-            yield from self.run_cosine(ctx)
-        else:
-            yield from self.run_original(ctx)
+    def result(self) -> dict[str, Any]:
+        clusters = selection_components(self.run.n_devices, self.chosen)
+        out = clustering_scores(self.run.true_clusters, clusters)
+        out["clustering_flops"] = self.similarity_flops
+        return out
 
-    # ---- cosine top-k (Conditional paper App. K-C) -------------------------------------
 
-    def run_cosine(self, ctx: DeviceContext) -> Generator:
-        model = ctx.new_model()
-        peers = self.candidates(ctx)
-        routed = self.params.candidates == "all"
-        pending: dict[int, dict[int, Any]] = {}
-        for r in range(1, self.params.rounds + 1):
-            yield from ctx.train(model)
-            mine = clone_state(live_state(model))
-            for j in peers:
-                yield ctx.send(j, "dac_model", {"state": mine}, round=r, routed=routed)
-            got = yield from gather_round(ctx, "dac_model", r, peers, pending)
-            received = {j: m.payload["state"] for j, m in got.items()}
-            top = cosine_top_k(mine, received, self.params.top_k)
-            self.chosen[ctx.id] = top
-            load_state_(model, weighted_average([(mine, 1.0)] + [(received[j], 1.0) for j in top]))
-            if self.should_eval(r):
-                ctx.evaluate(model, r)
-            ctx.round_done(r)
+class DACCosine(NeighbourAveraging[DACParams], _DACBase):
+    """DAC as the Conditional paper runs it (App. K-C): cosine top-k neighbours, uniform averaging.
 
-    # ---- original DAC (Listo Zec et al. 2022) ---------------------------------------------
+    Each round: train; send the model to every candidate; gather their round-r
+    models; average uniformly with the ``top_k`` most cosine-similar (ties: lower id).
+    """
 
-    def run_original(self, ctx: DeviceContext) -> Generator:
-        p, n, me = self.params, self.sim.n_devices, ctx.id
+    variant = "cosine"
+    message_kind = "dac_model"
+
+    def peers(self, ctx: DeviceContext) -> tuple[int, ...]:
+        return self.candidates(ctx)
+
+    def routed(self) -> bool:
+        return self.params.candidates == "all"
+
+    def mix(self, ctx: DeviceContext, mine: State, received: dict[int, State]) -> State:
+        top = cosine_top_k(mine, received, self.params.top_k)
+        self.chosen[ctx.id] = top
+        return weighted_average([(mine, 1.0)] + [(received[j], 1.0) for j in top])
+
+
+class DACOriginal(_DACBase):
+    """DAC as published (Listo Zec et al. 2022, Sec. 3 and its algorithm; arXiv:2206.08839).
+
+    Softmax sampling prior over 1/loss similarities, ``n_sampled`` peers asked
+    for their models, two-hop similarity update, sample-weighted averaging
+    (module docstring, ``variant: original``).
+    """
+
+    variant = "original"
+
+    def device(self, ctx: DeviceContext) -> Process:
+        p, n, me = self.params, self.run.n_devices, ctx.id
         model = ctx.new_model()
         peers = self.candidates(ctx)
         routed = p.candidates == "all"
         sims = np.zeros(n)
         sampled_ever = np.zeros(n, dtype=bool)
-        shared = {"state": clone_state(live_state(model)), "sims": sims.copy()}
+        shared: dict[str, Any] = {"state": clone_state(live_state(model)), "sims": sims.copy()}
         ctx.spawn(self.serve(ctx, shared, routed))
-        pending: dict[int, dict[int, Any]] = {}
+        pending: dict[int, dict[int, Message]] = {}
         x, y = ctx.shard.train_x, ctx.shard.train_y
         for r in range(1, p.rounds + 1):
             yield from ctx.train(model)
@@ -203,7 +234,7 @@ class DAC(Protocol):
                 load_state_(probe, states[j])
                 sims[j] = 1.0 / max(average_loss(probe, x, y), 1e-12)
                 sampled_ever[j] = True
-            flops = len(sampled) * self.sim.forward_flops(model) * int(x.shape[0])
+            flops = len(sampled) * ctx.forward_flops(model) * int(x.shape[0])
             self.similarity_flops += flops
             yield from ctx.compute(flops, "dac_similarity")
             sims[:] = two_hop_update(sims, sampled_ever, me, peers, {j: got[j].payload["sims"] for j in sampled})
@@ -215,22 +246,18 @@ class DAC(Protocol):
             self.chosen[me] = sampled
             self._finish_round(ctx, model, r)
 
-    def serve(self, ctx: DeviceContext, shared: dict[str, Any], routed: bool) -> Generator:
+    def serve(self, ctx: DeviceContext, shared: dict[str, Any], routed: bool) -> Process:
         """Answer each model request with the current model, sample count and similarity vector."""
         while True:
-            msg = yield ctx.recv("dac_request")
+            msg: Message = yield ctx.recv("dac_request")
             ctx.send(msg.src, "dac_reply", {"state": shared["state"], "n_samples": ctx.n_samples,
                                             "sims": shared["sims"]}, round=msg.round, routed=routed)
 
-    def _finish_round(self, ctx: DeviceContext, model: torch.nn.Module, r: int) -> None:
+    def _finish_round(self, ctx: DeviceContext, model: nn.Module, r: int) -> None:
         if self.should_eval(r):
             ctx.evaluate(model, r)
         ctx.round_done(r)
 
-    # ---- outputs ----------------------------------------------------------------------
 
-    def result(self) -> dict[str, Any]:
-        clusters = selection_components(self.sim.n_devices, self.chosen)
-        out = clustering_scores(self.sim.federation.true_clusters, clusters)
-        out["clustering_flops"] = self.similarity_flops
-        return out
+#: The registry's target for ``dac``: ``implementation`` picks the class from ``variant``.
+DAC = DACCosine

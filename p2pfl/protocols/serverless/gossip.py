@@ -27,7 +27,7 @@ time all devices have finished a round.
 
 from __future__ import annotations
 
-from typing import Generator, Literal, Optional
+from typing import TYPE_CHECKING, ClassVar, Literal, Optional, TypeVar
 
 import numpy as np
 import torch
@@ -36,8 +36,12 @@ from torch import nn
 
 from p2pfl.learning.aggregate import State, clone_state, state_to_vector, sub
 from p2pfl.learning.state import add_delta_, live_state, load_state_
-from p2pfl.protocols.base import Protocol, ProtocolParams
-from p2pfl.sim.context import DeviceContext
+from p2pfl.protocols.base import Process, Protocol, ProtocolParams
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.sim.context import DeviceContext
+    from p2pfl.sim.network import Message
+    from p2pfl.sim.runinfo import RunInfo
 
 __all__ = ["Gossip", "GossipParams", "consensus_distance", "select_peer"]
 
@@ -63,26 +67,33 @@ def consensus_distance(states: list[State]) -> float:
     return float(((vecs - vecs.mean(dim=0)) ** 2).sum(dim=1).mean())
 
 
-class Gossip(Protocol):
-    """Serverless gossip averaging over the topology."""
+GP = TypeVar("GP", bound=GossipParams)
+
+
+class Gossip(Protocol[GP]):
+    """Serverless gossip averaging over the topology (Boyd et al. 2006; Conditional paper App. K-C).
+
+    Generic in its params so variants with more fields (``rnd_gossip``) type-check;
+    ``Gossip(GossipParams(...), run)`` is a plain gossip.
+    """
 
     name = "gossip"
     Params = GossipParams
     #: Relay pushes and replies over shortest paths (for candidate peers that are not neighbours).
-    routed: bool = False
+    routed: ClassVar[bool] = False
     summary = "serverless randomized gossip: pairwise push-pull (or push) averaging, sync or async"
 
-    def __init__(self, params: GossipParams, sim) -> None:
-        super().__init__(params, sim)
+    def __init__(self, params: GP, run: RunInfo) -> None:
+        super().__init__(params, run)
         self.models: dict[int, nn.Module] = {}
         self._work: dict[int, nn.Module] = {}
         self._finished: dict[int, int] = {}
 
-    def device(self, ctx: DeviceContext) -> Generator:
+    def device(self, ctx: DeviceContext) -> Process:
         p = self.params
         model = ctx.new_model(independent=p.init == "independent")
         self.models[ctx.id] = model
-        if ctx.id == self.sim.n_devices - 1:
+        if ctx.id == self.run.n_devices - 1:
             self._log_consensus(ctx, 0)
         ctx.spawn(self.responder(ctx, model))
         for r in range(1, p.rounds + 1):
@@ -94,10 +105,10 @@ class Gossip(Protocol):
                 ctx.evaluate(model, r)
             ctx.round_done(r)
             self._finished[r] = self._finished.get(r, 0) + 1
-            if self._finished[r] == self.sim.n_devices:
+            if self._finished[r] == self.run.n_devices:
                 self._log_consensus(ctx, r)
 
-    def local_step(self, ctx: DeviceContext, model: nn.Module) -> Generator:
+    def local_step(self, ctx: DeviceContext, model: nn.Module) -> Process:
         """Train a copy; add its delta to the live model when the compute time is over."""
         if ctx.id not in self._work:
             self._work[ctx.id] = ctx.new_model()
@@ -111,7 +122,7 @@ class Gossip(Protocol):
         """Whom this device may gossip with: its topology neighbours (variants restrict or extend this)."""
         return ctx.neighbors
 
-    def exchange(self, ctx: DeviceContext, model: nn.Module, r: int) -> Generator:
+    def exchange(self, ctx: DeviceContext, model: nn.Module, r: int) -> Process:
         """Initiate one exchange with a random candidate peer."""
         peer = select_peer(self.candidate_peers(ctx), ctx.rng)
         if peer is None:
@@ -121,7 +132,7 @@ class Gossip(Protocol):
         if self.params.exchange == "push":
             return
         while True:
-            reply = yield ctx.recv("gossip_reply", timeout=self.params.reply_timeout_s)
+            reply: Optional[Message] = yield ctx.recv("gossip_reply", timeout=self.params.reply_timeout_s)
             if reply is None:
                 return  # lost or too late: keep our model
             if reply.src == peer and reply.round == r:
@@ -129,10 +140,10 @@ class Gossip(Protocol):
         mine = clone_state(live_state(model))  # may have moved since `sent` (pushes answered meanwhile)
         add_delta_(model, sub(reply.payload["state"], mine), 0.5)
 
-    def responder(self, ctx: DeviceContext, model: nn.Module) -> Generator:
+    def responder(self, ctx: DeviceContext, model: nn.Module) -> Process:
         """Answer every push: reply with our model (push-pull), then move halfway."""
         while True:
-            msg = yield ctx.recv("gossip_push")
+            msg: Message = yield ctx.recv("gossip_push")
             mine = clone_state(live_state(model))
             if self.params.exchange == "push_pull":
                 ctx.send(msg.src, "gossip_reply", {"state": mine}, round=msg.round, routed=self.routed)

@@ -34,16 +34,22 @@ common when the groups are scattered in space).
 
 from __future__ import annotations
 
-from typing import Any, Generator
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 import numpy as np
 from pydantic import Field
+from torch import nn
 
-from p2pfl.clustering import compatibility_clusters
-from p2pfl.protocols.server.rnd import RNDProbe, clustering_scores, heatmap_png, npy_bytes
+from p2pfl.clustering import clustering_scores, compatibility_clusters
+from p2pfl.clustering.novelty import RNDProbe, heatmap_png, npy_bytes
+from p2pfl.protocols.base import Process
 from p2pfl.protocols.serverless.gossip import Gossip, GossipParams
-from p2pfl.sim.context import DeviceContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.sim.context import DeviceContext
+    from p2pfl.sim.network import Message
+    from p2pfl.sim.runinfo import RunInfo
 
 __all__ = ["RNDGossip", "RNDGossipParams", "within_hops", "compatible_row", "components_from_labels"]
 
@@ -85,7 +91,7 @@ def components_from_labels(labels: dict[int, int]) -> list[list[int]]:
 # --------------------------------------------------------------------------- protocol
 
 
-class RNDGossip(Gossip):
+class RNDGossip(Gossip[RNDGossipParams]):
     """Serverless RND: h-hop predictor exchange, mutual compatibility, label propagation, federated gossip."""
 
     name = "rnd_gossip"
@@ -93,32 +99,33 @@ class RNDGossip(Gossip):
     summary = "serverless RND clustering within h hops + label propagation + gossip among compatible peers"
     routed = True
 
-    def __init__(self, params: RNDGossipParams, sim) -> None:
-        super().__init__(params, sim)
-        self.probe = RNDProbe(sim, epochs=params.rnd_epochs, batch_size=params.rnd_batch_size, lr=params.rnd_lr)
-        n = sim.n_devices
+    def __init__(self, params: RNDGossipParams, run: RunInfo) -> None:
+        super().__init__(params, run)
+        self.probe = RNDProbe(run, epochs=params.rnd_epochs, batch_size=params.rnd_batch_size, lr=params.rnd_lr)
+        n = run.n_devices
+        #: Row i: device i's novelty scores s_ij of the predictors it held (nan: out of reach).
         self.rows = np.full((n, n), np.nan)
         self.peers: dict[int, tuple[int, ...]] = {}
         self.labels: dict[int, int] = {}
         self.label_settled_t = 0.0
 
-    def device(self, ctx: DeviceContext) -> Generator:
+    def device(self, ctx: DeviceContext) -> Process:
         yield from self.discover(ctx)
         yield from super().device(ctx)
 
-    def discover(self, ctx: DeviceContext) -> Generator:
+    def discover(self, ctx: DeviceContext) -> Process:
         """Steps 1-4: predictor within reach, row, verdicts, then label propagation in the background."""
-        n, me = self.sim.n_devices, ctx.id
-        reach = within_hops(self.sim.topology.graph, me, self.params.hops)
-        predictor = yield from self.probe.train(ctx, 1)
+        n, me = self.run.n_devices, ctx.id
+        reach = within_hops(self.run.graph, me, self.params.hops)
+        predictor: nn.Module = yield from self.probe.train(ctx, 1)
         state = predictor.state_dict()
         for j in reach:
             yield ctx.send(j, "rnd_predictor", {"state": state}, round=1, routed=True)
         held = {me: predictor}
         while len(held) < len(reach) + 1:
-            msg = yield ctx.recv("rnd_predictor")
+            msg: Message = yield ctx.recv("rnd_predictor")
             held[msg.src] = self.probe.predictor_from(msg.payload["state"])
-        row = yield from self.probe.score(ctx, held, n)
+        row: np.ndarray = yield from self.probe.score(ctx, held, n)
         self.rows[me] = row
         verdict = compatible_row(row, me, self.params.alpha)
         for j in reach:
@@ -131,13 +138,13 @@ class RNDGossip(Gossip):
         self.labels[me] = me
         ctx.spawn(self.propagate_labels(ctx))
 
-    def propagate_labels(self, ctx: DeviceContext) -> Generator:
+    def propagate_labels(self, ctx: DeviceContext) -> Process:
         """Asynchronous min-label propagation over mutually compatible peers."""
         me = ctx.id
         for j in self.peers[me]:
             ctx.send(j, "rnd_label", {"label": me}, round=1, routed=True)
         while True:
-            msg = yield ctx.recv("rnd_label")
+            msg: Message = yield ctx.recv("rnd_label")
             label = int(msg.payload["label"])
             if label < self.labels[me]:
                 self.labels[me] = label
@@ -155,15 +162,15 @@ class RNDGossip(Gossip):
     # ---- outputs ----------------------------------------------------------------------
 
     def result(self) -> dict[str, Any]:
-        if len(self.labels) < self.sim.n_devices:
+        if len(self.labels) < self.run.n_devices:
             return {}
         clusters = components_from_labels(self.labels)
         scored = ~np.isnan(self.rows)
-        out = clustering_scores(self.sim.federation.true_clusters, clusters)
+        out = clustering_scores(self.run.true_clusters, clusters)
         out.update({
             "label_settled_t": self.label_settled_t,
             "clustering_flops": self.probe.flops,
-            "scored_pairs": int(scored.sum() - self.sim.n_devices),
+            "scored_pairs": int(scored.sum() - self.run.n_devices),
             "compatible_links": sum(len(p) for p in self.peers.values()) // 2,
             # What the centralized rule would give on the same (partial) matrix, for comparison.
             "clusters_centralized_rule": compatibility_clusters(self.rows, self.params.alpha),
@@ -174,5 +181,5 @@ class RNDGossip(Gossip):
         if np.isnan(np.diag(self.rows)).any():
             return {}
         return {"novelty.npy": npy_bytes(self.rows),
-                "novelty_heatmap.png": heatmap_png(self.rows, self.sim.federation.true_clusters,
+                "novelty_heatmap.png": heatmap_png(self.rows, self.run.true_clusters,
                                                    rf"RND gossip ({self.params.hops} hop): $u_{{ii}} - u_{{ij}}$")}

@@ -1,4 +1,4 @@
-"""Pure partition functions: disjointness, sizes, label support, determinism."""
+"""Index splitters (p2pfl.data.splitters): disjointness, sizes, label support, determinism."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from p2pfl.data.partitions import (
+from p2pfl.data.splitters import (
     apportion,
     assign_clusters,
     dirichlet_partition,

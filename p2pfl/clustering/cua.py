@@ -1,17 +1,23 @@
-"""FedDRMan's server-side maths (Sec. III-C): pure functions on state dicts.
+"""CUA, compatible update aggregation (FedDRMan, Pal et al. 2026, Sec. III-C1): the server groups
+clients whose accumulated updates point the same way, then averages within each group.
+
+Pure functions on state dicts and similarity matrices:
 
 * ``update_similarity``: cosine similarity of accumulated updates from the common initial model,
   restricted to a submodule Omega (Eq. 10).
-* ``compatibility_partition``: C groups maximising mean intra- minus mean inter-cluster similarity
-  (Eq. 11); exhaustive over all partitions for small K, a seeded local search beyond.
+* ``cua_partition``: C groups maximising mean intra- minus mean inter-cluster similarity
+  (Eq. 11, scored by ``partition_score``); exhaustive over all partitions for small K, a seeded
+  local search beyond.
 * ``match_clusters``: keeps persistent cluster models persistent across rounds.
-* ``spectral_rebalance``: SVD of a 2-D update, lift singular values below sigma_{c*} (Eq. 13-14).
+
+Not to be confused with ``p2pfl.clustering.compatibility`` (RND's novelty-threshold compatibility
+graph). Spectral rebalancing, the step after CUA, is in ``p2pfl.learning.spectral``.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Iterator, Mapping, Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -19,10 +25,8 @@ import torch
 __all__ = [
     "update_similarity",
     "partition_score",
-    "compatibility_partition",
+    "cua_partition",
     "match_clusters",
-    "spectral_rebalance",
-    "rebalance_update",
     "EXHAUSTIVE_MAX_K",
 ]
 
@@ -109,7 +113,7 @@ def _local_search(sim: np.ndarray, c: int, rng: np.random.Generator, restarts: i
     return sorted(best, key=min)
 
 
-def compatibility_partition(sim: np.ndarray, n_groups: int, *, rng: Optional[np.random.Generator] = None) -> list[list[int]]:
+def cua_partition(sim: np.ndarray, n_groups: int, *, rng: Optional[np.random.Generator] = None) -> list[list[int]]:
     """argmax over partitions into exactly ``n_groups`` non-empty groups of Eq. 11.
 
     Exhaustive (ties -> first in enumeration order) up to ``EXHAUSTIVE_MAX_K`` clients; beyond,
@@ -152,27 +156,3 @@ def match_clusters(groups: Sequence[Sequence[int]], previous: Mapping[int, int],
     for r, c in zip(rows, cols):
         out[r] = int(c)
     return out
-
-
-def spectral_rebalance(delta: torch.Tensor, beta: float) -> torch.Tensor:
-    """Eq. 13-14: U diag(max(sigma_i, sigma_{c*})) V^T with c* the first index whose cumulative
-    singular-value share reaches ``beta``. Singular vectors are unchanged."""
-    if delta.ndim != 2:
-        raise ValueError(f"spectral_rebalance needs a 2-D matrix; got shape {tuple(delta.shape)}")
-    if not 0.0 <= beta <= 1.0:
-        raise ValueError(f"beta must be in [0, 1]; got {beta}")
-    d = delta.double()
-    u, s, vh = torch.linalg.svd(d, full_matrices=False)
-    total = s.sum()
-    if total <= 0:
-        return delta.clone()
-    share = torch.cumsum(s, 0) / total
-    c_star = int(torch.nonzero(share >= beta - 1e-12)[0]) if bool((share >= beta - 1e-12).any()) else len(s) - 1
-    s_new = torch.maximum(s, s[c_star])
-    return (u @ torch.diag(s_new) @ vh).to(delta.dtype)
-
-
-def rebalance_update(delta: Mapping[str, torch.Tensor], beta: float,
-                     eligible: Callable[[str, torch.Tensor], bool]) -> dict[str, torch.Tensor]:
-    """SRB on every eligible 2-D block of an update; other entries keep the plain average."""
-    return {k: spectral_rebalance(v, beta) if eligible(k, v) else v.clone() for k, v in delta.items()}

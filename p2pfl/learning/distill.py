@@ -1,19 +1,26 @@
-"""FedDRMan's local distillation terms (Sec. III-B): pure tensor functions.
+"""Distillation losses of FedDRMan (Pal et al. 2026, Sec. III-B): pure tensor functions.
 
 ``subspace_distillation`` is Eq. 5-6 (symmetric rank-r projector alignment of one modality's
 batch features, teacher vs student); ``action_distillation`` is Eq. 7 (teacher-sampled actions,
-clamped log-probabilities).
+clamped log-probabilities), for any policy distribution with ``sample`` and ``log_prob`` (the
+robot policy's GMM head, ``p2pfl.robotics.gmm.GMM``, is one). FedDRMan and FedKD use them.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Protocol
 
 import torch
 
-from p2pfl.robotics.gmm import GMM
+__all__ = ["PolicyDistribution", "subspace_projector", "subspace_distillation", "action_distillation"]
 
-__all__ = ["subspace_projector", "subspace_distillation", "action_distillation"]
+
+class PolicyDistribution(Protocol):
+    """A batch of action distributions: one sample and its log-probability per row."""
+
+    def sample(self, generator: Optional[torch.Generator] = None) -> torch.Tensor: ...
+
+    def log_prob(self, a: torch.Tensor) -> torch.Tensor: ...
 
 
 def subspace_projector(f: torch.Tensor, rank: int, noise_std: float = 0.0,
@@ -51,8 +58,8 @@ def subspace_distillation(f_teacher: torch.Tensor, f_student: torch.Tensor, rank
     return (((pg @ fg - pk @ f_student) ** 2).sum() + ((pg @ f_student - pk @ fg) ** 2).sum()) / n
 
 
-def action_distillation(teacher: GMM, student: GMM, generator: Optional[torch.Generator] = None,
-                        clamp: float = 50.0) -> torch.Tensor:
+def action_distillation(teacher: PolicyDistribution, student: PolicyDistribution,
+                        generator: Optional[torch.Generator] = None, clamp: float = 50.0) -> torch.Tensor:
     """Eq. 7: E_{a~pi_teacher}[log pi_teacher(a) - log pi_student(a)] with log-probs clamped to +-clamp."""
     with torch.no_grad():
         a = teacher.sample(generator)

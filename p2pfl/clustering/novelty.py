@@ -1,0 +1,89 @@
+"""The RND probe: a device's side of RND novelty clustering, and the novelty-matrix artifacts.
+
+Shared by the ``rnd`` (server) and ``rnd_gossip`` (serverless) protocols, and by
+``dac``'s scoring; maths from :mod:`p2pfl.clustering.rnd` (RND clustered-FL paper,
+Sec. IV, Algorithm 1).
+"""
+
+from __future__ import annotations
+
+import io
+import tempfile
+from collections.abc import Generator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from p2pfl.clustering.plots import novelty_heatmap
+from p2pfl.clustering.rnd import make_predictor, make_target, novelty_row, rnd_flops, train_predictor
+from p2pfl.seeding import torch_generator
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.sim.context import DeviceContext
+    from p2pfl.sim.runinfo import RunInfo
+
+__all__ = ["RNDProbe", "heatmap_png", "npy_bytes"]
+
+
+class RNDProbe:
+    """A device's side of RND: train its predictor, score predictors on its data, charge the FLOPs.
+
+    Shared by ``rnd`` and ``rnd_gossip``. Real work runs in torch; simulated
+    time comes from ``rnd_flops``; ``flops`` accumulates the clustering compute.
+    """
+
+    def __init__(self, run: RunInfo, *, epochs: int, batch_size: int, lr: float) -> None:
+        self.seed = run.seed
+        self.shape = tuple(run.input_shape)
+        self.epochs, self.batch_size, self.lr = epochs, batch_size, lr
+        self.device = run.torch_device
+        self.target = make_target(self.shape, seed=self.seed).to(self.device)
+        self.flops = 0
+
+    def new_predictor(self) -> nn.Module:
+        """The shared initial predictor (every device builds the same from the seed)."""
+        return make_predictor(self.shape, seed=self.seed).to(self.device)
+
+    def predictor_from(self, state: dict[str, torch.Tensor]) -> nn.Module:
+        p = self.new_predictor()
+        p.load_state_dict(state)
+        return p.eval()
+
+    def train(self, ctx: DeviceContext, event: int) -> Generator[Any, Any, nn.Module]:
+        """Train this device's predictor on its training inputs; returns the predictor."""
+        x = ctx.shard.train_x
+        predictor = self.new_predictor()
+        train_predictor(predictor, self.target, x, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+                        generator=torch_generator(self.seed, "rnd.shuffle", ctx.id, event))
+        flops = rnd_flops(self.shape, int(x.shape[0]), self.epochs, 0, 0)
+        self.flops += flops
+        yield from ctx.compute(flops, "rnd_train")
+        return predictor
+
+    def score(self, ctx: DeviceContext, predictors: dict[int, nn.Module], n: int) -> Generator[Any, Any, np.ndarray]:
+        """Row of the novelty matrix: s_ij for every predictor held, nan elsewhere."""
+        x = ctx.shard.train_x
+        ids = sorted(predictors)
+        row = np.full(n, np.nan)
+        row[ids] = novelty_row([predictors[j] for j in ids], self.target, x)
+        flops = rnd_flops(self.shape, 0, 0, len(ids), int(x.shape[0]))
+        self.flops += flops
+        yield from ctx.compute(flops, "rnd_score")
+        return row
+
+
+def heatmap_png(U: np.ndarray, true_clusters: tuple[int, ...], title: str) -> bytes:
+    """Fig. 2 heatmap (u_ii - u_ij) as PNG bytes (rendered in a private temporary folder)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = novelty_heatmap(U, Path(tmp) / "heatmap.png", true_labels=list(true_clusters), title=title)
+        return path.read_bytes()
+
+
+def npy_bytes(U: np.ndarray) -> bytes:
+    """``U`` in NumPy's .npy format."""
+    buf = io.BytesIO()
+    np.save(buf, U)
+    return buf.getvalue()

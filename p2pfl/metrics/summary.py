@@ -1,0 +1,77 @@
+"""summary.json: the deterministic figures of one run, built from the Recorder's counts.
+
+The score is metric-aware: ``metric`` is ``accuracy`` (classification), ``rmse``
+(regression; lower is better, so the worst device is the highest) or
+``success`` (robot rollouts). It names every score field: ``<metric>_mean``,
+``<metric>_worst``, ``<metric>_per_node`` and ``<metric>_curve`` (mean device
+score per evaluated round). Nothing that is not an accuracy is called one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from p2pfl.metrics.recorder import Recorder
+
+__all__ = ["METRICS", "metric_label", "scores", "score_curve", "build_summary", "LOWER_IS_BETTER"]
+
+#: metric -> axis/table label
+METRICS: dict[str, str] = {"accuracy": "accuracy", "rmse": "RMSE", "success": "rollout success rate"}
+#: metrics where a smaller value is better
+LOWER_IS_BETTER = frozenset({"rmse"})
+
+
+def metric_label(metric: str) -> str:
+    """Human label of a metric for axes and table headers."""
+    return METRICS.get(metric, metric)
+
+
+def scores(metric: str, values: list[Optional[float]]) -> dict[str, Any]:
+    """``<metric>_mean``, ``<metric>_worst`` and ``<metric>_per_node`` over the scored devices."""
+    scored = [v for v in values if v is not None]
+    worst = max if metric in LOWER_IS_BETTER else min
+    return {
+        "metric": metric,
+        f"{metric}_mean": sum(scored) / len(scored) if scored else None,
+        f"{metric}_worst": worst(scored) if scored else None,
+        f"{metric}_per_node": values,
+    }
+
+
+def score_curve(events: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    """Mean device score per evaluated round, at the time the last device of that round was scored."""
+    by_round: dict[int, list[tuple[float, float]]] = {}
+    for e in events:
+        if e["kind"] == "eval" and e["round"] is not None:
+            by_round.setdefault(e["round"], []).append((e["t"], e[metric]))
+    return [{"round": r, "t": max(t for t, _ in v), f"{metric}_mean": sum(a for _, a in v) / len(v)}
+            for r, v in sorted(by_round.items())]
+
+
+def build_summary(rec: Recorder, *, metric: str, n_devices: int, server_ids: tuple[int, ...],
+                  server_names: tuple[str, ...], head: dict[str, Any], sim_time_s: float,
+                  tail: dict[str, Any]) -> dict[str, Any]:
+    """summary.json content: ``head`` (scenario, protocol, seed, ...), counts, scores, then ``tail``."""
+    n = n_devices
+    values = [rec.scores.get(i) for i in range(n)]
+    out: dict[str, Any] = {
+        **head,
+        "n_devices": n,
+        "n_servers": len(server_ids),
+        "sim_time_s": sim_time_s,
+        **scores(metric, values),
+        "bytes_total": sum(rec.bytes_sent),
+        "messages_total": sum(rec.messages_sent),
+        "messages_dropped": rec.messages_dropped,
+        "bytes_per_node": rec.bytes_sent[:n],
+        "bytes_received_per_node": rec.bytes_received[:n],
+        "bytes_per_server": {name: rec.bytes_sent[sid] for sid, name in zip(server_ids, server_names)},
+        "bytes_by_kind": dict(sorted(rec.bytes_by_kind.items())),
+        "compute_flops_total": sum(rec.compute_flops),
+        "compute_sim_s_total": sum(rec.compute_sim_s),
+        "compute_flops_per_node": rec.compute_flops[:n],
+        f"{metric}_curve": score_curve(rec.events, metric),
+        "logs": {k: [{kk: vv for kk, vv in e.items() if kk != "node"} for e in v] for k, v in sorted(rec.logs.items())},
+    }
+    out.update(tail)
+    return out

@@ -1,0 +1,73 @@
+"""The protocol registry: YAML name -> protocol class, imported only when asked for.
+
+Looking a name up imports that one protocol's module and nothing else, so
+validating a scenario never pulls in the other protocols (scikit-learn,
+robotics, MuJoCo). A name of the form ``package.module:Class`` loads a user
+protocol living outside this package (it must subclass ``Protocol``). The
+table is checked against the package's files by ``tests/protocols/test_registry.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from p2pfl.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.protocols.base import Protocol
+
+__all__ = ["BUILTIN", "get_protocol", "all_protocols"]
+
+#: Built-in protocols: YAML name -> "module:Class".
+BUILTIN: dict[str, str] = {
+    "centralized": "p2pfl.protocols.reference.centralized:Centralized",
+    "conditional": "p2pfl.protocols.server.conditional:Conditional",
+    "dac": "p2pfl.protocols.serverless.dac:DAC",
+    "ditto": "p2pfl.protocols.server.ditto:Ditto",
+    "dsgd": "p2pfl.protocols.serverless.dsgd:DSGD",
+    "fedavg": "p2pfl.protocols.server.fedavg:FedAvg",
+    "feddrman": "p2pfl.protocols.server.feddrman:FedDRMan",
+    "fedkd": "p2pfl.protocols.server.fedkd:FedKD",
+    "fedprox": "p2pfl.protocols.server.fedprox:FedProx",
+    "gossip": "p2pfl.protocols.serverless.gossip:Gossip",
+    "ifca": "p2pfl.protocols.server.ifca:IFCA",
+    "local": "p2pfl.protocols.reference.local:Local",
+    "oracle": "p2pfl.protocols.reference.oracle:Oracle",
+    "rnd": "p2pfl.protocols.server.rnd:RND",
+    "rnd_gossip": "p2pfl.protocols.serverless.rnd_gossip:RNDGossip",
+}
+
+
+def _load(target: str, name: str, source: str) -> type[Protocol]:
+    from p2pfl.protocols.base import Protocol
+
+    module_name, _, class_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ConfigError(f"{source}: field 'protocol.name': cannot import {module_name!r} ({err}); "
+                          "check the module path and that its folder is on PYTHONPATH") from None
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Protocol)):
+        raise ConfigError(f"{source}: field 'protocol.name': {name!r} does not name a Protocol subclass; "
+                          "give 'package.module:ClassName' of a class deriving from p2pfl.protocols.Protocol")
+    return cls
+
+
+def get_protocol(name: str, source: str = "scenario") -> type[Protocol]:
+    """The protocol class for ``name`` (a built-in name, or ``module:Class``); ConfigError otherwise."""
+    if not isinstance(name, str):
+        raise ConfigError(f"{source}: field 'protocol.name': expected a protocol name (a string); "
+                          f"got {name!r}; choose one of: {', '.join(BUILTIN)}")
+    if name in BUILTIN:
+        return _load(BUILTIN[name], name, source)
+    if ":" in name:
+        return _load(name, name, source)
+    raise ConfigError(f"{source}: field 'protocol.name': unknown protocol {name!r}; choose one of: "
+                      f"{', '.join(BUILTIN)} (or 'package.module:Class' for your own)")
+
+
+def all_protocols() -> dict[str, type[Protocol]]:
+    """Every built-in protocol class by name (imports them all: for listings only)."""
+    return {name: get_protocol(name) for name in BUILTIN}
