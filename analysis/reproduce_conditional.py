@@ -149,9 +149,9 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
     try:
         r = p2pfl.run(task["scenario"], write=False)
         s = r.summary
-        value = s["rmse_mean"] if s.get("metric") == "rmse" else s["accuracy_mean"]
-        out = {"value": value, "bytes_total": s["bytes_total"], "compute_flops_total": s["compute_flops_total"],
-               "ari": s.get("ari"), "sim_time_s": s["sim_time_s"]}
+        metric = s["metric"]  # accuracy, or rmse for synthetic_linear (score fields are named by it)
+        out = {"value": s[f"{metric}_mean"], "metric": metric, "bytes_total": s["bytes_total"],
+               "compute_flops_total": s["compute_flops_total"], "ari": s.get("ari"), "sim_time_s": s["sim_time_s"]}
     except Exception as err:  # a failed baseline must not sink the whole reproduction
         out = {"value": None, "error": f"{type(err).__name__}: {err}"}
     out["wall_s"] = time.perf_counter() - t0
@@ -177,6 +177,14 @@ def tasks(selected: set[str], registered: set[str]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda t: -t["cost"])
 
 
+def config_metric(results: dict[str, dict], key: str, label: str) -> str:
+    """The metric of a configuration's runs (older stored runs have none: the MCDC label says RMSE)."""
+    for r in results.values():
+        if r.get("exp") == key and r.get("config") == label and r.get("metric"):
+            return r["metric"]
+    return "rmse" if "RMSE" in label else "accuracy"
+
+
 def fmt(v: Any, rmse: bool = False) -> str:
     if v is None:
         return "—"
@@ -188,6 +196,8 @@ def write_report(results: dict[str, dict], registered: set[str], args_line: str,
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from p2pfl.metrics.summary import LOWER_IS_BETTER, metric_label
 
     lines = [
         "# Conditional-PCA paper reproduction (Fashion-MNIST, reduced budget)",
@@ -242,18 +252,27 @@ def write_report(results: dict[str, dict], registered: set[str], args_line: str,
             lines += ["", "Errors: " + "; ".join(errors)]
         mb = {m: results.get(f"{key}|{labels[0]}|{m}", {}).get("bytes_total") for m in methods}
         lines += ["", f"Bytes at `{labels[0]}`: " + ", ".join(f"{m} {v / 1e6:.1f} MB" for m, v in mb.items() if v is not None), ""]
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for i, m in enumerate(methods):
-            ys = table[m]
-            color = f"C{i}"
-            ax.plot(range(len(labels)), [float("nan") if v is None else v for v in ys], "-o", color=color, label=m)
-            paper = PAPER[key].get(m)
-            if paper is not None:
-                ax.plot(range(len(labels)), paper, ":", color=color, alpha=0.6)
-        ax.set_xticks(range(len(labels)), [lab.split(" (")[0] for lab in labels], rotation=20, fontsize=8)
-        ax.set_ylabel("RMSE / accuracy" if key == "mcdc" else "accuracy")
-        ax.set_title(exp["title"] + "\n(solid: ours, dotted: paper)", fontsize=9)
-        ax.legend(fontsize=7, ncol=2)
+        # one panel per metric: RMSE (MCDC linear regression) and accuracy never share an axis
+        panels: dict[str, list[int]] = {}
+        for j, label in enumerate(labels):
+            panels.setdefault(config_metric(results, key, label), []).append(j)
+        fig, axes = plt.subplots(1, len(panels), figsize=(7 if len(panels) == 1 else 5 * len(panels), 4), squeeze=False)
+        for ax, (metric, cols) in zip(axes[0], panels.items()):
+            for i, m in enumerate(methods):
+                ys = table[m]
+                color = f"C{i}"
+                ax.plot(range(len(cols)), [float("nan") if ys[j] is None else ys[j] for j in cols], "-o", color=color,
+                        label=m)
+                paper = PAPER[key].get(m)
+                if paper is not None:
+                    ax.plot(range(len(cols)), [paper[j] for j in cols], ":", color=color, alpha=0.6)
+            ax.set_xticks(range(len(cols)), [labels[j].split(" (")[0] for j in cols], rotation=20, fontsize=8)
+            ax.set_ylabel(metric_label(metric) + (" (lower is better)" if metric in LOWER_IS_BETTER else ""))
+            ax.legend(fontsize=7, ncol=2)
+        if len(panels) == 1:
+            axes[0][0].set_title(exp["title"] + "\n(solid: ours, dotted: paper)", fontsize=9)
+        else:
+            fig.suptitle(exp["title"] + "\n(solid: ours, dotted: paper)", fontsize=9)
         fig.tight_layout()
         fig.savefig(OUT / f"conditional_{key}.png", dpi=110)
         plt.close(fig)
@@ -320,7 +339,7 @@ def checks(results: dict[str, dict]) -> list[str]:
         ok = all(abs(float(r.split(": ")[1])) <= 1.5 or float(r.split(": ")[1]) > 0 for r in rows)
         out.append(f"- {cond} within 1.5 points of Oracle (or above) on every E1 and E3b configuration: "
                    f"**{'holds' if ok and rows else 'does not hold'}** ({'; '.join(rows)})")
-    fa = [(f"E1 K=10", v("e1", "K=10", "FedAvg"))] + [(f"E3b {c}", v("e3b", c, "FedAvg")) for c in by_exp["e3b"][1:]]
+    fa = [("E1 K=10", v("e1", "K=10", "FedAvg"))] + [(f"E3b {c}", v("e3b", c, "FedAvg")) for c in by_exp["e3b"][1:]]
     ok = all(x is not None and x < 0.5 for _, x in fa)
     out.append(f"- FedAvg below 0.5 at E1 K=10 and E3b K>=3: **{'holds' if ok else 'does not hold'}** "
                f"({', '.join(f'{n} {fmt(x)}' for n, x in fa)})")
@@ -344,14 +363,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="e1,e1s,e2b,e3a,e3b,mcdc")
     ap.add_argument("--resume", action="store_true", help="reuse analysis/results/conditional_runs.json")
     args = ap.parse_args(argv)
-    from p2pfl.protocols import PROTOCOLS
+    from p2pfl.registry import BUILTIN
 
-    registered = set(PROTOCOLS)
+    registered = set(BUILTIN)
     OUT.mkdir(parents=True, exist_ok=True)
     store = OUT / "conditional_runs.json"
     results: dict[str, dict] = json.loads(store.read_text()) if args.resume and store.exists() else {}
     todo = [t for t in tasks(set(args.only.split(",")), registered) if t["id"] not in results or "error" in results[t["id"]]]
-    t0 = time.perf_counter()
     print(f"{len(todo)} runs, {args.jobs} jobs", flush=True)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(run_one, t) for t in todo]

@@ -13,15 +13,24 @@ this script sets N, partition, topology and protocol.
 Writes ``analysis/results/server_vs_serverless.md`` (table) and PNG plots next to it:
 ``svs_accuracy_vs_time_N{N}.png`` and ``svs_bytes_vs_n.png`` (log-log, with N^2 and N x degree guides).
 
+Every run goes through the public API (``p2pfl.run`` with an output directory) and its figures are read
+back from the run directory only: ``summary.json`` (scores, bytes, curve), ``events.jsonl`` (clustering
+compute), ``timing.json`` (wall time) and ``scenario.yaml`` (the resolved topology, rebuilt with
+``p2pfl.topology.build_topology`` for the mean degree). Run directories go to a temporary folder unless
+``--runs-dir`` names one to keep them (it must not hold runs of the same names).
+
     python analysis/server_vs_serverless.py [--sizes 12 48 192] [--protocols ...] [--rounds 8]
+                                            [--runs-dir DIR] [--results DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import math
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,13 +40,16 @@ import yaml
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+import p2pfl
 from p2pfl.api import resolve
-from p2pfl.protocols import PROTOCOLS
-from p2pfl.sim.kernel import Simulation
+from p2pfl.metrics.report import run_score, time_to_fraction
+from p2pfl.metrics.summary import LOWER_IS_BETTER, metric_label
+from p2pfl.registry import BUILTIN, get_protocol
+from p2pfl.topology import build_topology
 
 ROOT = Path(__file__).resolve().parents[1]
 SCEN = ROOT / "scenarios/server_vs_serverless"
-RESULTS = ROOT / "analysis/results"
+RESULTS = ROOT / "analysis/results"  # --results changes it
 CLUSTER_COMPUTE = {"rnd_train", "rnd_score", "ifca_estep", "dac_similarity"}
 
 #: label -> (registry name, YAML file with its parameters)
@@ -74,27 +86,44 @@ def scenario(label: str, n: int, partition: str, seed: int, rounds: int) -> dict
     sc["data"]["partition"] = PARTITIONS[partition]
     topo = {"kind": "random_geometric", "n": n, "radius": radius_for(n), "seed": seed, "tries": 500,
             "link": {"latency_s": 0.005, "bandwidth_bps": 5.0e7}}
-    if PROTOCOLS[name].needs_server:
+    if get_protocol(name).needs_server:
         topo["servers"] = [{"name": "server", "attach": "all", "link": {"latency_s": 0.02, "bandwidth_bps": 5.0e7}}]
     sc["topology"] = topo
     return sc
 
 
-def time_to_fraction(curve: list[dict[str, Any]], frac: float = 0.9) -> float | None:
-    """Simulated time at which the mean accuracy first reaches ``frac`` x its final value."""
-    if not curve:
-        return None
-    goal = frac * curve[-1]["accuracy_mean"]
-    return next((p["t"] for p in curve if p["accuracy_mean"] >= goal), None)
+def read_run(out: Path) -> dict[str, Any]:
+    """One result row from a run directory: summary.json plus clustering FLOPs, wall time and mean degree."""
+    s = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    cl_flops = 0
+    with open(out / "events.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            e = json.loads(line)
+            if e["kind"] == "compute" and e["what"] in CLUSTER_COMPUTE:
+                cl_flops += e["flops"]
+    wall = json.loads((out / "timing.json").read_text(encoding="utf-8"))["wall_s"]
+    resolved = resolve(out / "scenario.yaml")  # fully resolved: the same graph as the run's
+    graph = build_topology(resolved.topology, seed=resolved.seed).graph
+    degree = 2 * graph.number_of_edges() / graph.number_of_nodes()
+    return {**s, "clustering_compute_flops": cl_flops, "wall": wall, "mean_degree": degree, "run_dir": str(out)}
 
 
-def run_one(sc: dict[str, Any]) -> dict[str, Any]:
-    sim = Simulation(resolve(sc))
-    t0 = time.perf_counter()
-    s = sim.run()
-    cl_flops = sum(e["flops"] for e in sim.recorder.events if e["kind"] == "compute" and e["what"] in CLUSTER_COMPUTE)
-    degree = 2 * sim.topology.graph.number_of_edges() / sim.n_devices
-    return {**s, "clustering_compute_flops": cl_flops, "wall": time.perf_counter() - t0, "mean_degree": degree}
+def run_one(sc: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
+    out = runs_dir / f"{sc['name']}-seed{sc['seed']}"
+    p2pfl.run(sc, out=out)
+    return read_run(out)
+
+
+def score(r: dict[str, Any], field: str) -> float | None:
+    """``mean`` or ``worst`` of a result row, read under the run's metric (accuracy here: Fashion-MNIST)."""
+    sc = run_score(r)
+    return sc.mean if field == "mean" else sc.worst
+
+
+def metric_name(results: list[dict[str, Any]]) -> str:
+    """Label of the rows' metric for headers and axes ("score" if they differ)."""
+    metrics = {run_score(r).metric for r in results}
+    return metric_label(metrics.pop()) if len(metrics) == 1 else "score"
 
 
 def fmt_bytes(b: float) -> str:
@@ -111,7 +140,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", nargs="+", default=list(PARTITIONS))
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--runs-dir", type=Path, default=None, help="keep the run directories here (default: a temp folder)")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="folder for the table and plots")
     args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="svs-runs-") as tmp:
+        return _main(args, args.runs_dir or Path(tmp))
+
+
+def _main(args: argparse.Namespace, runs_dir: Path) -> int:
+    global RESULTS
+    RESULTS = args.results
     t_start = time.perf_counter()
     results: list[dict[str, Any]] = []
     skipped: list[str] = []
@@ -119,13 +157,13 @@ def main(argv: list[str] | None = None) -> int:
         for part in args.partitions:
             for label in args.protocols:
                 name = PROTOCOL_FILES[label][0]
-                if name not in PROTOCOLS:
+                if name not in BUILTIN:
                     note = f"{label}: protocol {name!r} is not registered yet; skipped"
                     print("NOTE:", note, flush=True)
                     skipped.append(note)
                     continue
                 try:
-                    r = run_one(scenario(label, n, part, args.seed, args.rounds))
+                    r = run_one(scenario(label, n, part, args.seed, args.rounds), runs_dir)
                 except Exception as err:  # report and go on: one failing protocol must not hide the others
                     note = f"{label} N={n} {part}: {type(err).__name__}: {err}"
                     print("NOTE:", note, flush=True)
@@ -133,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 r.update(label=label, n=n, part=part)
                 results.append(r)
-                print(f"N={n:4d} {part:12s} {label:13s} acc {r['accuracy_mean']:.3f} (worst {r['accuracy_worst']:.3f}) "
+                print(f"N={n:4d} {part:12s} {label:13s} {r['metric']} {score(r, 'mean'):.3f} "
+                      f"(worst {score(r, 'worst'):.3f}) "
                       f"ARI {r.get('ari', float('nan')):.2f} bytes {fmt_bytes(r['bytes_total'])} "
                       f"wall {r['wall']:.1f}s", flush=True)
                 write_report(results, skipped, args, time.perf_counter() - t_start, quiet=True)  # partial
@@ -162,27 +201,29 @@ def write_report(results: list[dict[str, Any]], skipped: list[str], args, total_
         "rnd exchanges predictors all-to-all over the device graph (routed), rnd_gossip within 1 hop; RND "
         "predictors 40 epochs of batch 16, alpha 0.3. "
         "Clustering compute = modelled FLOPs of rnd_train + rnd_score, ifca_estep, dac_similarity. "
-        "t90 = simulated time at which mean accuracy first reaches 90% of its final value.",
+        "t90 = simulated time at which the mean device score first gets within 90% of its final value "
+        "(p2pfl.metrics.report.time_to_fraction; for accuracy: first reaches 0.9 x final).",
         "",
     ]
     for note in skipped:
         lines.append(f"- skipped: {note}")
     if skipped:
         lines.append("")
-    lines += ["| N | partition | protocol | acc mean | acc worst | ARI | federations | bytes total | bytes / device "
+    name = metric_name(results)
+    lines += [f"| N | partition | protocol | {name} mean | {name} worst | ARI | federations | bytes total | bytes / device "
               "| clustering GFLOP | t90 (s) | sim time (s) | mean degree |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         ari = r.get("ari")
         feds = r.get("n_federations", len(r["clusters"]) if r.get("clusters") else None)
-        t90 = time_to_fraction(r["accuracy_curve"])
+        t90 = time_to_fraction(r)
         lines.append(
-            f"| {r['n']} | {r['part']} | {r['label']} | {r['accuracy_mean']:.3f} | {r['accuracy_worst']:.3f} | "
+            f"| {r['n']} | {r['part']} | {r['label']} | {score(r, 'mean'):.3f} | {score(r, 'worst'):.3f} | "
             f"{'—' if ari is None else f'{ari:.2f}'} | {'—' if feds is None else feds} | "
             f"{fmt_bytes(r['bytes_total'])} | {fmt_bytes(r['bytes_total'] / r['n'])} | "
             f"{r['clustering_compute_flops'] / 1e9:.2f} | {'—' if t90 is None else f'{t90:.2f}'} | "
             f"{r['sim_time_s']:.2f} | {r['mean_degree']:.1f} |")
-    lines += ["", "Plots: `svs_accuracy_vs_time_N{N}.png` (mean accuracy vs simulated time), `svs_bytes_vs_n.png` "
+    lines += ["", f"Plots: `svs_accuracy_vs_time_N{{N}}.png` (mean device {name} vs simulated time), `svs_bytes_vs_n.png` "
               "(total bytes vs N, log-log)."]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "server_vs_serverless.md").write_text("\n".join(lines) + "\n")
@@ -197,13 +238,18 @@ def plot_accuracy(results: list[dict[str, Any]]) -> None:
         FigureCanvasAgg(fig)
         for k, part in enumerate(parts):
             ax = fig.add_subplot(1, len(parts), k + 1)
-            for r in results:
-                if r["n"] == n and r["part"] == part and r["accuracy_curve"]:
-                    ax.plot([p["t"] for p in r["accuracy_curve"]], [p["accuracy_mean"] for p in r["accuracy_curve"]],
-                            marker="o", markersize=3, label=r["label"])
+            rows = [r for r in results if r["n"] == n and r["part"] == part]
+            metrics = {run_score(r).metric for r in rows}
+            if len(metrics) > 1:
+                raise ValueError(f"N = {n}, {part}: runs scored by {sorted(metrics)} cannot share one axis")
+            for r in rows:
+                curve = run_score(r).curve
+                if curve:
+                    ax.plot([t for t, _ in curve], [v for _, v in curve], marker="o", markersize=3, label=r["label"])
             ax.set_xscale("log")
             ax.set_xlabel("simulated time (s, log)")
-            ax.set_ylabel("mean device accuracy")
+            metric = metrics.pop() if metrics else "accuracy"
+            ax.set_ylabel(f"mean device {metric_label(metric)}" + (" (lower is better)" if metric in LOWER_IS_BETTER else ""))
             ax.set_title(f"N = {n}, {part}")
             ax.legend(fontsize=7)
         fig.tight_layout()
@@ -211,6 +257,8 @@ def plot_accuracy(results: list[dict[str, Any]]) -> None:
 
 
 def plot_bytes(results: list[dict[str, Any]]) -> None:
+    if not results:
+        return
     fig = Figure(figsize=(6.5, 4.6), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()

@@ -36,15 +36,15 @@ class RunResult:
 
 
 def resolve(scenario: str | Path | Mapping[str, Any] | Scenario, *, seed: Optional[int] = None,
-            overrides: Sequence[str] = ()) -> Scenario:
-    """A validated Scenario from a path, a mapping or a Scenario (overrides and seed applied)."""
+            overrides: Sequence[str] = (), unset: Sequence[str] = ()) -> Scenario:
+    """A validated Scenario from a path, a mapping or a Scenario (``unset`` keys removed, overrides and seed applied)."""
     if isinstance(scenario, Scenario):
-        if not overrides and seed is None:
+        if not overrides and not unset and seed is None:
             return scenario
         scenario = scenario.model_dump(mode="json")
     if isinstance(scenario, Mapping):
-        return load_dict(scenario, overrides=overrides, seed=seed)
-    return load(scenario, overrides=overrides, seed=seed)
+        return load_dict(scenario, overrides=overrides, seed=seed, unset=unset)
+    return load(scenario, overrides=overrides, seed=seed, unset=unset)
 
 
 def default_out_dir(scenario: Scenario, root: Path = Path("runs")) -> Path:
@@ -59,18 +59,20 @@ def default_out_dir(scenario: Scenario, root: Path = Path("runs")) -> Path:
 
 
 def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, seed: Optional[int] = None,
-        overrides: Sequence[str] = (), out: Optional[str | Path] = None, write: bool = True,
+        overrides: Sequence[str] = (), unset: Sequence[str] = (), out: Optional[str | Path] = None, write: bool = True,
         on_round: Optional[Callable[[], None]] = None, on_start: Optional[Callable[[int], None]] = None,
         argv: Optional[Sequence[str]] = None) -> RunResult:
     """Validate, build, run and (unless ``write=False``) write the run directory.
 
     Raises ``p2pfl.errors.UserError`` for anything the user can fix; nothing is
-    written in that case.
+    written in that case. ``unset`` removes dotted keys before ``overrides`` are set.
+    A ``KeyboardInterrupt`` (Ctrl-C) propagates; the run directory is then written
+    whole or not at all (``write_run_dir`` removes its temporary directory).
     """
     from p2pfl.sim.kernel import Simulation
 
     t0 = time.perf_counter()
-    sc = resolve(scenario, seed=seed, overrides=overrides)
+    sc = resolve(scenario, seed=seed, overrides=overrides, unset=unset)
     out_path = None
     if write:
         out_path = Path(out) if out is not None else default_out_dir(sc)

@@ -1,7 +1,7 @@
 """``p2pfl`` command line: thin; defaults live only in ``p2pfl.config``.
 
-    p2pfl run SCENARIO [--out DIR] [--seed N] [--set key=value ...]
-    p2pfl validate SCENARIO [--seed N] [--set key=value ...]
+    p2pfl run SCENARIO [--out DIR] [--seed N] [--set key=value ...] [--unset key ...]
+    p2pfl validate SCENARIO [--seed N] [--set key=value ...] [--unset key ...]
     p2pfl list protocols|datasets|partitions|topologies
     p2pfl topology show FILE --out x.png
     p2pfl data show SCENARIO --out x.png
@@ -9,7 +9,8 @@
     p2pfl report RUN_DIR [RUN_DIR ...] [--out x.png]
     p2pfl encoder train --dataset cifar100 --out enc.pt [--root DIR] [--epochs 50] [--limit N] [--seed 0]
 
-A user error prints one line on stderr and exits with status 2.
+A user error prints one line on stderr and exits with status 2; Ctrl-C prints one
+line and exits with status 130 (a run directory is written whole or not at all).
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--seed", type=int, default=None, help="root seed (overrides the scenario's)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a field by dotted path, e.g. --set protocol.rounds=5 (repeatable)")
+                   help="override a field by dotted path, e.g. --set protocol.rounds=5; the value is YAML, "
+                        "~ removes the key; --set topology=FILE loads a topology file (repeatable)")
+    p.add_argument("--unset", dest="unset", action="append", default=[], metavar="KEY",
+                   help="remove a field by dotted path before the --set overrides, e.g. --unset protocol.beta "
+                        "after --set protocol.name=fedavg (repeatable)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -105,7 +110,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from p2pfl.progress import RunProgress, print_summary
 
     with RunProgress(enabled=not args.quiet) as progress:
-        result = run(args.scenario, seed=args.seed, overrides=args.overrides, out=args.out,
+        result = run(args.scenario, seed=args.seed, overrides=args.overrides, unset=args.unset, out=args.out,
                      on_round=progress.advance, on_start=progress.start, argv=["p2pfl", *argv])
     if not args.quiet:
         print_summary(result)
@@ -116,7 +121,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from p2pfl.api import resolve
     from p2pfl.sim.kernel import Simulation
 
-    sc = resolve(args.scenario, seed=args.seed, overrides=args.overrides)
+    sc = resolve(args.scenario, seed=args.seed, overrides=args.overrides, unset=args.unset)
     sim = Simulation(sc)  # builds topology, data, network and protocol: every check a run makes, no run
     topo, fed = sim.topology, sim.federation
     print(f"{args.scenario}: ok ({sc.protocol.name}, {topo.n_devices} devices, {len(topo.servers)} servers, "
@@ -163,7 +168,7 @@ def _cmd_data_show(args: argparse.Namespace) -> int:
     from p2pfl.data.show import federation_table, show_federation
     from p2pfl.topology import build_topology
 
-    sc = resolve(args.scenario, seed=args.seed, overrides=args.overrides)
+    sc = resolve(args.scenario, seed=args.seed, overrides=args.overrides, unset=args.unset)
     topo = build_topology(sc.topology, seed=sc.seed)
     fed = build_federation(sc.data, topo.n_devices, seed=sc.seed)
     show_federation(fed, Path(args.out))
@@ -211,7 +216,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _cmd_robot_demo(args)
         return _cmd_data_show(args)
     except UserError as err:
-        print(f"p2pfl: error: {err}", file=sys.stderr)
+        print(f"p2pfl: error: {' '.join(str(err).splitlines())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        what = "; no run directory written" if args.command == "run" else ""
+        print(f"p2pfl: interrupted{what}", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("p2pfl: error: out of memory; make the scenario smaller (topology n, model.hidden, "
+              "data.samples_per_client)", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into e.g. `head`, which closed early: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

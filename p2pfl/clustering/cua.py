@@ -17,7 +17,8 @@ graph). Spectral rebalancing, the step after CUA, is in ``p2pfl.learning.spectra
 from __future__ import annotations
 
 import itertools
-from typing import Iterator, Mapping, Optional, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Optional
 
 import numpy as np
 import torch
@@ -110,6 +111,7 @@ def _local_search(sim: np.ndarray, c: int, rng: np.random.Generator, restarts: i
         score = partition_score(sim, groups)
         if score > best_score:
             best, best_score = groups, score
+    assert best is not None  # restarts >= 1 and every score is finite
     return sorted(best, key=min)
 
 

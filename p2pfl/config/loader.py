@@ -1,105 +1,305 @@
-"""Read scenario YAML, apply ``--set`` overrides and ``--seed``, and validate.
+"""Read scenario YAML, apply ``--unset`` / ``--set`` overrides and ``--seed``, and validate.
 
-Nothing is written anywhere until this returns.
+Nothing is written anywhere until this returns. Overrides are dotted keys:
+
+* ``--unset a.b`` removes the key (applied first, in order);
+* ``--set a.b=VALUE`` sets it, VALUE parsed as YAML; ``--set a.b=~`` (YAML null) removes it;
+* ``--set topology=FILE`` loads a topology file, resolved like the scenario's own
+  ``topology:`` (relative to the scenario's folder, then to the working directory);
+  ``topology.x`` keys edit the loaded file's content.
+
+Sizes are checked against ``p2pfl.config.limits`` before anything is built.
 """
 
 from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import yaml
+from pydantic import BaseModel
 
+from p2pfl.config import limits
 from p2pfl.config.scenario import Scenario
-from p2pfl.config.validation import parse_model, read_yaml
+from p2pfl.config.validation import check_expansion, parse_model, read_yaml, require_mapping
 from p2pfl.errors import ConfigError
 from p2pfl.protocols import get_protocol
+from p2pfl.protocols.base import ProtocolParams
 from p2pfl.topology import TopologySpec
 
 __all__ = ["load", "load_dict", "parse_override", "apply_overrides", "read_yaml"]
 
+#: What an empty or non-mapping file is told it needs.
+SCENARIO_NEEDS = ("at least 'topology' and 'protocol', e.g. topology: {kind: ring, n: 8} and "
+                  "protocol: {name: gossip, rounds: 10} (see scenarios/quickstart.yaml)")
+TOPOLOGY_NEEDS = "'kind' and its parameters, e.g. kind: ring and n: 16 (see topologies/)"
+
+#: Most torch threads a scenario may ask for.
+MAX_THREADS = 1024
+
+
+def _short(value: Any) -> str:
+    """``repr`` on one line, at most 80 characters."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_key(key: str, flag: str) -> list[str]:
+    parts = key.split(".")
+    if not key or any(not p.strip() for p in parts):
+        raise ConfigError(f"{flag} {key!r}: expected a dotted key such as protocol.rounds (no empty parts)")
+    return [p.strip() for p in parts]
+
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``'a.b=3'`` -> ``('a.b', 3)``; the value is parsed as YAML (numbers, lists, booleans)."""
+    """``'a.b=3'`` -> ``('a.b', 3)``; the value is parsed as YAML (numbers, lists, booleans, ``~`` for null)."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set {text!r}: expected KEY=VALUE with a dotted key, e.g. protocol.rounds=5")
+    key = ".".join(_check_key(key.strip(), "--set"))
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+    except Exception:  # not YAML (or a bad scalar such as 2024-13-45): keep the text as a string
         value = raw
-    return key.strip(), value
+    return key, value
+
+
+def _parent(data: dict, parts: list[str], flag: str, create: bool) -> Optional[dict]:
+    """The mapping holding ``parts[-1]`` (created on the way when ``create``), or None if a level is missing."""
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            if not create:
+                return None
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            where = ".".join(parts[: i + 1])
+            raise ConfigError(f"{flag} {'.'.join(parts)}: '{where}' is not a mapping; got {_short(child)}; "
+                              f"set '{where}' itself or a key that exists")
+        node = child
+    return node
+
+
+def _set(data: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    if value is None:  # YAML null: remove the key (absent if it was not there)
+        node = _parent(data, parts, "--set", create=False)
+        if node is not None:
+            node.pop(parts[-1], None)
+        return
+    node = _parent(data, parts, "--set", create=True)
+    assert node is not None
+    node[parts[-1]] = value
+
+
+def _unset(data: dict, key: str) -> None:
+    parts = key.split(".")
+    node = _parent(data, parts, "--unset", create=False)
+    if node is None or parts[-1] not in node:
+        where = ".".join(parts[:-1])
+        keys = ", ".join(map(str, node)) if node else ""
+        present = f" (keys under '{where}': {keys})" if where and keys else ""
+        raise ConfigError(f"--unset {key}: the scenario has no key '{key}'{present}; check the spelling")
+    del node[parts[-1]]
 
 
 def apply_overrides(data: dict, overrides: Sequence[tuple[str, Any]]) -> dict:
-    """A copy of ``data`` with each dotted key set to its value."""
+    """A copy of ``data`` with each dotted key set to its value (None removes the key)."""
     out = copy.deepcopy(data)
     for key, value in overrides:
-        node = out
-        parts = key.split(".")
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise ConfigError(f"--set {key}: '{'.'.join(parts[: i + 1])}' is not a mapping; got {child!r}")
-            node = child
-        node[parts[-1]] = value
+        _set(out, key, value)
     return out
 
 
 def _resolve_file(ref: str, base: Path) -> Path:
     """A path as written, relative to the scenario's folder first, then to the working directory."""
-    p = Path(ref)
+    p = Path(ref).expanduser()
     if p.is_absolute():
         return p
-    for candidate in (base / p, Path.cwd() / p):
+    candidates = (base / p, Path.cwd() / p)
+    for candidate in candidates:
         if candidate.is_file():
+            return candidate
+    for candidate in candidates:
+        if candidate.exists():
             return candidate
     return base / p
 
 
+class _Topology:
+    """Where the scenario's topology comes from: the scenario itself (a mapping) or a file."""
+
+    def __init__(self, source: str, base: Path) -> None:
+        self.scenario_source, self.scenario_base = source, base
+        self.source: str | Path = source
+        self.base = base
+
+    def replaced(self) -> None:
+        """``topology`` itself was set or removed: it is the scenario's again (until a file is loaded)."""
+        self.source, self.base = self.scenario_source, self.scenario_base
+
+    def inline(self, raw: dict) -> None:
+        """Replace a ``topology: FILE`` by the file's content (a mapping is left as it is)."""
+        ref = raw.get("topology")
+        if not isinstance(ref, str):
+            return
+        src = self.scenario_source
+        if not ref.strip():
+            raise ConfigError(f"{src}: field 'topology': empty file name; give a topology file "
+                              "(topologies/ring16.yaml) or a mapping")
+        path = _resolve_file(ref, self.scenario_base)
+        if path.is_dir():
+            raise ConfigError(f"{src}: field 'topology': {ref!r} is a directory ({path}); give a topology YAML file")
+        if not path.is_file():
+            raise ConfigError(f"{src}: field 'topology': topology file {ref!r} not found "
+                              f"(looked in {self.scenario_base} and {Path.cwd()}); check the path")
+        raw["topology"] = require_mapping(read_yaml(path), path, "topology", TOPOLOGY_NEEDS)
+        self.source, self.base = path, path.parent
+
+
+def _protocol_params(raw: dict, source: str, original: Any) -> ProtocolParams:
+    proto = raw.get("protocol")
+    example = "protocol: {name: gossip, rounds: 10} (p2pfl list protocols)"
+    if proto is None:
+        raise ConfigError(f"{source}: field 'protocol' is required; add it, e.g. {example}")
+    if not isinstance(proto, dict):
+        raise ConfigError(f"{source}: field 'protocol': expected a mapping with a 'name'; got {_short(proto)}; "
+                          f"write it as {example}")
+    if proto.get("name") is None:
+        raise ConfigError(f"{source}: field 'protocol.name' is required, e.g. {example}")
+    name = proto["name"]
+    if not isinstance(name, str):
+        raise ConfigError(f"{source}: field 'protocol.name': expected a protocol name (a string); got {_short(name)}; "
+                          "write e.g. name: gossip (p2pfl list protocols)")
+    cls = get_protocol(name, str(source))
+    if isinstance(original, str) and original != name:
+        leftover = [k for k in proto if k not in cls.Params.model_fields]
+        if leftover:
+            fields = ", ".join(f"'{k}'" for k in leftover)
+            fix = " ".join(f"--unset protocol.{k}" for k in leftover)
+            raise ConfigError(f"{source}: field 'protocol': protocol '{name}' has no parameter {fields} (left over from "
+                              f"protocol '{original}'); remove them with {fix}")
+    return parse_model(cls.Params, proto, source, prefix="protocol")
+
+
+def _unbounded_ints(model: BaseModel, prefix: str) -> Iterator[tuple[str, int]]:
+    """Integer fields (dotted path, value) of ``model`` and its sub-models without their own upper bound."""
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        path = f"{prefix}.{name}" if prefix else name
+        if isinstance(value, BaseModel):
+            yield from _unbounded_ints(value, path)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    yield from _unbounded_ints(item, f"{path}[{i}]")
+        elif isinstance(value, int) and not isinstance(value, bool) and name != "seed":
+            if not any(hasattr(m, "le") or hasattr(m, "lt") for m in info.metadata):
+                yield path, value
+
+
+def _model_size(sc: Scenario) -> tuple[str, int]:
+    """The model the run builds (``auto`` resolved as ``build_model`` does) and its parameter count."""
+    from p2pfl.data.datasets import DATASET_INFO
+
+    data = sc.data
+    info = DATASET_INFO[data.dataset]
+    shape = tuple(info.input_shape)
+    classes = info.num_classes
+    n_features = getattr(data.partition, "n_features", None)
+    if info.synthetic and isinstance(n_features, int):
+        shape = (n_features,)
+    name = sc.model.name
+    if name == "auto":
+        name = ("robot_policy" if data.dataset == "robotics" else
+                "cnn28" if len(shape) == 3 and shape[-2:] == (28, 28) else
+                "cnn32" if shape == (3, 32, 32) else "mlp")
+    return name, limits.model_parameters(name, shape, classes, sc.model.hidden)
+
+
+def _check_sizes(sc: Scenario, source: str) -> None:
+    """Refuse what cannot run on this machine before anything is allocated (see ``p2pfl.config.limits``)."""
+    if sc.threads > MAX_THREADS:
+        raise ConfigError(f"{source}: field 'threads': at most {MAX_THREADS:,} threads; got {sc.threads:,}; "
+                          "use the number of CPU cores or fewer")
+    for path, value in _unbounded_ints(sc, ""):
+        if value > limits.MAX_COUNT:
+            raise ConfigError(f"{source}: field '{path}': at most {limits.MAX_COUNT:,} (p2pfl.config.limits.MAX_COUNT); "
+                              f"got {value:,}; use a smaller value")
+    n = sc.topology.n_devices
+    if n is None:  # a file kind: the device count is known once the file is read
+        return
+    name, params = _model_size(sc)
+    models = n * limits.MODEL_COPIES + int(getattr(sc.protocol, "n_clusters", 1) or 1)
+    need = models * params * 4.0
+    what = f"{n:,} devices with a {name} model of about {params:,} parameters"
+    data = sc.data
+    if data.dataset.startswith("synthetic"):
+        from p2pfl.data.synthetic import DEFAULT_SAMPLES
+
+        d = getattr(data.partition, "n_features", 1)
+        k = getattr(data.partition, "n_clusters", 1)
+        n_train = data.samples_per_client or DEFAULT_SAMPLES
+        n_test = n_train * data.test_fraction / (1 - data.test_fraction)
+        need += n * (n_train + n_test) * d * 4.0 + k * d * d * 8.0
+        what += f" and {n_train + n_test:,.0f} generated samples of {d} features each"
+    try:
+        limits.check_fits(need, what + " would", "use fewer devices (topology n), a smaller model "
+                          "(model.hidden) or fewer samples (data.samples_per_client, data.test_fraction)")
+    except ValueError as err:
+        raise ConfigError(f"{source}: the scenario is too large for this machine: {err}") from None
+
+
 def load_dict(data: Mapping[str, Any], *, source: str = "scenario", base_dir: Optional[Path] = None,
-              overrides: Sequence[str] = (), seed: Optional[int] = None) -> Scenario:
-    """Validate a scenario given as a mapping (the Python API's entry point)."""
+              overrides: Sequence[str] = (), seed: Optional[int] = None, unset: Sequence[str] = ()) -> Scenario:
+    """Validate a scenario given as a mapping (the Python API's entry point).
+
+    ``unset`` lists dotted keys to remove (first), ``overrides`` ``KEY=VALUE`` strings to set
+    (a null value removes the key); a relative ``topology`` file is looked up in ``base_dir``
+    (default: the working directory), then in the working directory.
+    """
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{source}: expected a mapping of scenario fields; got {type(data).__name__}")
-    base = Path.cwd() if base_dir is None else base_dir
-    raw = dict(data)
-    topo_source: str | Path = source
-    topo_base = base
-    if isinstance(raw.get("topology"), str):
-        topo_path = _resolve_file(raw["topology"], base)
-        if not topo_path.is_file():
-            raise ConfigError(f"{source}: field 'topology': topology file {raw['topology']!r} not found "
-                              f"(looked in {base} and {Path.cwd()}); check the path")
-        topo_data = read_yaml(topo_path)
-        if not isinstance(topo_data, dict):
-            raise ConfigError(f"{topo_path}: expected a mapping of topology fields (kind, n, ...)")
-        raw["topology"] = topo_data
-        topo_source, topo_base = topo_path, topo_path.parent
-    raw = apply_overrides(raw, [parse_override(o) for o in overrides])
+        raise ConfigError(f"{source}: expected a mapping of scenario fields; got {type(data).__name__}; "
+                          f"a scenario needs {SCENARIO_NEEDS}")
+    check_expansion(data, source)
+    base = Path.cwd() if base_dir is None else Path(base_dir)
+    sets = [parse_override(o) for o in overrides]
+    removals = [".".join(_check_key(str(k).strip(), "--unset")) for k in unset]
+    raw = copy.deepcopy(dict(data))
+    original = raw.get("protocol", {}).get("name") if isinstance(raw.get("protocol"), dict) else None
+    topo = _Topology(source, base)
+    edits: list[tuple[str, Any, bool]] = [(k, None, True) for k in removals] + [(k, v, False) for k, v in sets]
+    for key, value, removal in edits:
+        if key.startswith("topology."):
+            topo.inline(raw)  # edit the loaded file's content
+        if removal:
+            _unset(raw, key)
+        else:
+            _set(raw, key, value)
+        if key == "topology":
+            topo.replaced()
+    topo.inline(raw)
     if seed is not None:
         raw["seed"] = seed
     if "topology" not in raw:
         raise ConfigError(f"{source}: field 'topology' is required; give a file (topologies/ring16.yaml) or a mapping")
     if not isinstance(raw["topology"], dict):
-        raise ConfigError(f"{source}: field 'topology': expected a file path or a mapping; got {raw['topology']!r}")
-    topology = parse_model(TopologySpec, raw["topology"], topo_source,
-                           prefix="" if topo_source != source else "topology").with_base_dir(topo_base)
-    proto = raw.get("protocol")
-    if not isinstance(proto, dict) or "name" not in proto:
-        raise ConfigError(f"{source}: field 'protocol.name' is required, e.g. protocol: {{name: gossip, rounds: 10}}")
-    cls = get_protocol(proto["name"], str(source))
-    params = parse_model(cls.Params, proto, source, prefix="protocol")
+        raise ConfigError(f"{source}: field 'topology': expected a file path or a mapping; got {_short(raw['topology'])}; "
+                          "write e.g. topology: {kind: ring, n: 8}")
+    prefix = "" if topo.source != source else "topology"
+    topology = parse_model(TopologySpec, raw["topology"], topo.source, prefix=prefix).with_base_dir(topo.base)
+    params = _protocol_params(raw, source, original)
     raw["topology"], raw["protocol"] = topology, params
-    return parse_model(Scenario, raw, source)
+    sc = parse_model(Scenario, raw, source)
+    _check_sizes(sc, source)
+    return sc
 
 
-def load(path: str | Path, *, overrides: Sequence[str] = (), seed: Optional[int] = None) -> Scenario:
+def load(path: str | Path, *, overrides: Sequence[str] = (), seed: Optional[int] = None,
+         unset: Sequence[str] = ()) -> Scenario:
     """Read and validate a scenario YAML file."""
     path = Path(path)
-    data = read_yaml(path)
-    return load_dict(data if data is not None else {}, source=str(path), base_dir=path.parent,
-                     overrides=overrides, seed=seed)
+    data = require_mapping(read_yaml(path), path, "scenario", SCENARIO_NEEDS)
+    return load_dict(data, source=str(path), base_dir=path.parent, overrides=overrides, seed=seed, unset=unset)

@@ -98,7 +98,7 @@ def load_dataset(name: str, root: str | None = None, download: bool = False) -> 
 
 
 # ---------------------------------------------------------------- digits
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _digits() -> Pool:
     from sklearn.datasets import load_digits
 
@@ -113,7 +113,7 @@ def _load_digits(root: str | None, download: bool) -> Pool:
     return _digits()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _digits28() -> Pool:
     import torch
     import torch.nn.functional as F
@@ -165,7 +165,7 @@ def _idx_file(d: Path, name: str) -> Path:
     return d / name if (d / name).is_file() else d / name[:-3]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _read_idx_dir(directory: str, name: str) -> Pool:
     d = Path(directory)
     tr_x, tr_y, te_x, te_y = (read_idx(_idx_file(d, f)) for f in IDX_FILES)
@@ -229,7 +229,7 @@ _PICKLE_ALLOWED = {
 
 
 class _CifarUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):  # noqa: D401 - pickle API
+    def find_class(self, module: str, name: str):
         if (module, name) in _PICKLE_ALLOWED:
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a CIFAR batch")
@@ -257,7 +257,7 @@ CIFAR10_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
 CIFAR100_FILES = ("train", "test")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _read_cifar10(directory: str) -> Pool:
     d = Path(directory)
     xs, ys = [], []
@@ -271,7 +271,7 @@ def _read_cifar10(directory: str) -> Pool:
     return pool
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _read_cifar100(directory: str) -> Pool:
     d = Path(directory)
     parts = []

@@ -72,7 +72,7 @@ class Federation:
     def n_clusters(self) -> int:
         return len(set(self.true_clusters))
 
-    def to(self, device: torch.device | str) -> "Federation":
+    def to(self, device: torch.device | str) -> Federation:
         """This federation with every shard's tensors on ``device`` (no copy where they already are)."""
         moved = tuple(replace(s, train_x=s.train_x.to(device), train_y=s.train_y.to(device),
                               test_x=s.test_x.to(device), test_y=s.test_y.to(device)) for s in self.shards)

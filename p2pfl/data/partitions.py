@@ -23,6 +23,7 @@ from p2pfl.data import semantic as sem
 from p2pfl.data import transforms as tf
 from p2pfl.data.datasets import FALLBACKS, Pool, load_dataset
 from p2pfl.data.federation import Plan
+from p2pfl.data.schema import DataSpec
 from p2pfl.data.splitters import (
     assign_clusters,
     dirichlet_partition,
@@ -31,7 +32,6 @@ from p2pfl.data.splitters import (
     quantity_sizes,
     quantity_skew_partition,
 )
-from p2pfl.data.schema import DataSpec
 from p2pfl.errors import DataError
 from p2pfl.seeding import stream
 

@@ -45,6 +45,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
+from p2pfl.config import limits
 from p2pfl.config.validation import Strict
 from p2pfl.data.datasets import DATASET_INFO
 from p2pfl.data.semantic import SEMANTIC_MAPPINGS, SUPERCLASSES
@@ -88,7 +89,7 @@ class DirichletPartition(Strict):
 
     kind: Literal["dirichlet"]
     alpha: float = Field(0.5, gt=0)
-    min_samples: int = Field(1, ge=0, description="redraw until every device has this many (all-data mode)")
+    min_samples: int = Field(1, ge=0, le=limits.MAX_SAMPLES_PER_CLIENT, description="redraw until every device has this many (all-data mode)")
 
 
 class QuantitySkewPartition(Strict):
@@ -98,7 +99,7 @@ class QuantitySkewPartition(Strict):
     distribution: Literal["dirichlet", "power_law"] = "dirichlet"
     beta: float = Field(0.5, gt=0)
     exponent: float = Field(1.0, ge=0)
-    min_samples: int = Field(1, ge=1)
+    min_samples: int = Field(1, ge=1, le=limits.MAX_SAMPLES_PER_CLIENT)
 
 
 class _Clustered(Strict):
@@ -109,14 +110,14 @@ class LabelShiftPartition(_Clustered):
     """E1: K clusters with disjoint class groups."""
 
     kind: Literal["label_shift"]
-    n_clusters: int = Field(2, ge=1)
+    n_clusters: int = Field(2, ge=1, le=limits.MAX_DEVICES)
 
 
 class CovariateSubclassPartition(_Clustered):
     """E2a: same superclass labels, different subclasses per cluster."""
 
     kind: Literal["covariate_subclass"]
-    n_clusters: int = Field(2, ge=1)
+    n_clusters: int = Field(2, ge=1, le=limits.MAX_DEVICES)
 
 
 class RotationPartition(_Clustered):
@@ -136,7 +137,7 @@ class LabelPermutationPartition(_Clustered):
     """E3b: each cluster a different seeded permutation of the labels."""
 
     kind: Literal["label_permutation"]
-    n_clusters: int = Field(2, ge=1)
+    n_clusters: int = Field(2, ge=1, le=limits.MAX_DEVICES)
     identity_first: bool = True
 
 
@@ -152,14 +153,14 @@ class CombinedPartition(_Clustered):
     """E4b: 2 concept groups x C covariate clusters = 2C clusters."""
 
     kind: Literal["combined"]
-    covariate_clusters: int = Field(2, ge=1)
+    covariate_clusters: int = Field(2, ge=1, le=limits.MAX_DEVICES)
 
 
 class FeatureSkewPartition(_Clustered):
     """RND paper: K groups with the same labels, each with its own input shift."""
 
     kind: Literal["feature_skew"]
-    n_clusters: int = Field(4, ge=1)
+    n_clusters: int = Field(4, ge=1, le=limits.MAX_DEVICES)
     mode: Literal["noise", "pattern"] = "noise"
     noise_std: Union[float, list[float]] = 0.3
     rms: float = Field(0.1, ge=0)
@@ -183,8 +184,8 @@ class ParameterShiftPartition(_Clustered):
     """MCDC synthetic tasks (Conditional paper, App. A-A): clusters with distinct generating parameters."""
 
     kind: Literal["parameter_shift"]
-    n_clusters: int = Field(3, ge=1)
-    n_features: int = Field(10, ge=1)
+    n_clusters: int = Field(3, ge=1, le=limits.MAX_DEVICES)
+    n_features: int = Field(10, ge=1, le=limits.MAX_FEATURES)
     noise_std: float = Field(0.1, ge=0)
 
 
@@ -284,8 +285,8 @@ class DataSpec(Strict):
     download: bool = False
     partition: PartitionSpec = Field(default_factory=IIDPartition)
     test_fraction: float = Field(0.2, gt=0, lt=1)
-    samples_per_client: int | None = Field(None, ge=1)
-    clients_per_cluster: int | None = Field(None, ge=1)
+    samples_per_client: int | None = Field(None, ge=1, le=limits.MAX_SAMPLES_PER_CLIENT)
+    clients_per_cluster: int | None = Field(None, ge=1, le=limits.MAX_DEVICES)
     sparsity: Literal["rich", "med", "sparse", "very_sparse", "super_sparse"] | None = None
 
     @field_validator("dataset")
@@ -306,7 +307,7 @@ class DataSpec(Strict):
             SPARSITY[self.sparsity] if self.sparsity else None)
 
     @model_validator(mode="after")
-    def _combination(self) -> "DataSpec":
+    def _combination(self) -> DataSpec:
         p, name = self.partition, self.dataset
         info = DATASET_INFO[name]
         if self.sparsity and self.clients_per_cluster is not None and SPARSITY[self.sparsity] != self.clients_per_cluster:

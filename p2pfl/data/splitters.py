@@ -252,7 +252,7 @@ def group_partition(
     device_group = np.asarray(device_group, dtype=np.int64)
     n_groups = len(group_classes)
     seen: set[int] = set()
-    for g, cls in enumerate(group_classes):
+    for cls in group_classes:
         if seen & set(cls):
             raise DataError(f"class groups must be disjoint; classes {sorted(seen & set(cls))} are in two groups")
         seen |= set(cls)

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from p2pfl.data.splitters import assign_clusters
 from p2pfl.data.schema import DataSpec
+from p2pfl.data.splitters import assign_clusters
 from p2pfl.seeding import stream
 
 __all__ = ["build_synthetic", "cluster_parameters", "DEFAULT_SAMPLES"]

@@ -27,7 +27,8 @@ def rotate(x: torch.Tensor, angle_deg: float) -> torch.Tensor:
         return x.clone()
     if a % 90 == 0:
         return torch.rot90(x, int(a // 90), dims=(-2, -1)).contiguous()
-    from torchvision.transforms.functional import InterpolationMode, rotate as tv_rotate
+    from torchvision.transforms.functional import InterpolationMode
+    from torchvision.transforms.functional import rotate as tv_rotate
 
     return tv_rotate(x, a, interpolation=InterpolationMode.BILINEAR, fill=0.0).clamp_(0.0, 1.0)
 

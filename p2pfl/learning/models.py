@@ -15,8 +15,10 @@ from math import prod
 from typing import Callable, Literal
 
 import torch
+from pydantic import Field
 from torch import nn
 
+from p2pfl.config import limits
 from p2pfl.config.validation import Strict
 from p2pfl.errors import ConfigError
 
@@ -28,7 +30,7 @@ class ModelSpec(Strict):
     ``cnn32`` for 3x32x32 images, else ``mlp``."""
 
     name: Literal["auto", "cnn28", "cnn32", "mlp", "robot_policy"] = "auto"
-    hidden: int = 64
+    hidden: int = Field(64, ge=1, le=limits.MAX_HIDDEN, description="hidden width of 'mlp'")
 
 
 class CNN28(nn.Module):

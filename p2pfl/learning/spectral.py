@@ -7,7 +7,7 @@ singular-value share reaches ``beta``; singular vectors are unchanged. Pure tens
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 

@@ -8,7 +8,8 @@ wall-clock figures kept apart in ``timing``.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 __all__ = ["Recorder"]
 

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from p2pfl.errors import UserError
 from p2pfl.metrics.summary import LOWER_IS_BETTER, metric_label
 
 __all__ = ["RunRecord", "Score", "load_run", "run_score", "time_to_fraction", "bytes_at", "report_table",
-           "report_figure"]
+           "build_figure", "report_figure"]
 
 
 @dataclass(frozen=True)
@@ -171,10 +172,11 @@ def report_table(runs: Sequence[RunRecord]) -> str:
     return "\n".join(lines)
 
 
-def report_figure(runs: Sequence[RunRecord], out: str | Path) -> Path:
-    """Per metric, two panels: mean device score vs simulated time, and vs bytes sent so far.
+def build_figure(runs: Sequence[RunRecord]) -> Any:
+    """A matplotlib Figure with, per metric, two panels: mean device score vs simulated time and vs bytes.
 
-    Runs scored by different metrics get separate rows of panels, never one axis.
+    Runs scored by different metrics get separate rows of panels (in order of first appearance),
+    never one axis; the y axis is named by the metric.
     """
     from matplotlib.figure import Figure
 
@@ -204,6 +206,12 @@ def report_figure(runs: Sequence[RunRecord], out: str | Path) -> Path:
             ax.grid(alpha=0.3)
         ax_t.legend(fontsize=7)
     fig.tight_layout()
+    return fig
+
+
+def report_figure(runs: Sequence[RunRecord], out: str | Path) -> Path:
+    """Write ``build_figure(runs)`` to the PNG ``out``."""
+    fig = build_figure(runs)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)

@@ -74,8 +74,9 @@ def write_run_dir(out: Path, *, scenario: Mapping[str, Any], summary: Mapping[st
     out = Path(out)
     check_out_dir(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp: Optional[Path] = None
     try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
         (tmp / "scenario.yaml").write_text(yaml.safe_dump(dict(scenario), sort_keys=False), encoding="utf-8")
         (tmp / "summary.json").write_text(dumps_json(summary), encoding="utf-8")
         with open(tmp / "events.jsonl", "w", encoding="utf-8") as fh:
@@ -86,7 +87,18 @@ def write_run_dir(out: Path, *, scenario: Mapping[str, Any], summary: Mapping[st
         for name, data in (extra or {}).items():
             (tmp / name).write_bytes(data)
         os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:  # an error or Ctrl-C mid-write: leave nothing behind
+        if tmp is not None:
+            _remove_tree(tmp)
         raise
     return out
+
+
+def _remove_tree(path: Path) -> None:
+    """``rmtree`` that finishes even if Ctrl-C is pressed again while it runs."""
+    while True:
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+            return
+        except KeyboardInterrupt:
+            continue

@@ -115,7 +115,7 @@ def read_demo_file(path: str | Path, max_demos: Optional[int] = None) -> DemoFil
             raise DataError(f"{path}: data.attrs['problem_info'] lacks 'language_instruction'") from None
         if isinstance(instruction, list):  # some LIBERO files store it as a list of words
             instruction = " ".join(instruction)
-        names = sorted((k for k in g.keys() if _demo_index(k) >= 0), key=_demo_index)[:max_demos]
+        names = sorted((k for k in g if _demo_index(k) >= 0), key=_demo_index)[:max_demos]
         demos = []
         for k in names:
             o = g[k]["obs"]

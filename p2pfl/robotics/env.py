@@ -13,6 +13,7 @@ loaded first), when the first environment or scene is made, not when this module
 from __future__ import annotations
 
 import atexit
+import contextlib
 from dataclasses import dataclass
 from typing import Optional
 
@@ -67,10 +68,8 @@ _SCENES: dict = {}
 def _close_renderers() -> None:
     """Free GL contexts at exit while the GL bindings still exist (avoids noisy __del__ errors)."""
     for _, r in _SCENES.values():
-        try:
+        with contextlib.suppress(Exception):  # best effort at interpreter exit
             r.close()
-        except Exception:  # pragma: no cover - best effort at interpreter exit
-            pass
     _SCENES.clear()
 
 

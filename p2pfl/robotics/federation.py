@@ -184,10 +184,11 @@ def build_robot_federation(spec: Any, n_devices: int, *, seed: int) -> RobotFede
             tr = train_ids[parts[k]]
             own = set(demo_task_a[tr].tolist())
             te = np.array([i for i in test_ids if demo_task_a[i] in own], dtype=np.int64)
-            cat = lambda ids, arr: torch.from_numpy(np.concatenate([arr[i] for i in ids])) if len(ids) else torch.zeros(0)  # noqa: E731
+            cat = lambda ids, arr: torch.from_numpy(np.concatenate([arr[i] for i in ids])) if len(ids) else torch.zeros(0)
             shards.append(Shard(cat(tr, demo_x), cat(tr, demo_y), cat(te, demo_x), cat(te, demo_y), c, tr, te, suite))
             suites.append(suite)
             clusters.append(c)
+    assert layout is not None  # p.suites has at least one suite (schema: min_length=1)
     if p.source == "libero":
         from p2pfl.robotics.libero import libero_env_factory
 

@@ -10,8 +10,8 @@ Task ids are ``<suite>/<demo file stem>``, e.g. ``libero_object/pick_up_the_ketc
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

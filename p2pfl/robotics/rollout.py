@@ -7,8 +7,8 @@ likely mixture mode (LIBERO's low-noise evaluation).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ def rollout_tasks(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], epi
         from p2pfl.robotics.env import RobotEnv
         from p2pfl.robotics.suites import get_task
 
-        make_env = lambda tid: RobotEnv(get_task(tid), layout.image)  # noqa: E731
+        make_env = lambda tid: RobotEnv(get_task(tid), layout.image)
     was_training = model.training
     model.eval()
     out = RolloutResult()

@@ -14,8 +14,8 @@ seeded RNG per episode, and every task has a success predicate on the simulator 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -105,14 +105,14 @@ def _object_sampler(target: str) -> Callable[[np.random.Generator], Layout]:
     11-22% and 0%, grasping whichever cube lay below it regardless of the instruction.
     """
     def sample(rng: np.random.Generator) -> Layout:
-        j = lambda: float(rng.uniform(-0.02, 0.02))  # noqa: E731
+        j = lambda: float(rng.uniform(-0.02, 0.02))
         cubes = {c: (_OBJECT_SLOTS[k][0] + j(), _OBJECT_SLOTS[k][1] + j()) for k, c in enumerate(_OBJECT_SCENES[target])}
         return Layout(cubes=cubes, zones={"green": (j(), -0.09 + j())})
     return sample
 
 
 def _goal_sampler(rng: np.random.Generator) -> Layout:
-    j = lambda: float(rng.uniform(-0.025, 0.025))  # noqa: E731 - small jitter around the fixed scene
+    j = lambda: float(rng.uniform(-0.025, 0.025))
     return Layout(cubes={"red": (-0.08 + j(), 0.06 + j()), "blue": (0.08 + j(), 0.06 + j())},
                   zones={"green": (-0.09 + j(), -0.08 + j()), "orange": (0.09 + j(), -0.08 + j())})
 

@@ -7,7 +7,8 @@ Units are in the names. Backward is modelled as twice the forward FLOPs
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -112,4 +113,4 @@ def forward_flops_per_sample(model: nn.Module, input_shape: tuple[int, ...]) -> 
 
 def train_flops(forward_flops: int, samples: int) -> int:
     """FLOPs of training on ``samples`` samples (forward + backward)."""
-    return int(round(forward_flops * (1.0 + BACKWARD_FACTOR) * samples))
+    return int(round(forward_flops * (1.0 + BACKWARD_FACTOR) * samples))  # noqa: RUF046 (numpy scalars in)

@@ -8,14 +8,14 @@ Lost messages still occupy the uplink and count as sent; the drop is recorded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
 
 from p2pfl.sim.cost import message_bytes, tx_time_s
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.topology import Link
@@ -43,7 +43,7 @@ class Network:
     def __init__(
         self,
         env: simpy.Environment,
-        links: "dict[tuple[int, int], Link]",
+        links: dict[tuple[int, int], Link],
         uplink_bps: dict[int, float],
         downlink_bps: dict[int, float],
         loss_rngs: dict[int, np.random.Generator],
@@ -59,10 +59,10 @@ class Network:
         self._uplinks = {n: simpy.Resource(env, capacity=1) for n in uplink_bps}
         self._inboxes: dict[tuple[int, str], simpy.Store] = {}
         self._seq = 0
-        self._adj: "dict[int, list[int]] | None" = None
+        self._adj: dict[int, list[int]] | None = None
         self._no_relay = frozenset(no_relay)  # endpoints only (servers): never a hop inside a route
 
-    def link(self, u: int, v: int) -> "Link":
+    def link(self, u: int, v: int) -> Link:
         """The link between ``u`` and ``v``; ValueError if they are not adjacent."""
         try:
             return self._links[(u, v) if (u, v) in self._links else (v, u)]

@@ -27,7 +27,7 @@ class Uniform(Strict):
     high: float = Field(gt=0)
 
     @model_validator(mode="after")
-    def _order(self) -> "Uniform":
+    def _order(self) -> Uniform:
         if self.high < self.low:
             raise ValueError(f"high must be >= low; got low={self.low}, high={self.high}")
         return self
@@ -39,7 +39,7 @@ class Uniform(Strict):
 class LogNormal(Strict):
     dist: Literal["lognormal"]
     median: float = Field(gt=0)
-    sigma: float = Field(ge=0)
+    sigma: float = Field(ge=0, le=10)  # exp(10 z) already spans tens of orders of magnitude; more overflows
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return self.median * np.exp(self.sigma * rng.standard_normal(n))
@@ -51,7 +51,7 @@ class Choice(Strict):
     p: list[float] | None = None
 
     @model_validator(mode="after")
-    def _check(self) -> "Choice":
+    def _check(self) -> Choice:
         if any(v <= 0 for v in self.values):
             raise ValueError("values must all be > 0")
         if self.p is not None:

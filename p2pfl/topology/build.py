@@ -8,7 +8,8 @@ from pathlib import Path
 
 import networkx as nx
 
-from p2pfl.config.validation import parse_model, read_yaml
+from p2pfl.config.limits import MAX_DEVICES
+from p2pfl.config.validation import parse_model, read_yaml, require_mapping
 from p2pfl.errors import ConfigError, TopologyError
 from p2pfl.seeding import stream
 from p2pfl.topology import classic, files, geometric, random_graphs
@@ -136,6 +137,9 @@ def build_topology(spec: TopologySpec, *, seed: int, base_dir: str | Path | None
     root = seed if spec.seed is None else spec.seed
     graph_seed = int(stream(root, "topology").integers(2**63))
     graph = _generate(spec, graph_seed, base_dir)
+    if graph.number_of_nodes() > MAX_DEVICES:  # file kinds: the spec could not tell before reading the file
+        raise TopologyError(f"{spec.path}: {graph.number_of_nodes():,} devices; at most {MAX_DEVICES:,} "
+                            "(p2pfl.config.limits.MAX_DEVICES); use a smaller graph")
     if not spec.allow_disconnected and not nx.is_connected(graph):
         parts = nx.number_connected_components(graph)
         raise TopologyError(
@@ -149,8 +153,6 @@ def build_topology(spec: TopologySpec, *, seed: int, base_dir: str | Path | None
 def load_topology_file(path: str | Path) -> TopologySpec:
     """Read and validate a topology YAML file; a relative ``path`` inside it is resolved against its folder."""
     path = Path(path)
-    data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of topology fields (kind, n, ...); got {type(data).__name__}")
+    data = require_mapping(read_yaml(path), path, "topology", "'kind' and its parameters, e.g. kind: ring and n: 16")
     spec = parse_model(TopologySpec, data, path)
     return spec.with_base_dir(path.parent)

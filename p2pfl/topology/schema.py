@@ -6,11 +6,13 @@ rejects missing and stray parameters with a message that states the rule.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from p2pfl.config import limits
 from p2pfl.config.validation import Strict
 
 __all__ = [
@@ -115,6 +117,49 @@ class TopologySpec(Strict):
     edges: list[EdgeOverride] = []
     servers: list[ServerSpec] = []
 
+    @field_validator("n", "rows", "cols", "k", "m")
+    @classmethod
+    def _device_counts(cls, v: int | None, info: ValidationInfo) -> int | None:
+        return limits.at_most(v, limits.MAX_DEVICES, "devices (p2pfl.config.limits.MAX_DEVICES)",
+                              f"use a smaller {info.field_name}")
+
+    @field_validator("tries")
+    @classmethod
+    def _tries(cls, v: int) -> int:
+        limits.at_most(v, limits.MAX_TRIES, "tries (p2pfl.config.limits.MAX_TRIES)",
+                       "use fewer tries; if the graph is rarely connected, make it denser or set allow_disconnected: true")
+        return v
+
+    def _links_estimate(self, n: int) -> float:
+        """Expected number of links of the graph this spec draws (sizes the memory check)."""
+        pairs = n * (n - 1) / 2
+        k, m = self.k or 0, self.m or 0
+        return {
+            "complete": pairs,
+            "k_regular": n * k / 2,
+            "watts_strogatz": n * k / 2,
+            "erdos_renyi": pairs * (self.p or 0.0),
+            "barabasi_albert": max(n - m, 0) * m,
+            "random_geometric": pairs * min(1.0, math.pi * (self.radius or 0.0) ** 2),
+        }.get(self.kind, 2.0 * n)
+
+    def _check_size(self) -> None:
+        """Refuse graphs that cannot be built on this machine, before anything is allocated."""
+        n = self.n_devices
+        if n is None:  # file kinds: the file's own size bounds the graph
+            return
+        if n > limits.MAX_DEVICES:
+            raise ValueError(f"rows * cols = {n:,} devices; at most {limits.MAX_DEVICES:,} devices "
+                             "(p2pfl.config.limits.MAX_DEVICES); use fewer rows or cols")
+        if self.kind == "erdos_renyi" and n > limits.MAX_PAIRWISE_DEVICES:
+            raise ValueError(f"kind 'erdos_renyi' tests every pair of devices: at most {limits.MAX_PAIRWISE_DEVICES:,} "
+                             f"devices (p2pfl.config.limits.MAX_PAIRWISE_DEVICES); got n={n:,}; use a smaller n, "
+                             "or kind random_geometric or k_regular for large sparse graphs")
+        links = self._links_estimate(n)
+        limits.check_fits(n * limits.BYTES_PER_DEVICE + links * limits.BYTES_PER_LINK,
+                          f"a {self.kind} topology of {n:,} devices and about {links:,.0f} links would",
+                          "use fewer devices (n) or a sparser graph")
+
     @model_validator(mode="after")
     def _params_match_kind(self) -> TopologySpec:
         needed = KIND_PARAMS[self.kind]
@@ -147,6 +192,7 @@ class TopologySpec(Strict):
         for name in names:
             if names.count(name) > 1:
                 raise ValueError(f"server names must be unique; got '{name}' twice")
+        self._check_size()
         return self
 
     @property

@@ -136,7 +136,7 @@ def test_assign_clusters(n, k, mode, expected):
 
 
 def test_assign_clusters_more_clusters_than_devices():
-    with pytest.raises(DataError, match="n_clusters must be in 1..n_devices=3; got 4"):
+    with pytest.raises(DataError, match=r"n_clusters must be in 1\.\.n_devices=3; got 4"):
         assign_clusters(3, 4)
 
 

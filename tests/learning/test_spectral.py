@@ -19,7 +19,7 @@ def _matrix_with_spectrum(sigmas, seed=0):
 
 def test_srb_lifts_exactly_the_singular_values_below_the_threshold():
     sig = [8.0, 4.0, 2.0, 1.0, 0.5, 0.25]  # cumulative shares .510 .764 .892 .955 .987 1
-    m, u, v = _matrix_with_spectrum(sig)
+    m, _, _ = _matrix_with_spectrum(sig)
     out = spectral_rebalance(m, beta=0.9)  # c* = 4 (share .955 >= .9), sigma_c* = 1.0
     s_new = torch.linalg.svdvals(out)
     assert torch.allclose(s_new, torch.tensor([8.0, 4.0, 2.0, 1.0, 1.0, 1.0], dtype=torch.float64), atol=1e-10)

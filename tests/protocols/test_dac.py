@@ -7,7 +7,18 @@ import pytest
 import torch
 
 import p2pfl
-from p2pfl.protocols.serverless.dac import cosine_top_k, dac_prior, selection_components, tau_at, two_hop_update
+from p2pfl.protocols.serverless.dac import (
+    DAC,
+    DACCosine,
+    DACOriginal,
+    DACParams,
+    cosine_top_k,
+    dac_prior,
+    selection_components,
+    tau_at,
+    two_hop_update,
+)
+from p2pfl.registry import get_protocol
 from tests.helpers import digits_scenario
 from tests.protocols.test_rnd import H, M
 
@@ -71,3 +82,25 @@ def test_original_bytes_are_requests_plus_model_count_and_similarity_vector(cand
 def test_dac_is_deterministic(variant):
     sc = digits_scenario({"name": "dac", "variant": variant, "rounds": 2}, n=5, kind="complete")
     assert p2pfl.run(sc, write=False).summary == p2pfl.run(sc, write=False).summary
+
+
+def test_variant_chooses_the_class_that_runs():
+    assert get_protocol("dac") is DAC
+    cosine, original = DACParams(name="dac"), DACParams(name="dac", variant="original")
+    for cls in (DAC, DACCosine, DACOriginal):
+        assert cls.implementation(cosine) is DACCosine
+        assert cls.implementation(original) is DACOriginal
+    assert DACCosine.name == DACOriginal.name == "dac"
+    assert DACCosine.Params is DACOriginal.Params is DACParams
+
+
+@pytest.mark.parametrize("variant,cls", [("cosine", DACCosine), ("original", DACOriginal)])
+def test_the_simulation_runs_the_class_of_the_variant(variant, cls):
+    from p2pfl.api import resolve
+    from p2pfl.sim.kernel import Simulation
+
+    sim = Simulation(resolve(digits_scenario({"name": "dac", "variant": variant, "rounds": 1}, n=4)))
+    protocol = sim.protocol
+    assert type(protocol) is cls and isinstance(protocol, (DACCosine, DACOriginal))
+    sim.run()
+    assert set(protocol.chosen) == {0, 1, 2, 3}

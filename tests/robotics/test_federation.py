@@ -33,12 +33,12 @@ def test_policy_size_features_and_packing():
     assert 100_000 <= sum(p.numel() for p in m.parameters()) <= 500_000
     x = torch.rand(3, lay.width)
     x[:, -lay.tokens:] = torch.from_numpy(tokenize("pick up the red cube", lay.tokens)).float()
-    z, feats = m.encode(x)
+    _, feats = m.encode(x)
     assert set(feats) == {"text", "agent", "joint", "gripper"} and feats["agent"].shape == (3 * lay.history, 64)
     assert m(x).shape == (3, lay.action) and m.distribution(x).logits.shape == (3, 5)
     imgs = torch.randint(0, 255, (4, 32, 32, 3), dtype=torch.uint8).numpy()
     packed = pack_samples(lay, imgs, torch.zeros(4, 3).numpy(), torch.zeros(4, 2).numpy(), "go")
-    img, _, _, tok = lay.unpack(torch.from_numpy(packed))
+    img, _, _, _ = lay.unpack(torch.from_numpy(packed))
     assert torch.allclose(img[2, 1] * 255, torch.from_numpy(imgs[2]).permute(2, 0, 1).float(), atol=1e-3)
     assert torch.equal(img[0, 0], img[0, 1])  # history padded with the first frame
     assert tokenize("Go", 4)[0] == tokenize("go", 4)[0] and tokenize("go", 4)[1] == 0
@@ -94,14 +94,14 @@ def test_protocols_run_from_yaml_with_rollouts_as_events(tmp_path, protocol):
     assert s["partition"]["suite_per_device"] == ["object", "object", "goal", "goal"]
     assert s["compute_flops_total"] > 0
     if protocol["name"] == "feddrman":
-        assert len(s["clusters"]) == 2 and sorted(sum(s["clusters"], [])) == [0, 1, 2, 3]
+        assert len(s["clusters"]) == 2 and sorted(d for c in s["clusters"] for d in c) == [0, 1, 2, 3]
         assert len(s["logs"]["cua_similarity"]) == 2
 
 
 @needs_mujoco
 def test_feddrman_rollout_compute_is_charged_and_runs_are_identical(tmp_path):
-    from p2pfl.sim.kernel import Simulation
     from p2pfl.config import load_dict
+    from p2pfl.sim.kernel import Simulation
 
     sc = load_dict(_scenario(tmp_path, {"name": "feddrman", "rounds": 1, "n_clusters": 2, "rank": 4, "srb": False}))
     a = Simulation(sc)

@@ -132,7 +132,7 @@ def normalize_statistics(raw: np.ndarray, how: str) -> np.ndarray:
 class _ConditionedContext:
     """A device context whose ``new_model`` builds the conditioned model (lets Gossip run on it unchanged)."""
 
-    def __init__(self, ctx: DeviceContext, protocol: "Conditional") -> None:
+    def __init__(self, ctx: DeviceContext, protocol: Conditional) -> None:
         self._ctx = ctx
         self._protocol = protocol
 

@@ -39,7 +39,7 @@ def select_clients(devices: tuple[int, ...], fraction: float, rng: np.random.Gen
     """max(1, round(fraction * n)) devices drawn without replacement, in id order."""
     if fraction >= 1.0:
         return list(devices)
-    k = max(1, int(round(fraction * len(devices))))
+    k = max(1, round(fraction * len(devices)))
     return sorted(int(d) for d in rng.choice(np.asarray(devices), size=k, replace=False))
 
 

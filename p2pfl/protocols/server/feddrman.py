@@ -23,16 +23,17 @@ from pydantic import Field
 from torch import nn
 
 from p2pfl.clustering import adjusted_rand_index
+from p2pfl.clustering.cua import cua_partition as compatibility_partition
+from p2pfl.clustering.cua import match_clusters, update_similarity
 from p2pfl.errors import ConfigError
 from p2pfl.learning.aggregate import State, clone_state, weighted_average
+from p2pfl.learning.distill import action_distillation, subspace_distillation
+from p2pfl.learning.spectral import rebalance_update
 from p2pfl.learning.state import live_state, load_state_
 from p2pfl.learning.train import BatchLoss
 from p2pfl.protocols.base import Process
 from p2pfl.protocols.server.collect import collect_round
 from p2pfl.protocols.server.fedavg import FedAvgBase, FedAvgParams, select_clients
-from p2pfl.clustering.cua import cua_partition as compatibility_partition, match_clusters, update_similarity
-from p2pfl.learning.spectral import rebalance_update
-from p2pfl.learning.distill import action_distillation, subspace_distillation
 from p2pfl.robotics.gmm import gmm_nll
 
 if TYPE_CHECKING:  # pragma: no cover

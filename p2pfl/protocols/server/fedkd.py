@@ -29,11 +29,11 @@ from torch.nn import functional as F
 
 from p2pfl.errors import ConfigError
 from p2pfl.learning.aggregate import clone_state, weighted_average
+from p2pfl.learning.distill import action_distillation
 from p2pfl.learning.state import load_state_
 from p2pfl.learning.svd_compress import compress_update, decompress_update, energy_threshold
 from p2pfl.protocols.base import Process
 from p2pfl.protocols.server.fedavg import FedAvgBase, FedAvgParams, select_clients
-from p2pfl.learning.distill import action_distillation
 from p2pfl.robotics.gmm import GMM, gmm_nll
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -144,7 +144,7 @@ class FedKD(FedAvgBase[FedKDParams]):
             load_state_(pair.mentee, shared.state_dict())
             gen = torch.Generator()
             gen.manual_seed(int(ctx.rng.integers(2**62)))
-            yield from ctx.train(pair, loss=lambda m, x, y: mutual_distillation_loss(cast(MentorMentee, m), x, y, gen))
+            yield from ctx.train(pair, loss=lambda m, x, y, g=gen: mutual_distillation_loss(cast(MentorMentee, m), x, y, g))
             base = shared.state_dict()
             delta = {k: v.detach() - base[k] for k, v in pair.mentee.state_dict().items()}
             packed = compress_update(delta, self.threshold(msg.round))

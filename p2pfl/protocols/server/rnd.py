@@ -57,7 +57,8 @@ class RNDParams(ProtocolParams):
     rnd_epochs: int = Field(10, ge=1, description="predictor training epochs (Adam)")
     rnd_batch_size: int = Field(128, ge=1)
     rnd_lr: float = Field(1e-3, gt=0)
-    round_timeout_s: Optional[float] = Field(None, gt=0, description="stop waiting for updates after this long")
+    round_timeout_s: Optional[float] = Field(None, gt=0, description="training rounds: stop waiting for updates "
+                                             "after this long (a clustering event waits for every row)")
 
 
 # --------------------------------------------------------------------------- pure decisions

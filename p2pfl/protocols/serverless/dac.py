@@ -196,7 +196,7 @@ class DACCosine(NeighbourAveraging[DACParams], _DACBase):
 
 
 class DACOriginal(_DACBase):
-    """DAC as published (Listo Zec et al. 2022, Sec. 3 and its algorithm; arXiv:2206.08839).
+    """DAC as published (Listo Zec et al., FL-IJCAI 2022, arXiv:2206.08839: the method section's algorithm).
 
     Softmax sampling prior over 1/loss similarities, ``n_sampled`` peers asked
     for their models, two-hop similarity update, sample-weighted averaging

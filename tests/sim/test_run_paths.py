@@ -1,0 +1,58 @@
+"""Kernel paths every run takes: data and models through the torch-device path; round timeouts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import p2pfl
+from p2pfl.api import resolve
+from p2pfl.data import build_federation
+from p2pfl.sim.kernel import Simulation
+from tests.helpers import digits_scenario
+
+
+def test_a_federation_moves_every_shard_tensor_to_a_device() -> None:
+    sc = resolve(digits_scenario({"name": "local", "rounds": 1}, n=3))
+    fed = build_federation(sc.data, 3, seed=0)
+    moved = fed.to(torch.device("meta"))  # a device without storage: proves every tensor goes through .to()
+    for s in moved.shards:
+        assert {t.device.type for t in (s.train_x, s.train_y, s.test_x, s.test_y)} == {"meta"}
+    assert moved.true_clusters == fed.true_clusters and moved.input_shape == fed.input_shape
+    assert all(s.train_x.device.type == "cpu" for s in fed.shards)  # the original is untouched
+
+
+def test_the_simulation_puts_data_and_models_on_its_torch_device() -> None:
+    sim = Simulation(resolve(digits_scenario({"name": "local", "rounds": 1}, n=3)))
+    assert all(s.train_x.device == sim.torch_device for s in sim.federation.shards)
+    model = sim.run_info.build_model(0)
+    assert {p.device for p in model.parameters()} == {sim.torch_device}
+
+
+def _slow_fleet(protocol: dict, timeout: float | None) -> dict:
+    """Six devices, two of them 10^5 times slower: their updates come long after the others'."""
+    proto = dict(protocol, rounds=2)
+    if timeout is not None:
+        proto["round_timeout_s"] = timeout
+    return digits_scenario(proto, n=6, servers=True,
+                           devices={"flops_per_s": {"dist": "choice", "values": [1.0e9, 1.0e4], "p": [0.67, 0.33]}})
+
+
+@pytest.mark.parametrize("protocol", [{"name": "fedavg"}, {"name": "oracle"}, {"name": "ifca", "n_clusters": 2},
+                                      {"name": "fedprox"}, {"name": "ditto"}])
+def test_every_server_protocol_honours_its_round_timeout(protocol: dict) -> None:
+    patient = p2pfl.run(_slow_fleet(protocol, None), write=False)
+    hurried = p2pfl.run(_slow_fleet(protocol, 1.0), write=False)
+    slow = [i for i, f in enumerate(patient.partition["samples_per_device"]) if f] and None
+    del slow
+    assert hurried.sim_time_s < patient.sim_time_s / 10
+    assert hurried.accuracy_mean is not None
+
+
+def test_oracle_honours_its_client_fraction() -> None:
+    full = p2pfl.run(digits_scenario({"name": "oracle", "rounds": 3}, n=6, servers=True), write=False)
+    half = p2pfl.run(digits_scenario({"name": "oracle", "rounds": 3, "client_fraction": 0.5}, n=6, servers=True),
+                     write=False)
+    per_update = full.bytes_by_kind["update"] // (3 * 6)
+    assert full.bytes_by_kind["update"] == 3 * 6 * per_update
+    assert half.bytes_by_kind["update"] == 3 * 3 * per_update
