@@ -57,7 +57,7 @@ def main() -> None:
 
     big = [large_gossip(args.devices, args.rounds) for _ in range(args.repeat)]
     qs = [quickstart() for _ in range(args.repeat)]
-    med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731
+    med = lambda rows, k: statistics.median(r[k] for r in rows)
 
     print(f"\nGossip kernel throughput ({args.devices} devices, {args.rounds} rounds, median of {args.repeat})")
     print("| devices | messages | events | wall s | build s | train s | messages / wall s | events / wall s |")

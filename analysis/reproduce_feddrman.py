@@ -123,7 +123,7 @@ def main() -> None:
     if a.resume and path.is_file():
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     done = {(r["table"], r["label"], "+".join(r["suites"]), r["seed"]) for r in rows}
-    pick = lambda names: {k: v for k, v in METHODS.items() if k in names.split(",")}  # noqa: E731
+    pick = lambda names: {k: v for k, v in METHODS.items() if k in names.split(",")}
 
     def once(table, suites, per_suite, proto, seed, log, label=None) -> None:
         if (table, label or proto["name"], "+".join(suites), seed) not in done:
@@ -176,7 +176,7 @@ def co_clustering(group: list[dict], per_suite: int = 2) -> str:
                         (same if i // per_suite == j // per_suite else cross).append(where[i] == where[j])
     if not same:
         return ""
-    pct = lambda v: f"{100 * sum(v) / len(v):.0f}%" if v else "-"  # noqa: E731
+    pct = lambda v: f"{100 * sum(v) / len(v):.0f}%" if v else "-"
     return f"same-suite {pct(same)}, cross-suite {pct(cross)}"
 
 
@@ -218,7 +218,7 @@ def write_report(rows: list[dict], b: dict, budget: str, wall: float) -> None:
                "| setting | method | per-suite success | mean | pairs co-clustered over rounds (truth: 100% / 0%) |", "|---|---|---|---|---|"]
         order = ["local", "fedavg", "fedprox", "fedkd", "feddrman"]
         settings = list(dict.fromkeys(k[2] for k in table2))
-        key = lambda k: (settings.index(k[2]), order.index(k[1]) if k[1] in order else len(order))  # noqa: E731
+        key = lambda k: (settings.index(k[2]), order.index(k[1]) if k[1] in order else len(order))
         for (_, lab, setting), g in sorted(table2.items(), key=lambda kv: key(kv[0])):
             suites = g[0]["suites"]
             vals = [100 * r["final"][s] for r in g for s in suites]

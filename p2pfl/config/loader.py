@@ -14,8 +14,9 @@ Sizes are checked against ``p2pfl.config.limits`` before anything is built.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Optional
 
 import yaml
 from pydantic import BaseModel
@@ -65,7 +66,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def _parent(data: dict, parts: list[str], flag: str, create: bool) -> Optional[dict]:
+def _parent(data: dict, parts: list[str], flag: str, create: bool, source: str = "") -> Optional[dict]:
     """The mapping holding ``parts[-1]`` (created on the way when ``create``), or None if a level is missing."""
     node = data
     for i, part in enumerate(parts[:-1]):
@@ -76,32 +77,33 @@ def _parent(data: dict, parts: list[str], flag: str, create: bool) -> Optional[d
             child = node[part] = {}
         if not isinstance(child, dict):
             where = ".".join(parts[: i + 1])
-            raise ConfigError(f"{flag} {'.'.join(parts)}: '{where}' is not a mapping; got {_short(child)}; "
+            named = f"{source}: " if source else ""
+            raise ConfigError(f"{named}{flag} {'.'.join(parts)}: '{where}' is not a mapping; got {_short(child)}; "
                               f"set '{where}' itself or a key that exists")
         node = child
     return node
 
 
-def _set(data: dict, key: str, value: Any) -> None:
+def _set(data: dict, key: str, value: Any, source: str = "") -> None:
     parts = key.split(".")
     if value is None:  # YAML null: remove the key (absent if it was not there)
-        node = _parent(data, parts, "--set", create=False)
+        node = _parent(data, parts, "--set", False, source)
         if node is not None:
             node.pop(parts[-1], None)
         return
-    node = _parent(data, parts, "--set", create=True)
+    node = _parent(data, parts, "--set", True, source)
     assert node is not None
     node[parts[-1]] = value
 
 
-def _unset(data: dict, key: str) -> None:
+def _unset(data: dict, key: str, source: str) -> None:
     parts = key.split(".")
-    node = _parent(data, parts, "--unset", create=False)
+    node = _parent(data, parts, "--unset", False, source)
     if node is None or parts[-1] not in node:
         where = ".".join(parts[:-1])
         keys = ", ".join(map(str, node)) if node else ""
         present = f" (keys under '{where}': {keys})" if where and keys else ""
-        raise ConfigError(f"--unset {key}: the scenario has no key '{key}'{present}; check the spelling")
+        raise ConfigError(f"{source}: --unset {key}: the scenario has no key '{key}'{present}; check the spelling")
     del node[parts[-1]]
 
 
@@ -152,6 +154,8 @@ class _Topology:
         path = _resolve_file(ref, self.scenario_base)
         if path.is_dir():
             raise ConfigError(f"{src}: field 'topology': {ref!r} is a directory ({path}); give a topology YAML file")
+        if path.exists() and not path.is_file():
+            raise ConfigError(f"{src}: field 'topology': {ref!r} is not a regular file; give a topology YAML file")
         if not path.is_file():
             raise ConfigError(f"{src}: field 'topology': topology file {ref!r} not found "
                               f"(looked in {self.scenario_base} and {Path.cwd()}); check the path")
@@ -178,9 +182,10 @@ def _protocol_params(raw: dict, source: str, original: Any) -> ProtocolParams:
         leftover = [k for k in proto if k not in cls.Params.model_fields]
         if leftover:
             fields = ", ".join(f"'{k}'" for k in leftover)
+            noun, pronoun = ("parameter", "it") if len(leftover) == 1 else ("parameters", "them")
             fix = " ".join(f"--unset protocol.{k}" for k in leftover)
-            raise ConfigError(f"{source}: field 'protocol': protocol '{name}' has no parameter {fields} (left over from "
-                              f"protocol '{original}'); remove them with {fix}")
+            raise ConfigError(f"{source}: field 'protocol': protocol '{name}' has no {noun} {fields} (left over from "
+                              f"protocol '{original}'); remove {pronoun} with {fix}")
     return parse_model(cls.Params, proto, source, prefix="protocol")
 
 
@@ -195,9 +200,9 @@ def _unbounded_ints(model: BaseModel, prefix: str) -> Iterator[tuple[str, int]]:
             for i, item in enumerate(value):
                 if isinstance(item, BaseModel):
                     yield from _unbounded_ints(item, f"{path}[{i}]")
-        elif isinstance(value, int) and not isinstance(value, bool) and name != "seed":
-            if not any(hasattr(m, "le") or hasattr(m, "lt") for m in info.metadata):
-                yield path, value
+        elif (isinstance(value, int) and not isinstance(value, bool) and name != "seed"
+              and not any(hasattr(m, "le") or hasattr(m, "lt") for m in info.metadata)):
+            yield path, value
 
 
 def _model_size(sc: Scenario) -> tuple[str, int]:
@@ -275,9 +280,9 @@ def load_dict(data: Mapping[str, Any], *, source: str = "scenario", base_dir: Op
         if key.startswith("topology."):
             topo.inline(raw)  # edit the loaded file's content
         if removal:
-            _unset(raw, key)
+            _unset(raw, key, source)
         else:
-            _set(raw, key, value)
+            _set(raw, key, value, source)
         if key == "topology":
             topo.replaced()
     topo.inline(raw)

@@ -87,6 +87,7 @@ _FIXES: dict[str, str] = {
     "literal_error": "use one of those",
     "union_tag_invalid": "use one of those",
     "union_tag_not_found": "add it",
+    "invalid_key": "write every key as a string",
 }
 
 
@@ -121,7 +122,7 @@ def format_validation_error(err: ValidationError, source: str | Path, prefix: st
         msg = msg.replace(noise, "")
     if field == "(top level)" or (prefix and field == prefix and kind == "value_error"):
         where = f"'{prefix}'" if prefix else "the file"
-        return f"{source}: {where}: {msg}"
+        return f"{source}: {where}: {msg}{_fix(first)}"
     if "; got " in msg or msg.startswith("got "):  # the rule already shows the value (and ends with its fix)
         return f"{source}: field '{field}': {msg}"
     got = first.get("input")
@@ -223,7 +224,7 @@ def require_mapping(data: Any, source: str | Path, what: str, needs: str) -> dic
     e.g. ``"'kind' and its parameters, e.g. kind: ring and n: 16"``.
     """
     if data is None:
-        raise ConfigError(f"{source}: the file is empty; a {what} needs {needs}")
+        raise ConfigError(f"{source}: the file is empty (no fields, at most comments); a {what} needs {needs}")
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of {what} fields at the top level; got "
                           f"{type(data).__name__}; write 'key: value' lines: a {what} needs {needs}")

@@ -1,8 +1,8 @@
-"""The Recorder: the one place where bytes, messages, compute, accuracy and logs are counted.
+"""The Recorder: the one place where bytes, messages, compute, scores and logs are counted.
 
 Only the kernel and contexts talk to it; protocols never touch it directly.
-Everything it holds is deterministic (simulated time and counts), except the
-wall-clock figures kept apart in ``timing``.
+Everything it holds is deterministic (simulated time and counts); measured
+wall-clock figures are kept by the kernel and written to timing.json.
 """
 
 from __future__ import annotations

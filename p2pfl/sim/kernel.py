@@ -20,7 +20,6 @@ import simpy
 import torch
 from torch import nn
 
-from p2pfl.data import build_federation
 from p2pfl.errors import ConfigError, UserError
 from p2pfl.learning.train import evaluate_accuracy, evaluate_rmse
 from p2pfl.metrics.recorder import Recorder
@@ -32,6 +31,7 @@ from p2pfl.sim.executor import EXECUTORS
 from p2pfl.sim.network import Network
 from p2pfl.sim.profiles import draw_profiles
 from p2pfl.sim.runinfo import RunInfo, ServerInfo
+from p2pfl.sim.world import build_any_federation
 from p2pfl.topology import Link, build_topology
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -78,7 +78,7 @@ class Simulation:
         self.n_devices = n = self.topology.n_devices
         self.server_ids = tuple(range(n, n + len(self.topology.servers)))
         # one code path whatever the device: on CPU .to() returns the same tensors
-        self.federation = _build_federation(scenario, n, seed).to(self.torch_device)
+        self.federation = build_any_federation(scenario.data, n, seed).to(self.torch_device)
         self.metric = _metric_of(self.federation)
         self.env = simpy.Environment()
         self.recorder = Recorder(n + len(self.server_ids), metric=self.metric, on_round=on_round)
@@ -219,15 +219,6 @@ class Simulation:
             "kernel_wall_s": max(run - self.executor.wall_s - self.eval_wall_s, 0.0),
             "events": len(self.recorder.events),
         }
-
-
-def _build_federation(scenario: Scenario, n_devices: int, seed: int) -> Federation:
-    """Every device's shard: robot demonstrations for the robot partition, else ``data.build_federation``."""
-    if scenario.data.partition.kind == "robot_suites":
-        from p2pfl.robotics.federation import build_robot_federation
-
-        return build_robot_federation(scenario.data, n_devices, seed=seed)
-    return build_federation(scenario.data, n_devices, seed=seed)
 
 
 def _metric_of(federation: Federation) -> str:

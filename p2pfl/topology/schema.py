@@ -140,7 +140,7 @@ class TopologySpec(Strict):
             "watts_strogatz": n * k / 2,
             "erdos_renyi": pairs * (self.p or 0.0),
             "barabasi_albert": max(n - m, 0) * m,
-            "random_geometric": pairs * min(1.0, math.pi * (self.radius or 0.0) ** 2),
+            "random_geometric": pairs * min(1.0, math.pi * min(self.radius or 0.0, 2.0) ** 2),
         }.get(self.kind, 2.0 * n)
 
     def _check_size(self) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import matplotlib.image as mpimg
 import pytest
 
 import p2pfl
 from p2pfl.cli import main
-from p2pfl.metrics.report import build_figure, bytes_at, load_run, run_score, time_to_fraction
+from p2pfl.metrics.report import RunRecord, build_figure, bytes_at, load_run, report_table, run_score, time_to_fraction
 from p2pfl.metrics.summary import metric_label
 from tests.helpers import digits_scenario
 from tests.metrics.tiny_runs import regression_scenario
@@ -129,6 +130,21 @@ def test_runs_of_different_metrics_and_datasets_are_kept_apart(tmp_path, capsys)
     assert [ax.get_ylabel() for ax in fig.axes] == ["mean device RMSE (lower is better)"] * 2 + \
         ["mean device accuracy"] * 2
     assert [len(ax.get_lines()) for ax in fig.axes] == [1, 1, 1, 1]  # one run per axis: never mixed
+
+
+def test_rollout_success_is_not_called_accuracy():
+    s = {"scenario": "r", "protocol": "fedavg", "seed": 3, "n_devices": 2, "metric": "success",
+         "success_mean": 0.25, "success_worst": 0.0, "success_per_node": [0.5, 0.0],
+         "success_curve": [{"round": 1, "t": 1.0, "success_mean": 0.1}, {"round": 2, "t": 2.0, "success_mean": 0.25}],
+         "bytes_total": 10, "messages_total": 2, "compute_flops_total": 1, "sim_time_s": 2.0,
+         "partition": {"dataset": "robotics", "partition": "robot_suites"}}
+    run = RunRecord(Path("rob"), s, [0.5], [10])
+    head, rows = _table(report_table([run]))
+    row = dict(zip(head, rows[0]))
+    assert (row["metric"], row["dataset"], row["seed"]) == ("success", "robotics", "3")
+    assert row["rollout success rate mean"] == "0.2500" and row["rollout success rate worst device"] == "0.0000"
+    assert row["t(90% final) s"] == "2.00"
+    assert [ax.get_ylabel() for ax in build_figure([run]).axes] == ["mean device rollout success rate"] * 2
 
 
 @pytest.mark.parametrize("metric,label", [("accuracy", "accuracy"), ("rmse", "RMSE"),

@@ -90,7 +90,8 @@ def test_protocols_run_from_yaml_with_rollouts_as_events(tmp_path, protocol):
     rollouts = s["logs"]["rollout_success"]
     assert {e["suite"] for e in rollouts} == {"object", "goal"}
     assert all(set(e["per_task"]) and 0 <= e["value"] <= 1 for e in rollouts)
-    assert len(s["accuracy_per_node"]) == 4 and all(a is not None for a in s["accuracy_per_node"])
+    assert s["metric"] == "success" and "accuracy_per_node" not in s  # scores named by the metric
+    assert len(s["success_per_node"]) == 4 and all(a is not None for a in s["success_per_node"])
     assert s["partition"]["suite_per_device"] == ["object", "object", "goal", "goal"]
     assert s["compute_flops_total"] > 0
     if protocol["name"] == "feddrman":
@@ -109,7 +110,7 @@ def test_feddrman_rollout_compute_is_charged_and_runs_are_identical(tmp_path):
     kinds = {e.get("what") for e in a.recorder.events if e["kind"] == "compute"}
     assert {"train", "distill", "rollout"} <= kinds
     sb = Simulation(sc).run()
-    assert sa["accuracy_per_node"] == sb["accuracy_per_node"] and sa["compute_flops_total"] == sb["compute_flops_total"]
+    assert sa["success_per_node"] == sb["success_per_node"] and sa["compute_flops_total"] == sb["compute_flops_total"]
 
 
 def test_proprio_is_standardised_so_open_and_closed_grippers_differ():
@@ -142,7 +143,7 @@ def test_fedkd_sends_only_the_compressed_mentee_and_never_the_mentor(tmp_path):
 
     sim = Simulation(load_dict(_scenario(tmp_path, {"name": "fedkd", "rounds": 2, "mentee_width": 16})))
     s = sim.run()
-    mentee = FedKD(sim.protocol.params, sim).make_mentee()
+    mentee = FedKD(sim.protocol.params, sim.run_info).make_mentee()
     dense = payload_bytes(mentee.state_dict())
     mentor = payload_bytes(sim.new_model().state_dict())
     assert dense < mentor / 2  # the shared mentee is much narrower than the private mentor
@@ -157,7 +158,7 @@ def test_fedkd_sends_only_the_compressed_mentee_and_never_the_mentor(tmp_path):
     ratios = [e["value"] for e in s["logs"]["fedkd_upload_ratio"]]
     assert len(ratios) == 8 and all(0 < v < 1 for v in ratios)
     again = Simulation(load_dict(_scenario(tmp_path, {"name": "fedkd", "rounds": 2, "mentee_width": 16}))).run()
-    assert again["bytes_total"] == s["bytes_total"] and again["accuracy_per_node"] == s["accuracy_per_node"]
+    assert again["bytes_total"] == s["bytes_total"] and again["success_per_node"] == s["success_per_node"]
 
 
 def test_mutual_distillation_trains_both_models_and_the_hidden_map():
@@ -191,3 +192,20 @@ def test_a_suites_shards_do_not_depend_on_its_position_or_companions(tmp_path):
     for key, (x, y) in a.items():
         assert torch.equal(x, b[key][0]) and torch.equal(y, b[key][1])
     assert torch.equal(c[("goal", 0)][1], a[("goal", 0)][1])
+
+
+def test_data_builds_no_robot_federation_and_world_dispatches_to_robotics(tmp_path, monkeypatch):
+    from p2pfl.config import load_dict
+    from p2pfl.data import DataSpec, build_federation
+    from p2pfl.errors import UserError
+    from p2pfl.sim.world import build_any_federation
+
+    robot = load_dict(_scenario(tmp_path, {"name": "fedavg", "rounds": 1})).data
+    with pytest.raises(ConfigError, match="build_any_federation"):
+        build_federation(robot, 4, seed=0)
+    monkeypatch.setenv("MUJOCO_GL", "bogus")  # the robot branch checks rendering first, on any machine
+    with pytest.raises(UserError, match="MuJoCo rendering needs an OpenGL backend"):
+        build_any_federation(robot, 4, 0)
+    digits = DataSpec(dataset="digits", partition={"kind": "iid"})
+    a, b = build_any_federation(digits, 3, 0), build_federation(digits, 3, seed=0)
+    assert all(torch.equal(x.train_x, y.train_x) for x, y in zip(a.shards, b.shards))

@@ -11,7 +11,8 @@ their accumulated updates from the common initialisation on a submodule Omega (E
 keeps one persistent model per group and averages complete models within it by samples
 (Eq. 12); Spectral Rebalancing lifts the weak singular values of each eligible 2-D block of the
 cluster update (Eq. 13-14). Every term and both server steps switch off from YAML (Table III).
-The maths are pure functions in ``p2pfl.robotics.distill`` and ``p2pfl.robotics.aggregation``.
+The maths are pure functions: distillation losses in ``p2pfl.learning.distill``, CUA in
+``p2pfl.clustering.cua``, spectral rebalancing in ``p2pfl.learning.spectral``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ from pydantic import Field
 from torch import nn
 
 from p2pfl.clustering import adjusted_rand_index
-from p2pfl.clustering.cua import cua_partition as compatibility_partition
-from p2pfl.clustering.cua import match_clusters, update_similarity
+from p2pfl.clustering.cua import cua_partition, match_clusters, update_similarity
 from p2pfl.errors import ConfigError
 from p2pfl.learning.aggregate import State, clone_state, weighted_average
 from p2pfl.learning.distill import action_distillation, subspace_distillation
@@ -108,7 +108,7 @@ class FedDRMan(FedAvgBase[FedDRManParams]):
                 k_eff = min(c, len(ids))
                 if k_eff > 1:
                     sim = update_similarity([updates[i][0] for i in ids], init, omega)
-                    local = compatibility_partition(sim, k_eff, rng=ctx.rng)
+                    local = cua_partition(sim, k_eff, rng=ctx.rng)
                     groups = [[ids[j] for j in g] for g in local]
                     ctx.log("cua_similarity", sim.round(4).tolist(), round=r, clients=ids)
                 else:

@@ -20,6 +20,7 @@ so this equals separate optimisers up to the shared gradient-norm clip).
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Literal, cast
 
 import torch
@@ -144,7 +145,7 @@ class FedKD(FedAvgBase[FedKDParams]):
             load_state_(pair.mentee, shared.state_dict())
             gen = torch.Generator()
             gen.manual_seed(int(ctx.rng.integers(2**62)))
-            yield from ctx.train(pair, loss=lambda m, x, y, g=gen: mutual_distillation_loss(cast(MentorMentee, m), x, y, g))
+            yield from ctx.train(pair, loss=functools.partial(_pair_loss, generator=gen))
             base = shared.state_dict()
             delta = {k: v.detach() - base[k] for k, v in pair.mentee.state_dict().items()}
             packed = compress_update(delta, self.threshold(msg.round))
@@ -158,6 +159,11 @@ class FedKD(FedAvgBase[FedKDParams]):
         if not hasattr(model, "encode"):
             raise ConfigError("protocol fedkd needs a policy with a GMM head (model robot_policy, data robotics)")
         return cast("ResNetTPolicy", model)
+
+
+def _pair_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
+    """``mutual_distillation_loss`` as a batch loss of the trained pair."""
+    return mutual_distillation_loss(cast(MentorMentee, model), x, y, generator)
 
 
 def _width(policy: ResNetTPolicy) -> int:

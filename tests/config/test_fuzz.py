@@ -1,0 +1,180 @@
+"""Seeded fuzz of scenario validation: every mutation of every shipped scenario either validates or
+raises a UserError whose message is one line naming the file.
+
+Mutations: delete a key, add an unknown key, replace a value by one of another type, by a
+non-finite or huge number, by a path string (missing file, directory, device, binary file,
+a file that is not a scenario) or by a nested mapping/list; sometimes two or three at once.
+Validation only (``load_dict``): nothing is built, no data is loaded.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from p2pfl.config import load_dict
+from p2pfl.config.scenario import Scenario
+from p2pfl.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = sorted((ROOT / "scenarios").glob("**/*.yaml"))
+PER_SCENARIO = 50
+
+Path_ = tuple[Any, ...]
+
+
+def _paths(node: Any, prefix: Path_ = ()) -> list[Path_]:
+    """Every position inside ``node`` (keys of mappings, indices of lists), depth first."""
+    out: list[Path_] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out.append((*prefix, k))
+            out += _paths(v, (*prefix, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out.append((*prefix, i))
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+def _containers(node: Any, prefix: Path_ = ()) -> list[Path_]:
+    """Positions of every mapping inside ``node`` (the root included)."""
+    out: list[Path_] = [prefix] if isinstance(node, dict) else []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out += _containers(v, (*prefix, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _containers(v, (*prefix, i))
+    return out
+
+
+def _at(node: Any, path: Path_) -> Any:
+    for p in path:
+        node = node[p]
+    return node
+
+
+def _deep(levels: int) -> Any:
+    node: Any = 1
+    for i in range(levels):
+        node = {"k": node} if i % 2 else [node]
+    return node
+
+
+def _values(extra_paths: list[str]) -> dict[str, list[Any]]:
+    return {
+        "type": ["text", "", 7, 0, -3, 2.5, True, False, None, [1, 2], [], {"k": 1}, {}],
+        "nonfinite": [math.nan, math.inf, -math.inf],
+        "huge": [10**12, -(10**12), 10**30, 2**63, 1e300, -1e300, 1e-300],
+        "path": ["../topologies/ring16.yaml", "topologies/ring16.yaml", "/nonexistent/dir/x.yaml", "/", "/dev/null",
+                 str(ROOT / "README.md"), str(ROOT / "topologies"), "~/nope.yaml", *extra_paths],
+        "nested": [{"a": {"b": [1, {"c": None}]}}, [[1, [2, [3]]], {"x": {"y": "z"}}], _deep(40),
+                   {"name": {"name": ["gossip"]}}, [{"kind": "ring", "n": 4}]],
+    }
+
+
+def _mutate(data: dict, rng: random.Random, values: dict[str, list[Any]]) -> tuple[dict, list[str], list[str]]:
+    """A mutated deep copy, what was done, and the path strings put in."""
+    out = copy.deepcopy(data)
+    done: list[str] = []
+    used_paths: list[str] = []
+    for _ in range(rng.choice((1, 1, 1, 2, 3))):
+        op = rng.choice(("delete", "unknown", "type", "nonfinite", "huge", "path", "nested"))
+        paths = _paths(out)
+        if op == "unknown" or not paths:
+            where = rng.choice(_containers(out))
+            value = rng.choice(values[rng.choice(("type", "nested"))])
+            _at(out, where)[f"unknown_{rng.randrange(100)}"] = copy.deepcopy(value)
+            done.append(f"add unknown key under {where}")
+            continue
+        path = rng.choice(paths)
+        parent = _at(out, path[:-1])
+        if op == "delete":
+            if isinstance(parent, dict):
+                del parent[path[-1]]
+            else:
+                parent.pop(path[-1])
+            done.append(f"delete {path}")
+            continue
+        pool = values[op]
+        if op == "type":
+            old = parent[path[-1]]
+            pool = [v for v in pool if type(v) is not type(old)]
+        value = copy.deepcopy(rng.choice(pool))
+        if op == "path":
+            used_paths.append(value)
+        parent[path[-1]] = value
+        done.append(f"{op} {path} = {value!r:.60}")
+    return out, done, used_paths
+
+
+def _raw(path: Path) -> dict:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(data, dict), path
+    return data
+
+
+def _check(data: dict, path: Path, what: str, named: list[str]) -> bool:
+    """True if ``data`` validates; a UserError must be one line naming ``path`` (or a file put in)."""
+    try:
+        sc = load_dict(data, source=str(path), base_dir=path.parent)
+    except UserError as err:
+        msg = str(err)
+        assert "\n" not in msg and "\r" not in msg, f"{what}: {msg!r}"
+        names = [str(path)] + [Path(p).name for p in named if Path(p).name]
+        assert any(n in msg for n in names), f"{what}: message does not name the file: {msg!r}"
+        return False
+    except Exception as err:  # anything else escaping is the bug this test looks for
+        pytest.fail(f"{path.name}: {what}: {type(err).__name__}: {err}")
+    assert isinstance(sc, Scenario)
+    return True
+
+
+@pytest.fixture(scope="module")
+def odd_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    folder = tmp_path_factory.mktemp("odd")
+    (folder / "random.bin").write_bytes(random.Random(1).randbytes(512))
+    (folder / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    (folder / "latin1.yaml").write_bytes("kind: ring\nn: 4\nname: caf\xe9\n".encode("latin-1"))
+    (folder / "empty.yaml").write_text("")
+    (folder / "list.yaml").write_text("- ring\n- 4\n")
+    (folder / "a_dir").mkdir()
+    return [str(folder / n) for n in ("random.bin", "image.png", "latin1.yaml", "empty.yaml", "list.yaml", "a_dir")]
+
+
+def test_every_shipped_scenario_is_fuzzed() -> None:
+    assert len(SCENARIOS) >= 20
+    assert len(SCENARIOS) * PER_SCENARIO >= 500
+
+
+def test_fragments_fail_with_one_line_and_the_others_validate() -> None:
+    valid = [p for p in SCENARIOS if _check(_raw(p), p, "unmutated", [])]
+    fragments = sorted(set(SCENARIOS) - set(valid))
+    assert all(p.parent.name == "server_vs_serverless" for p in fragments), fragments
+    assert len(valid) >= 15
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: str(p.relative_to(ROOT / "scenarios")))
+def test_mutations_validate_or_fail_with_one_line(path: Path, odd_files: list[str]) -> None:
+    rng = random.Random(0)
+    values = _values(odd_files)
+    data = _raw(path)
+    outcomes = []
+    for i in range(PER_SCENARIO):
+        mutated, done, used = _mutate(data, rng, values)
+        outcomes.append(_check(mutated, path, f"mutation {i}: {'; '.join(done)}", used))
+    assert not all(outcomes), "no mutation was refused: the fuzz is not biting"
+
+
+def test_fuzz_is_deterministic(odd_files: list[str]) -> None:
+    values = _values(odd_files)
+    data = _raw(SCENARIOS[0])
+    runs = [[_mutate(data, random.Random(0), values)[1] for _ in range(3)] for _ in range(2)]
+    assert runs[0] == runs[1]
