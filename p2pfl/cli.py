@@ -18,8 +18,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 from p2pfl.errors import UserError
 
@@ -133,7 +134,7 @@ def _cmd_list(what: str) -> int:
     if what == "protocols":
         from p2pfl.registry import all_protocols
 
-        kind = lambda c: "server|none" if c.needs_server and c.serverless_option else "server" if c.needs_server else "serverless"  # noqa: E731
+        kind = lambda c: "server|none" if c.needs_server and c.serverless_option else "server" if c.needs_server else "serverless"
         rows = [(name, kind(cls), cls.summary) for name, cls in sorted(all_protocols().items())]
     elif what == "datasets":
         from p2pfl.data import DATASETS
@@ -149,7 +150,7 @@ def _cmd_list(what: str) -> int:
         rows = [(k, v) for k, v in sorted(BUILDERS.items())]
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
-        print("  ".join(f"{str(x):<{w}}" for x, w in zip(r, widths)) + "  " + str(r[-1]))
+        print("  ".join(f"{x!s:<{w}}" for x, w in zip(r, widths)) + "  " + str(r[-1]))
     return 0
 
 

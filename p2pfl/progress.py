@@ -24,7 +24,7 @@ class RunProgress:
                                       disable=not sys.stderr.isatty())
         self._task: Any = None
 
-    def __enter__(self) -> "RunProgress":
+    def __enter__(self) -> RunProgress:
         if self._progress is not None:
             self._progress.__enter__()
         return self

@@ -123,7 +123,7 @@ def compatible(U: np.ndarray, alpha: float) -> np.ndarray:
 def _compatible(U: np.ndarray, alpha: float) -> np.ndarray:
     own = np.diag(U)[:, None]
     with np.errstate(invalid="ignore"):  # nan compares False: unscored is never compatible
-        C = ((1.0 - alpha) * own <= U) & (U <= (1.0 + alpha) * own)
+        C = ((1.0 - alpha) * own <= U) & ((1.0 + alpha) * own >= U)
     np.fill_diagonal(C, True)
     return C
 

@@ -170,7 +170,7 @@ def load_encoder(path: str | Path) -> SmallResNetEncoder:
         raise ConfigError(f"encoder checkpoint {path} not found; {_HOWTO}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
+    except Exception as err:
         why = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ConfigError(f"{path} is not a p2pfl encoder checkpoint ({why[:120]}); {_HOWTO}") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or not isinstance(ckpt.get("meta"), dict) \

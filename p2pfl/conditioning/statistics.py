@@ -56,7 +56,7 @@ def pca_statistics(z: torch.Tensor | np.ndarray, l: int = 32, *, method: str = "
         raise ValueError(f"The 'l' parameter must be >= 1; got {l} instead")
     if method not in ("randomized", "exact"):
         raise ValueError(f"The 'method' parameter must be 'randomized' or 'exact'; got {method!r} instead")
-    n, d = z.shape
+    n = z.shape[0]
     out = np.zeros(l, dtype=np.float64)
     if n < 2:
         return out

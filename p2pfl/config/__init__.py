@@ -1,8 +1,9 @@
 """Configuration: YAML -> validated, frozen pydantic models.
 
-``load`` / ``load_dict`` / ``Scenario`` are imported lazily, because every
-package's own schema imports ``p2pfl.config.validation`` and the scenario
-imports those schemas in turn.
+``load`` / ``load_dict`` / ``Scenario`` are imported lazily, so that
+``import p2pfl.config`` costs nothing. Every package's own schema builds on
+the leaf module ``p2pfl.validation`` (``Strict``, one-line errors) and
+``p2pfl.limits`` (size limits); the scenario imports those schemas.
 """
 
 from typing import Any

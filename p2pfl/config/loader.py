@@ -8,7 +8,7 @@ Nothing is written anywhere until this returns. Overrides are dotted keys:
   ``topology:`` (relative to the scenario's folder, then to the working directory);
   ``topology.x`` keys edit the loaded file's content.
 
-Sizes are checked against ``p2pfl.config.limits`` before anything is built.
+Sizes are checked against ``p2pfl.limits`` before anything is built.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Any, Optional
 import yaml
 from pydantic import BaseModel
 
-from p2pfl.config import limits
+from p2pfl import limits
 from p2pfl.config.scenario import Scenario
-from p2pfl.config.validation import check_expansion, parse_model, read_yaml, require_mapping
 from p2pfl.errors import ConfigError
 from p2pfl.protocols import get_protocol
 from p2pfl.protocols.base import ProtocolParams
 from p2pfl.topology import TopologySpec
+from p2pfl.validation import check_expansion, parse_model, read_yaml, require_mapping
 
 __all__ = ["load", "load_dict", "parse_override", "apply_overrides", "read_yaml"]
 
@@ -225,13 +225,13 @@ def _model_size(sc: Scenario) -> tuple[str, int]:
 
 
 def _check_sizes(sc: Scenario, source: str) -> None:
-    """Refuse what cannot run on this machine before anything is allocated (see ``p2pfl.config.limits``)."""
+    """Refuse what cannot run on this machine before anything is allocated (see ``p2pfl.limits``)."""
     if sc.threads > MAX_THREADS:
         raise ConfigError(f"{source}: field 'threads': at most {MAX_THREADS:,} threads; got {sc.threads:,}; "
                           "use the number of CPU cores or fewer")
     for path, value in _unbounded_ints(sc, ""):
         if value > limits.MAX_COUNT:
-            raise ConfigError(f"{source}: field '{path}': at most {limits.MAX_COUNT:,} (p2pfl.config.limits.MAX_COUNT); "
+            raise ConfigError(f"{source}: field '{path}': at most {limits.MAX_COUNT:,} (p2pfl.limits.MAX_COUNT); "
                               f"got {value:,}; use a smaller value")
     n = sc.topology.n_devices
     if n is None:  # a file kind: the device count is known once the file is read

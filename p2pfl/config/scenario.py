@@ -18,13 +18,13 @@ from typing import Literal
 
 from pydantic import Field, SerializeAsAny, field_validator
 
-from p2pfl.config.validation import Strict
 from p2pfl.data import DataSpec
 from p2pfl.learning.models import ModelSpec
 from p2pfl.learning.train import TrainingSpec
 from p2pfl.protocols.base import ProtocolParams
 from p2pfl.sim.profiles import DeviceProfilesSpec
 from p2pfl.topology import TopologySpec
+from p2pfl.validation import Strict
 
 __all__ = ["Scenario"]
 

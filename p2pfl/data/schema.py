@@ -45,10 +45,10 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from p2pfl.config import limits
-from p2pfl.config.validation import Strict
+from p2pfl import limits
 from p2pfl.data.datasets import DATASET_INFO
 from p2pfl.data.semantic import SEMANTIC_MAPPINGS, SUPERCLASSES
+from p2pfl.validation import Strict
 
 __all__ = [
     "DataSpec",

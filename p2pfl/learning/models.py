@@ -11,16 +11,17 @@ multilayer perceptron for 8x8 digits or vector data.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import prod
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field
 from torch import nn
 
-from p2pfl.config import limits
-from p2pfl.config.validation import Strict
+from p2pfl import limits
 from p2pfl.errors import ConfigError
+from p2pfl.validation import Strict
 
 __all__ = ["ModelSpec", "CNN28", "CNN32", "MLP", "MODELS", "build_model"]
 

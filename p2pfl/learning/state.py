@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import weakref
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 from torch import nn
 
 __all__ = ["live_state", "add_delta_", "load_state_"]
 
-_LIVE: "weakref.WeakKeyDictionary[nn.Module, dict[str, torch.Tensor]]" = weakref.WeakKeyDictionary()
+_LIVE: weakref.WeakKeyDictionary[nn.Module, dict[str, torch.Tensor]] = weakref.WeakKeyDictionary()
 
 
 def live_state(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -6,15 +6,16 @@ and independent of the order in which devices are simulated.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal, Optional
+from typing import Literal, Optional
 
 import torch
+from pydantic import Field
 from torch import nn
 from torch.nn import functional as F
 
-from p2pfl.config.validation import Strict
-from pydantic import Field
+from p2pfl.validation import Strict
 
 __all__ = ["TrainingSpec", "TrainResult", "train_local", "task_loss", "evaluate_accuracy", "evaluate_rmse", "average_loss"]
 

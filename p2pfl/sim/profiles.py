@@ -16,7 +16,7 @@ from typing import Annotated, Literal, Union
 import numpy as np
 from pydantic import Field, model_validator
 
-from p2pfl.config.validation import Strict
+from p2pfl.validation import Strict
 
 __all__ = ["DeviceProfile", "DeviceProfilesSpec", "draw_profiles"]
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import networkx as nx
 
-from p2pfl.config.limits import MAX_DEVICES
-from p2pfl.config.validation import parse_model, read_yaml, require_mapping
 from p2pfl.errors import ConfigError, TopologyError
+from p2pfl.limits import MAX_DEVICES
 from p2pfl.seeding import stream
 from p2pfl.topology import classic, files, geometric, random_graphs
 from p2pfl.topology.schema import LinkSpec, TopologySpec
+from p2pfl.validation import parse_model, read_yaml, require_mapping
 
 __all__ = ["Link", "ServerNode", "Topology", "BUILDERS", "build_topology", "load_topology_file"]
 
@@ -139,7 +139,7 @@ def build_topology(spec: TopologySpec, *, seed: int, base_dir: str | Path | None
     graph = _generate(spec, graph_seed, base_dir)
     if graph.number_of_nodes() > MAX_DEVICES:  # file kinds: the spec could not tell before reading the file
         raise TopologyError(f"{spec.path}: {graph.number_of_nodes():,} devices; at most {MAX_DEVICES:,} "
-                            "(p2pfl.config.limits.MAX_DEVICES); use a smaller graph")
+                            "(p2pfl.limits.MAX_DEVICES); use a smaller graph")
     if not spec.allow_disconnected and not nx.is_connected(graph):
         parts = nx.number_connected_components(graph)
         raise TopologyError(

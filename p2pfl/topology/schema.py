@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from p2pfl.config import limits
-from p2pfl.config.validation import Strict
+from p2pfl import limits
+from p2pfl.validation import Strict
 
 __all__ = [
     "Kind",
@@ -114,19 +114,19 @@ class TopologySpec(Strict):
     seed: int | None = None
     allow_disconnected: bool = False
     link: LinkSpec = LinkSpec()
-    edges: list[EdgeOverride] = []
-    servers: list[ServerSpec] = []
+    edges: list[EdgeOverride] = Field(default_factory=list)
+    servers: list[ServerSpec] = Field(default_factory=list)
 
     @field_validator("n", "rows", "cols", "k", "m")
     @classmethod
     def _device_counts(cls, v: int | None, info: ValidationInfo) -> int | None:
-        return limits.at_most(v, limits.MAX_DEVICES, "devices (p2pfl.config.limits.MAX_DEVICES)",
+        return limits.at_most(v, limits.MAX_DEVICES, "devices (p2pfl.limits.MAX_DEVICES)",
                               f"use a smaller {info.field_name}")
 
     @field_validator("tries")
     @classmethod
     def _tries(cls, v: int) -> int:
-        limits.at_most(v, limits.MAX_TRIES, "tries (p2pfl.config.limits.MAX_TRIES)",
+        limits.at_most(v, limits.MAX_TRIES, "tries (p2pfl.limits.MAX_TRIES)",
                        "use fewer tries; if the graph is rarely connected, make it denser or set allow_disconnected: true")
         return v
 
@@ -150,10 +150,10 @@ class TopologySpec(Strict):
             return
         if n > limits.MAX_DEVICES:
             raise ValueError(f"rows * cols = {n:,} devices; at most {limits.MAX_DEVICES:,} devices "
-                             "(p2pfl.config.limits.MAX_DEVICES); use fewer rows or cols")
+                             "(p2pfl.limits.MAX_DEVICES); use fewer rows or cols")
         if self.kind == "erdos_renyi" and n > limits.MAX_PAIRWISE_DEVICES:
             raise ValueError(f"kind 'erdos_renyi' tests every pair of devices: at most {limits.MAX_PAIRWISE_DEVICES:,} "
-                             f"devices (p2pfl.config.limits.MAX_PAIRWISE_DEVICES); got n={n:,}; use a smaller n, "
+                             f"devices (p2pfl.limits.MAX_PAIRWISE_DEVICES); got n={n:,}; use a smaller n, "
                              "or kind random_geometric or k_regular for large sparse graphs")
         links = self._links_estimate(n)
         limits.check_fits(n * limits.BYTES_PER_DEVICE + links * limits.BYTES_PER_LINK,

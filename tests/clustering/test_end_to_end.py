@@ -31,8 +31,8 @@ from sklearn.datasets import load_digits
 from p2pfl.clustering import (
     adjusted_rand_index,
     compatibility_clusters,
-    label_propagation_clusters,
     compatibility_graph,
+    label_propagation_clusters,
     make_predictor,
     make_target,
     misclassification_rate,

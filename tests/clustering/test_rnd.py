@@ -7,7 +7,15 @@ import pytest
 import torch
 from torch import nn
 
-from p2pfl.clustering import make_predictor, make_target, novelty, novelty_matrix, novelty_row, rnd_flops, train_predictor
+from p2pfl.clustering import (
+    make_predictor,
+    make_target,
+    novelty,
+    novelty_matrix,
+    novelty_row,
+    rnd_flops,
+    train_predictor,
+)
 from p2pfl.seeding import stream, torch_generator
 from p2pfl.sim.cost import forward_flops_per_sample
 

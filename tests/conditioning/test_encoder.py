@@ -10,7 +10,14 @@ from torch.nn import functional as F
 
 from p2pfl.cli import main
 from p2pfl.conditioning import conditioned_model
-from p2pfl.conditioning.encoder import SmallResNetEncoder, _new_encoder, embed, load_encoder, save_encoder, train_encoder
+from p2pfl.conditioning.encoder import (
+    SmallResNetEncoder,
+    _new_encoder,
+    embed,
+    load_encoder,
+    save_encoder,
+    train_encoder,
+)
 from p2pfl.data.datasets import load_dataset
 from p2pfl.errors import ConfigError
 from p2pfl.learning.aggregate import weighted_average

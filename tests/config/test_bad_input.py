@@ -17,9 +17,10 @@ import pytest
 import yaml
 
 import p2pfl
-from p2pfl.config import limits, load, load_dict
-from p2pfl.config.validation import read_yaml
+from p2pfl import limits
+from p2pfl.config import load, load_dict
 from p2pfl.errors import ConfigError, UserError
+from p2pfl.validation import read_yaml
 from tests.helpers import digits_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,7 +127,7 @@ def test_special_files_and_missing_files(tmp_path: Path) -> None:
 
 
 def test_too_large_file_is_refused_before_it_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from p2pfl.config import validation
+    from p2pfl import validation
 
     monkeypatch.setattr(validation, "MAX_YAML_BYTES", 100)
     path = tmp_path / "big.yaml"

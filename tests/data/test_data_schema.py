@@ -5,9 +5,9 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from p2pfl.config.validation import parse_model
 from p2pfl.data import DataSpec
 from p2pfl.errors import ConfigError
+from p2pfl.validation import parse_model
 
 
 def parse(data: dict) -> DataSpec:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,7 @@ def test_run_directory_follows_the_outputs_contract(tmp_path):
     sends = [e for e in events if e["kind"] == "send"]
     assert len(sends) == summary["messages_total"]
     assert sum(e["bytes"] for e in sends) == summary["bytes_total"]
-    assert all(e1["t"] <= e2["t"] for e1, e2 in zip(events, events[1:]))
+    assert all(e1["t"] <= e2["t"] for e1, e2 in itertools.pairwise(events))
     timing = json.loads((tmp_path / "run" / "timing.json").read_text())
     assert timing["wall_s"] >= timing["train_wall_s"] > 0
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())

@@ -39,7 +39,7 @@ def test_log_normalization_costs_exactly_fedavgs_bytes(n, rounds):
 
 
 def test_zscore_adds_2l_floats_up_and_down_per_client():
-    n, rounds = 4, 2
+    n = 4
     log = p2pfl.run(_scenario(n=n, normalization="log"), write=False)
     z = p2pfl.run(_scenario(n=n, normalization="zscore"), write=False)
     per_msg = 2 * L * 4 + HEADER_BYTES
@@ -149,7 +149,7 @@ def test_cifar_encoder_run_costs_fedavgs_bytes_and_charges_the_encoder(cifar, mo
 
 def test_cifar_needs_an_encoder_and_refuses_a_same_dataset_one(cifar):
     root, enc, same = cifar
-    with pytest.raises(p2pfl.errors.ConfigError, match="cross-trained encoder.*p2pfl encoder train"):
+    with pytest.raises(p2pfl.errors.ConfigError, match=r"cross-trained encoder.*p2pfl encoder train"):
         p2pfl.run(_cifar_scenario(root), write=False)
     with pytest.raises(p2pfl.errors.ConfigError, match="trained on 'cifar10', the scenario's own dataset"):
         p2pfl.run(_cifar_scenario(root, encoder=str(same)), write=False)

@@ -39,10 +39,10 @@ def test_fedprox_bytes_equal_fedavg_and_mu_zero_is_fedavg():
 
 def test_fedprox_mu_pulls_local_models_to_the_global_one():
     from p2pfl.api import resolve
-    from p2pfl.sim.kernel import Simulation
 
     # the averaged model after one round moves less from the init under a strong proximal pull
     from p2pfl.learning.aggregate import squared_distance
+    from p2pfl.sim.kernel import Simulation
     init = None
     moved = []
     for mu in (0.0, 50.0):
@@ -51,7 +51,7 @@ def test_fedprox_mu_pulls_local_models_to_the_global_one():
         init = sim.new_model().state_dict()
         captured = {}
         orig = sim.protocol.aggregate
-        sim.protocol.aggregate = lambda updates, orig=orig: captured.setdefault("s", orig(updates))
+        sim.protocol.aggregate = lambda updates, orig=orig, c=captured: c.setdefault("s", orig(updates))
         sim.run()
         moved.append(squared_distance(captured["s"], init))
     assert moved[1] < 0.5 * moved[0]

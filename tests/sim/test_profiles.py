@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from p2pfl.config.validation import parse_model
 from p2pfl.errors import ConfigError
 from p2pfl.sim.profiles import DeviceProfilesSpec, draw_profiles
+from p2pfl.validation import parse_model
 
 
 def test_fixed_values_apply_to_every_device():

@@ -7,9 +7,9 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from p2pfl.config.validation import parse_model
 from p2pfl.errors import ConfigError
 from p2pfl.topology import LinkSpec, TopologySpec, build_topology, load_topology_file
+from p2pfl.validation import parse_model
 
 TOPOLOGIES = Path(__file__).resolve().parents[2] / "topologies"
 SHIPPED = sorted(TOPOLOGIES.glob("*.yaml"))

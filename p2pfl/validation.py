@@ -6,14 +6,15 @@ the value received.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from p2pfl.config.limits import MAX_YAML_BYTES, MAX_YAML_VALUES, fmt_bytes
 from p2pfl.errors import ConfigError
+from p2pfl.limits import MAX_YAML_BYTES, MAX_YAML_VALUES, fmt_bytes
 
 __all__ = ["Strict", "parse_model", "format_validation_error", "read_yaml", "require_mapping", "check_expansion"]
 
@@ -42,10 +43,7 @@ def _field_path(loc: tuple[Any, ...], data: Any, kind: str) -> tuple[list[Any], 
     node = data
     for i, item in enumerate(loc):
         last = i == len(loc) - 1
-        if isinstance(item, int) and isinstance(node, (list, tuple)) and item < len(node):
-            path.append(item)
-            node = node[item]
-        elif isinstance(node, Mapping) and item in node:
+        if (isinstance(item, int) and isinstance(node, (list, tuple)) and item < len(node)) or (isinstance(node, Mapping) and item in node):
             path.append(item)
             node = node[item]
         elif last and kind in ("missing", "extra_forbidden"):
