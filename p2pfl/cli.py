@@ -131,6 +131,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(what: str) -> int:
+    rows: list[tuple[str, ...]]
     if what == "protocols":
         from p2pfl.registry import all_protocols
 

@@ -92,7 +92,7 @@ def _arch(in_shape: int | Sequence[int]) -> tuple[str, int]:
         if in_shape < 1:
             raise ValueError(f"The 'in_shape' parameter must be a channel count >= 1; got {in_shape!r} instead")
         return "conv", int(in_shape)
-    shape = _full_shape(in_shape)
+    shape = _full_shape(in_shape)  # type: ignore[arg-type]  # not an int here (numbers.Integral is opaque to mypy)
     return ("conv", shape[0]) if len(shape) == 3 else ("mlp", shape[0])
 
 
