@@ -2,14 +2,18 @@
 
 Looking a name up imports that one protocol's module and nothing else, so
 validating a scenario never pulls in the other protocols (scikit-learn,
-robotics, MuJoCo). A name of the form ``package.module:Class`` loads a user
-protocol living outside this package (it must subclass ``Protocol``). The
-table is checked against the package's files by ``tests/protocols/test_registry.py``.
+robotics, MuJoCo). User protocols living outside this package (subclasses of
+``Protocol``) are found two ways: a name of the form ``package.module:Class``,
+or a plain name that an installed distribution registers under the entry-point
+group ``p2pfl.protocols`` (``[project.entry-points."p2pfl.protocols"]
+my_gossip = "mypkg.protocols:MyGossip"`` in its pyproject.toml). The table is
+checked against the package's files by ``tests/protocols/test_registry.py``.
 """
 
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
 from p2pfl.errors import ConfigError
@@ -17,7 +21,10 @@ from p2pfl.errors import ConfigError
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.protocols.base import Protocol
 
-__all__ = ["BUILTIN", "get_protocol", "all_protocols"]
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "get_protocol", "all_protocols", "plugin_protocols"]
+
+#: Entry-point group through which installed distributions register protocols.
+ENTRY_POINT_GROUP = "p2pfl.protocols"
 
 #: Built-in protocols: YAML name -> "module:Class".
 BUILTIN: dict[str, str] = {
@@ -64,10 +71,18 @@ def get_protocol(name: str, source: str = "scenario") -> type[Protocol]:
         return _load(BUILTIN[name], name, source)
     if ":" in name:
         return _load(name, name, source)
+    plugins = plugin_protocols()
+    if name in plugins:
+        return _load(plugins[name], name, source)
     raise ConfigError(f"{source}: field 'protocol.name': unknown protocol {name!r}; choose one of: "
-                      f"{', '.join(BUILTIN)} (or 'package.module:Class' for your own)")
+                      f"{', '.join([*BUILTIN, *plugins])} (or 'package.module:Class' for your own)")
+
+
+def plugin_protocols() -> dict[str, str]:
+    """Protocols registered by installed distributions: name -> ``module:Class`` (built-in names win)."""
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BUILTIN}
 
 
 def all_protocols() -> dict[str, type[Protocol]]:
-    """Every built-in protocol class by name (imports them all: for listings only)."""
-    return {name: get_protocol(name) for name in BUILTIN}
+    """Every built-in and registered protocol class by name (imports them all: for listings only)."""
+    return {name: get_protocol(name) for name in [*BUILTIN, *plugin_protocols()]}

@@ -5,7 +5,11 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import json
+import os
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,3 +88,28 @@ def test_user_params_are_validated_like_builtin_ones(monkeypatch: pytest.MonkeyP
     sc = digits_scenario({"name": "fanout_gossip:FanoutGossip", "rounds": 1, "fanout": 0})
     with pytest.raises(ConfigError, match=r"field 'protocol.fanout'"):
         load_dict(sc)
+
+
+def _installed_plugin(tmp_path: Path) -> Path:
+    """A distribution on sys.path that registers the example protocol under the entry-point group."""
+    dist = tmp_path / "fanout_example-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fanout-example\nVersion: 0.1\n", encoding="utf-8")
+    (dist / "entry_points.txt").write_text("[p2pfl.protocols]\nfanout = fanout_gossip:FanoutGossip\n",
+                                           encoding="utf-8")
+    return tmp_path
+
+
+def test_a_protocol_registered_by_an_entry_point_runs_from_the_command(tmp_path: Path) -> None:
+    site = _installed_plugin(tmp_path / "site")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(EXAMPLE)])}
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "p2pfl", "run", str(EXAMPLE / "scenario.yaml"), "--set", "protocol.name=fanout",
+           "--set", "protocol.rounds=2", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["protocol"] == "fanout_gossip" and summary["messages_total"] == 2 * 8 * 2
+    listed = subprocess.run([sys.executable, "-m", "p2pfl", "list", "protocols"], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert listed.returncode == 0 and any(line.startswith("fanout ") for line in listed.stdout.splitlines())
