@@ -11,12 +11,13 @@ multilayer perceptron for 8x8 digits or vector data.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from math import prod
-from typing import Literal
+from typing import Any
 
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 from torch import nn
 
 from p2pfl import limits
@@ -26,12 +27,51 @@ from p2pfl.validation import Strict
 __all__ = ["ModelSpec", "CNN28", "CNN32", "MLP", "MODELS", "build_model"]
 
 
+BUILTIN_MODELS = ("auto", "cnn28", "cnn32", "mlp", "robot_policy")
+
+
 class ModelSpec(Strict):
     """YAML ``model:`` block. ``auto`` picks ``robot_policy`` for robot data, ``cnn28`` for 28x28 images,
-    ``cnn32`` for 3x32x32 images, else ``mlp``."""
+    ``cnn32`` for 3x32x32 images, else ``mlp``.
 
-    name: Literal["auto", "cnn28", "cnn32", "mlp", "robot_policy"] = "auto"
+    ``name: package.module:function`` builds a user model: ``function(input_shape, num_classes,
+    **options)`` must return an ``nn.Module`` (its weights are drawn under the run's seed).
+    """
+
+    name: str = "auto"
     hidden: int = Field(64, ge=1, le=limits.MAX_HIDDEN, description="hidden width of 'mlp'")
+    options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of a user model")
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v in BUILTIN_MODELS:
+            return v
+        if ":" not in v:
+            raise ValueError(f"unknown model {v!r}; use one of {', '.join(BUILTIN_MODELS)} "
+                             "or 'package.module:function' for your own")
+        _user_builder(v)
+        return v
+
+    @model_validator(mode="after")
+    def _options_for_user_models(self) -> ModelSpec:
+        if self.options and self.name in BUILTIN_MODELS:
+            raise ValueError(f"model.options is for user models ('package.module:function'); "
+                             f"remove it for model {self.name!r}")
+        return self
+
+
+def _user_builder(target: str) -> Callable[..., nn.Module]:
+    """The function named ``package.module:function``; ValueError (one line) when it cannot be found."""
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"cannot import {module_name!r} ({err}); check the module path and PYTHONPATH") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"{target!r} is not a function of module {module_name!r}")
+    return fn
 
 
 class CNN28(nn.Module):
@@ -132,4 +172,9 @@ def build_model(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int,
             if not isinstance(hint, ObsLayout):
                 raise ConfigError("model.name 'robot_policy' needs robot data (data.dataset: robotics)")
             return ResNetTPolicy(hint)
-        return MODELS[name](spec, tuple(input_shape), num_classes)
+        if name in MODELS:
+            return MODELS[name](spec, tuple(input_shape), num_classes)
+        model = _user_builder(name)(tuple(input_shape), num_classes, **spec.options)
+        if not isinstance(model, nn.Module):
+            raise ConfigError(f"model.name {name!r} returned {type(model).__name__}, not a torch.nn.Module")
+        return model

@@ -113,3 +113,30 @@ def test_a_protocol_registered_by_an_entry_point_runs_from_the_command(tmp_path:
     listed = subprocess.run([sys.executable, "-m", "p2pfl", "list", "protocols"], capture_output=True, text=True,
                             env=env, timeout=120)
     assert listed.returncode == 0 and any(line.startswith("fanout ") for line in listed.stdout.splitlines())
+
+
+def test_a_user_model_named_by_import_path_is_built_and_trained(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    sc = digits_scenario({"name": "local", "rounds": 2}, n=3,
+                         model={"name": "example_models:two_layer", "options": {"width": 12}})
+    result = p2pfl.run(sc, write=False)
+    params = 64 * 12 + 12 + 12 * 10 + 10  # 8x8 digits flattened -> 12 tanh units -> 10 classes
+    update_bytes = 4 * params
+    assert result.compute_flops_total > 0 and result.accuracy_mean is not None
+    fedavg = p2pfl.run(digits_scenario({"name": "fedavg", "rounds": 1}, n=3, servers=True,
+                                       model={"name": "example_models:two_layer", "options": {"width": 12}}),
+                       write=False)
+    assert fedavg.bytes_by_kind["update"] == 3 * (update_bytes + 8 + 64)  # state + n_samples + header
+
+
+@pytest.mark.parametrize("model, fix", [
+    ({"name": "no_such_mod_q:build"}, "cannot import 'no_such_mod_q'"),
+    ({"name": "example_models:nothing"}, "is not a function of module 'example_models'"),
+    ({"name": "resnet"}, "unknown model 'resnet'"),
+    ({"name": "mlp", "options": {"width": 3}}, "model.options is for user models"),
+])
+def test_bad_model_names_are_one_line_errors(monkeypatch: pytest.MonkeyPatch, model: dict, fix: str) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    with pytest.raises(ConfigError) as err:
+        load_dict(digits_scenario({"name": "local", "rounds": 1}, model=model))
+    assert fix in str(err.value) and "\n" not in str(err.value)
