@@ -7,8 +7,9 @@ the same device graph plus one server attached to every device. Two partitions w
 
 Reduced budget (so that the whole script runs in about 25 minutes on 2 shared cores): Fashion-MNIST,
 100 training samples per device, an MLP (hidden 32), 8 rounds of 1 local epoch, RND predictors
-40 epochs of batch 16 (about 280 Adam steps). The scenario files in ``scenarios/server_vs_serverless/`` hold the common part;
-this script sets N, partition, topology and protocol.
+40 epochs of batch 16 (about 280 Adam steps). Each protocol is a scenario file in ``scenarios/server_vs_serverless/``
+(``extends: base.yaml``, the common fleet); this script loads it with ``p2pfl.config.load`` and overrides for
+N (topology n and radius), seed, partition and rounds.
 
 Writes ``analysis/results/server_vs_serverless.md`` (table) and PNG plots next to it:
 ``svs_accuracy_vs_time_N{N}.png`` and ``svs_bytes_vs_n.png`` (log-log, with N^2 and N x degree guides).
@@ -26,7 +27,6 @@ compute), ``timing.json`` (wall time) and ``scenario.yaml`` (the resolved topolo
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import sys
@@ -36,15 +36,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 import p2pfl
 from p2pfl.api import resolve
+from p2pfl.config import load
+from p2pfl.config.scenario import Scenario
 from p2pfl.metrics.report import run_score, time_to_fraction
 from p2pfl.metrics.summary import LOWER_IS_BETTER, metric_label
-from p2pfl.registry import BUILTIN, get_protocol
+from p2pfl.registry import BUILTIN
 from p2pfl.topology import build_topology
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +53,7 @@ SCEN = ROOT / "scenarios/server_vs_serverless"
 RESULTS = ROOT / "analysis/results"  # --results changes it
 CLUSTER_COMPUTE = {"rnd_train", "rnd_score", "ifca_estep", "dac_similarity"}
 
-#: label -> (registry name, YAML file with its parameters)
+#: label -> (registry name, scenario file: base.yaml plus the protocol's parameters and servers)
 PROTOCOL_FILES = {
     "rnd": ("rnd", "rnd.yaml"),
     "rnd_gossip": ("rnd_gossip", "rnd_gossip.yaml"),
@@ -75,21 +76,16 @@ def radius_for(n: int, degree: float = 7.0) -> float:
     return round(min(1.0, 1.1 * math.sqrt(degree / (math.pi * max(n - 1, 1)))), 3)
 
 
-def scenario(label: str, n: int, partition: str, seed: int, rounds: int) -> dict[str, Any]:
-    base = yaml.safe_load((SCEN / "base.yaml").read_text())
-    name, fname = PROTOCOL_FILES[label]
-    proto = yaml.safe_load((SCEN / fname).read_text())
-    sc = copy.deepcopy(base)
-    sc["name"] = f"svs_{label}_{partition}_n{n}"
-    sc["seed"] = seed
-    sc["protocol"] = {**proto, "rounds": rounds}
-    sc["data"]["partition"] = PARTITIONS[partition]
-    topo = {"kind": "random_geometric", "n": n, "radius": radius_for(n), "seed": seed, "tries": 500,
-            "link": {"latency_s": 0.005, "bandwidth_bps": 5.0e7}}
-    if get_protocol(name).needs_server:
-        topo["servers"] = [{"name": "server", "attach": "all", "link": {"latency_s": 0.02, "bandwidth_bps": 5.0e7}}]
-    sc["topology"] = topo
-    return sc
+def overrides(label: str, n: int, partition: str, seed: int, rounds: int) -> list[str]:
+    """The ``--set`` values that turn a protocol's scenario file into one run of the comparison."""
+    return [f"name=svs_{label}_{partition}_n{n}", f"protocol.rounds={rounds}",
+            f"data.partition={json.dumps(PARTITIONS[partition])}",
+            f"topology.n={n}", f"topology.radius={radius_for(n)}", f"topology.seed={seed}"]
+
+
+def scenario(label: str, n: int, partition: str, seed: int, rounds: int) -> Scenario:
+    """The validated scenario of one run: the protocol's file with the run's overrides."""
+    return load(SCEN / PROTOCOL_FILES[label][1], overrides=overrides(label, n, partition, seed, rounds), seed=seed)
 
 
 def read_run(out: Path) -> dict[str, Any]:
@@ -108,8 +104,8 @@ def read_run(out: Path) -> dict[str, Any]:
     return {**s, "clustering_compute_flops": cl_flops, "wall": wall, "mean_degree": degree, "run_dir": str(out)}
 
 
-def run_one(sc: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
-    out = runs_dir / f"{sc['name']}-seed{sc['seed']}"
+def run_one(sc: Scenario, runs_dir: Path) -> dict[str, Any]:
+    out = runs_dir / f"{sc.name}-seed{sc.seed}"
     p2pfl.run(sc, out=out)
     return read_run(out)
 

@@ -3,11 +3,13 @@
 >>> import p2pfl
 >>> result = p2pfl.run("scenarios/quickstart.yaml", seed=1)   # doctest: +SKIP
 >>> result.accuracy_mean, result.bytes_total                   # doctest: +SKIP
+>>> study = p2pfl.sweep("scenarios/studies/tour.yaml", jobs=2)  # doctest: +SKIP
+>>> p2pfl.load_runs("runs/").groupby("group")["score"].mean()  # doctest: +SKIP
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["run", "RunResult", "__version__"]
+__all__ = ["run", "RunResult", "sweep", "SweepResult", "load_runs", "load_curves", "load_nodes", "__version__"]
 
 
 def __getattr__(name: str):
@@ -15,4 +17,14 @@ def __getattr__(name: str):
         from p2pfl import api
 
         return getattr(api, name)
+    if name in ("sweep", "SweepResult"):
+        import importlib
+
+        module = importlib.import_module("p2pfl.sweep")  # binds p2pfl.sweep to the module: rebind the function
+        globals()["sweep"] = module.sweep
+        return getattr(module, name)
+    if name in ("load_runs", "load_curves", "load_nodes"):  # pandas tables of run directories
+        from p2pfl.metrics import runs
+
+        return getattr(runs, name)
     raise AttributeError(name)

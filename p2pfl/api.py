@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from p2pfl.config.loader import load, load_dict
 from p2pfl.config.scenario import Scenario
+from p2pfl.errors import UserError
 from p2pfl.metrics.rundir import check_out_dir, manifest, write_run_dir
 
 __all__ = ["RunResult", "run", "resolve", "default_out_dir"]
@@ -59,32 +60,65 @@ def default_out_dir(scenario: Scenario, root: Path = Path("runs")) -> Path:
     return out
 
 
+#: The files of every run directory (``p2pfl.metrics.rundir``); ``extra_files`` may not replace them.
+_RUN_FILES = ("scenario.yaml", "summary.json", "events.jsonl", "timing.json", "manifest.json")
+
+
+def _check_extra_names(extra_files: Mapping[str, bytes], taken: Sequence[str]) -> None:
+    """Extra files are plain file names, not one the run directory already has."""
+    for name in extra_files:
+        if not name or name in (".", "..") or "/" in name or "\\" in name or name in taken:
+            raise UserError(f"extra_files: file name {name!r} is not allowed (a plain file name other than "
+                            f"{', '.join(taken)}); choose another name")
+
+
+def _setup_hook(sc: Scenario, on_setup: Optional[Callable[[str], None]]) -> Optional[Callable[[str], None]]:
+    """The kernel's ``on_setup`` (a step name) turned into words for ``on_setup``."""
+    if on_setup is None:
+        return None
+    from p2pfl.progress import setup_text
+
+    def hook(step: str) -> None:
+        on_setup(setup_text(sc, step))
+
+    return hook
+
+
 def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, seed: Optional[int] = None,
         overrides: Sequence[str] = (), unset: Sequence[str] = (), out: Optional[str | Path] = None, write: bool = True,
         on_round: Optional[Callable[[], None]] = None, on_start: Optional[Callable[[int], None]] = None,
-        argv: Optional[Sequence[str]] = None) -> RunResult:
+        on_setup: Optional[Callable[[str], None]] = None,
+        argv: Optional[Sequence[str]] = None, extra_files: Optional[Mapping[str, bytes]] = None) -> RunResult:
     """Validate, build, run and (unless ``write=False``) write the run directory.
 
     Raises ``p2pfl.errors.UserError`` for anything the user can fix; nothing is
     written in that case. ``unset`` removes dotted keys before ``overrides`` are set.
+    Progress: ``on_setup(text)`` before each build step (what it does, in words),
+    ``on_start(total)`` when the simulation begins, ``on_round()`` per node round.
+    ``extra_files`` (file name -> bytes, e.g. a study's ``cell.json``) are written into
+    the run directory with the protocol's artifacts, in the same atomic rename.
     A ``KeyboardInterrupt`` (Ctrl-C) propagates; the run directory is then written
     whole or not at all (``write_run_dir`` removes its temporary directory).
     """
     from p2pfl.sim.kernel import Simulation
 
     t0 = time.perf_counter()
+    extra_files = dict(extra_files or {})
+    _check_extra_names(extra_files, _RUN_FILES)
     sc = resolve(scenario, seed=seed, overrides=overrides, unset=unset)
     out_path = None
     if write:
         out_path = Path(out) if out is not None else default_out_dir(sc)
         check_out_dir(out_path)
-    sim = Simulation(sc, on_round=on_round)
+    sim = Simulation(sc, on_round=on_round, on_setup=_setup_hook(sc, on_setup))
     if on_start is not None:
         on_start(sim.protocol.progress_total())
     summary = sim.run()
     timing = {"wall_s": time.perf_counter() - t0, **sim.timing()}
     if write:
         assert out_path is not None
+        artifacts = sim.protocol.artifacts()
+        _check_extra_names(extra_files, tuple(artifacts))
         write_run_dir(out_path, scenario=sc.model_dump(mode="json"), summary=summary, events=sim.recorder.events,
-                      timing=timing, manifest=manifest(argv), extra=sim.protocol.artifacts())
+                      timing=timing, manifest=manifest(argv), extra={**artifacts, **extra_files})
     return RunResult(summary=summary, timing=timing, scenario=sc, out=out_path)

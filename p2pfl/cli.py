@@ -2,11 +2,13 @@
 
     p2pfl run SCENARIO [--out DIR] [--seed N] [--set key=value ...] [--unset key ...]
     p2pfl validate SCENARIO [--seed N] [--set key=value ...] [--unset key ...]
+    p2pfl sweep STUDY [--jobs N] [--out DIR] [--dry-run]     (exit status 1 when some cells failed)
     p2pfl list protocols|datasets|partitions|topologies
+    p2pfl list protocols NAME
     p2pfl topology show FILE --out x.png
     p2pfl data show SCENARIO --out x.png
     p2pfl robot demo TASK --out x.gif|x.png [--seed N]
-    p2pfl report RUN_DIR [RUN_DIR ...] [--out x.png]
+    p2pfl report DIR [DIR ...] [--md F.md] [--csv F.csv] [--out x.png]
     p2pfl encoder train --dataset cifar100 --out enc.pt [--root DIR] [--epochs 50] [--limit N] [--seed 0]
 
 A user error prints one line on stderr and exits with status 2; Ctrl-C prints one
@@ -47,8 +49,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
     val = sub.add_parser("validate", help="check a scenario (topology, data and protocol set-up included) without running it")
     _add_scenario_args(val)
-    ls = sub.add_parser("list", help="list protocols, datasets, partitions or topologies")
+    sw = sub.add_parser("sweep", help="run a study (variants x grid x seeds) in parallel; rerun it to resume")
+    sw.add_argument("study", help="study YAML file")
+    sw.add_argument("--jobs", type=int, default=None, help="cells run at once (default: the number of cores)")
+    sw.add_argument("--out", default=None, help="folder of the cells' run directories (default runs/<study name>)")
+    sw.add_argument("--dry-run", action="store_true", help="list the cells and validate them; write nothing")
+    ls = sub.add_parser("list", help="list protocols, datasets (available here or not), partitions or topologies")
     ls.add_argument("what", choices=["protocols", "datasets", "partitions", "topologies"])
+    ls.add_argument("name", nargs="?", default=None,
+                    help="with 'protocols': one protocol's parameters (type, default, description)")
     topo = sub.add_parser("topology", help="topology tools")
     tsub = topo.add_subparsers(dest="topology_command", required=True)
     show = tsub.add_parser("show", help="draw a topology file (servers marked) to a PNG")
@@ -60,9 +69,12 @@ def _parser() -> argparse.ArgumentParser:
     dshow = dsub.add_parser("show", help="draw a scenario's partition (label histograms per device, samples per cluster)")
     _add_scenario_args(dshow)
     dshow.add_argument("--out", required=True)
-    rep = sub.add_parser("report", help="compare run directories: a markdown table and accuracy vs time/bytes plots")
-    rep.add_argument("runs", nargs="+", help="run directories written by 'p2pfl run'")
-    rep.add_argument("--out", default=None, help="PNG with accuracy vs simulated time and vs bytes")
+    rep = sub.add_parser("report", help="compare runs grouped across seeds: markdown tables (mean, sd, 95%% CI), "
+                                        "CSV, score vs time/bytes plots")
+    rep.add_argument("runs", nargs="+", help="run directories, or folders holding them (searched at any depth)")
+    rep.add_argument("--md", default=None, help="also write the markdown tables to this file")
+    rep.add_argument("--csv", default=None, help="one row per group: mean, sd and 95%% CI of each figure")
+    rep.add_argument("--out", default=None, help="PNG: score vs simulated time and vs bytes, 95%% CI shaded")
     robot = sub.add_parser("robot", help="robot manipulation tools")
     rsub = robot.add_subparsers(dest="robot_command", required=True)
     rdemo = rsub.add_parser("demo", help="render a scripted-expert rollout of a task (suite/name) to a GIF or PNG strip")
@@ -97,25 +109,40 @@ def _cmd_encoder_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from p2pfl.metrics.report import load_run, report_figure, report_table
+    from p2pfl.metrics.report import write_report
 
-    runs = [load_run(p) for p in args.runs]
-    print(report_table(runs))
-    if args.out:
-        print(f"wrote {report_figure(runs, args.out)}")
+    text, written = write_report(args.runs, md=args.md, csv=args.csv, png=args.out)
+    print(text)
+    for path in written:
+        print(f"wrote {path}")
     return 0
 
 
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from p2pfl.api import run
+    from p2pfl.api import resolve, run
     from p2pfl.progress import RunProgress, print_summary
 
-    with RunProgress(enabled=not args.quiet) as progress:
-        result = run(args.scenario, seed=args.seed, overrides=args.overrides, unset=args.unset, out=args.out,
-                     on_round=progress.advance, on_start=progress.start, argv=["p2pfl", *argv])
+    sc = resolve(args.scenario, seed=args.seed, overrides=args.overrides, unset=args.unset)
+    with RunProgress(enabled=not args.quiet, rounds=sc.protocol.rounds) as progress:
+        result = run(sc, out=args.out, on_round=progress.advance, on_start=progress.start,
+                     on_setup=progress.setup, argv=["p2pfl", *argv])
     if not args.quiet:
         print_summary(result)
     return 0
+
+
+def _cmd_sweep(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from p2pfl.sweep import SweepInterrupted, describe, sweep
+
+    try:
+        result = sweep(args.study, jobs=args.jobs, out=args.out, dry_run=args.dry_run, progress=True,
+                       argv=["p2pfl", *argv])
+    except SweepInterrupted as err:
+        print(f"p2pfl: interrupted; {err}", file=sys.stderr)
+        return 130
+    if args.dry_run:
+        print(describe(result))
+    return 0 if result.ok else 1
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -130,9 +157,126 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_list(what: str) -> int:
+def _type_text(annotation: object) -> str:
+    """A field's type as YAML users read it: ``int``, ``sync | async``, ``float | null``."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " | ".join(str(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join("null" if a is type(None) else _type_text(a) for a in args)
+    if origin is not None:
+        return f"{getattr(origin, '__name__', origin)}[{', '.join(_type_text(a) for a in args)}]"
+    return str(getattr(annotation, "__name__", annotation)).replace("typing.", "")
+
+
+def _default_text(info: object) -> str:
+    """A field's default as YAML (``null``, ``true``, ``{a: 1}``), or ``(required)``."""
+    import yaml
+    from pydantic.fields import FieldInfo
+    from pydantic_core import PydanticUndefined
+
+    assert isinstance(info, FieldInfo)
+    if info.default is PydanticUndefined and info.default_factory is None:
+        return "(required)"
+    value = info.get_default(call_default_factory=True)
+    if isinstance(value, str):
+        return value or '""'
+    return str(yaml.safe_dump(value, default_flow_style=True, width=1 << 16)).removesuffix("\n...\n").strip()
+
+
+def _bounds_text(info: object) -> str:
+    """A field's numeric bounds (``>= 1, <= 1000000``) from its pydantic metadata."""
+    ops = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"), ("multiple_of", "multiple of"))
+    return ", ".join(f"{sign} {getattr(m, attr)}" for m in getattr(info, "metadata", ()) for attr, sign in ops
+                     if hasattr(m, attr))
+
+
+def _print_protocol(name: str) -> None:
+    """``p2pfl list protocols NAME``: summary, server need and every parameter (inherited ones too)."""
+    from p2pfl.errors import ConfigError
+    from p2pfl.registry import BUILTIN, get_protocol, plugin_protocols
+
+    names = sorted({*BUILTIN, *plugin_protocols()})
+    if name not in names and ":" not in name:
+        raise ConfigError(f"unknown protocol {name!r}; valid: {', '.join(names)} (or package.module:Class for your own)")
+    cls = get_protocol(name, "p2pfl list protocols")
+    if cls.needs_server and cls.serverless_option:
+        server = "yes for some settings (see the parameters), otherwise none"
+    elif cls.needs_server:
+        server = "yes (the topology needs servers: [{attach: all}])"
+    else:
+        server = "no"
+    print(f"{name}: {cls.summary or cls.__doc__ or ''}".rstrip())
+    print(f"needs a server: {server}")
+    print(f"parameters (protocol: {{name: {name}, ...}}):")
+    rows = [("name", "type", "default", "description")]
+    for field, info in cls.Params.model_fields.items():
+        if field == "name":
+            continue
+        bounds = _bounds_text(info)
+        about = " ".join(x for x in (info.description or "", f"[{bounds}]" if bounds else "") if x)
+        rows.append((field, _type_text(info.annotation), _default_text(info), about or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        print("  " + "  ".join(f"{x:<{w}}" for x, w in zip(r, widths)) + "  " + r[3])
+
+
+def _dataset_availability(name: str) -> tuple[str, str]:
+    """Whether ``name`` can be loaded here without a download (file existence only), and where or how."""
+    import importlib.util
+
+    from p2pfl.data import datasets as ds
+
+    cache = Path(ds.DEFAULT_DOWNLOAD_ROOT).expanduser()
+
+    def idx_in(folder: Path) -> bool:
+        return all((folder / f).is_file() or (folder / f[:-3]).is_file() for f in ds.IDX_FILES)
+
+    if name in ("digits", "digits28"):
+        if importlib.util.find_spec("sklearn") is None:
+            return "no", "needs scikit-learn (pip install scikit-learn)"
+        return "yes", "bundled with scikit-learn"
+    if ds.DATASET_INFO[name].synthetic:
+        return "yes", "generated from the seed"
+    if name in ("fashion_mnist", "mnist"):
+        system, folder = ((ds.FASHION_MNIST_SYSTEM_DIR, "FashionMNIST") if name == "fashion_mnist"
+                          else (ds.MNIST_SYSTEM_DIR, "MNIST"))
+        if idx_in(Path(system)):
+            return "yes", f"found in {system}"
+        if idx_in(cache / folder / "raw"):
+            return "yes", f"with data.download: true (cached in {cache / folder / 'raw'}, no network needed)"
+        get = "apt-get install dataset-fashion-mnist, or " if name == "fashion_mnist" else ""
+        return "no", f"{get}needs its IDX files ({', '.join(ds.IDX_FILES)}) under data.root, or data.download: true"
+    if name in ("cifar10", "cifar100"):
+        folder, files = (("cifar-10-batches-py", ds.CIFAR10_FILES) if name == "cifar10"
+                         else ("cifar-100-python", ds.CIFAR100_FILES))
+        for where in (cache / folder, cache):
+            if all((where / f).is_file() for f in files):
+                return "yes", f"found in {where}"
+        return "no", f"needs {folder}/ ({', '.join(files)}) under data.root, or data.download: true"
+    if name == "robotics":
+        from p2pfl.robotics.gl import GL_HELP, gl_backend_error
+
+        err = gl_backend_error()
+        if err is not None:
+            return "no", f"{GL_HELP}; here: {err}"
+        return "yes", "demos generated by scripted experts on first use, cached under ~/.cache/p2pfl/robotics"
+    return "?", "no availability check for this dataset"
+
+
+def _cmd_list(what: str, name: Optional[str] = None) -> int:
     rows: list[tuple[str, ...]]
+    if name is not None and what != "protocols":
+        from p2pfl.errors import ConfigError
+
+        raise ConfigError(f"'p2pfl list {what}' takes no NAME; got {name!r}; only 'p2pfl list protocols NAME' does")
     if what == "protocols":
+        if name is not None:
+            _print_protocol(name)
+            return 0
         from p2pfl.registry import all_protocols
 
         kind = lambda c: "server|none" if c.needs_server and c.serverless_option else "server" if c.needs_server else "serverless"
@@ -140,7 +284,8 @@ def _cmd_list(what: str) -> int:
     elif what == "datasets":
         from p2pfl.data import DATASETS
 
-        rows = [(k, v) for k, v in sorted(DATASETS.items())]
+        rows = [(k, *_dataset_availability(k), v) for k, v in sorted(DATASETS.items())]
+        rows = [(k, ok, f"{about}; {how}") for k, ok, how, about in rows]
     elif what == "partitions":
         from p2pfl.data import PARTITIONS
 
@@ -206,8 +351,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _cmd_run(args, argv)
         if args.command == "validate":
             return _cmd_validate(args)
+        if args.command == "sweep":
+            return _cmd_sweep(args, argv)
         if args.command == "list":
-            return _cmd_list(args.what)
+            return _cmd_list(args.what, args.name)
         if args.command == "topology":
             return _cmd_topology_show(args)
         if args.command == "report":

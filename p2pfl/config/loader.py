@@ -1,6 +1,11 @@
-"""Read scenario YAML, apply ``--unset`` / ``--set`` overrides and ``--seed``, and validate.
+"""Read scenario YAML, resolve ``extends:``, apply ``--unset`` / ``--set`` overrides and ``--seed``, and validate.
 
-Nothing is written anywhere until this returns. Overrides are dotted keys:
+Nothing is written anywhere until this returns. ``extends: base.yaml`` (or a list of files,
+applied in order; each relative to the file that names it, then to the working directory)
+deep-merges the file's own keys over its bases: mappings merge key by key, any other value
+replaces, and a key set to null (``~``) is removed. A base may extend another; a cycle is an
+error. A base's ``topology:`` file is found relative to the base's folder, and an error in a
+field a base wrote names the base. Overrides are dotted keys:
 
 * ``--unset a.b`` removes the key (applied first, in order);
 * ``--set a.b=VALUE`` sets it, VALUE parsed as YAML; ``--set a.b=~`` (YAML null) removes it;
@@ -14,6 +19,7 @@ Sizes are checked against ``p2pfl.limits`` before anything is built.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -38,6 +44,12 @@ TOPOLOGY_NEEDS = "'kind' and its parameters, e.g. kind: ring and n: 16 (see topo
 
 #: Most torch threads a scenario may ask for.
 MAX_THREADS = 1024
+#: Most base files one scenario may read through ``extends`` (chains and lists together).
+MAX_BASES = 64
+EXTENDS_EXAMPLE = "write e.g. extends: base.yaml, or a list [a.yaml, b.yaml]"
+
+#: Key path (strings) -> (file that wrote it, that file's folder).
+Origins = dict[tuple[str, ...], tuple[str, Path]]
 
 
 def _short(value: Any) -> str:
@@ -131,39 +143,162 @@ def _resolve_file(ref: str, base: Path) -> Path:
 
 
 class _Topology:
-    """Where the scenario's topology comes from: the scenario itself (a mapping) or a file."""
+    """Where the scenario's topology comes from: the file that wrote it (the scenario or a base), or a topology file."""
 
-    def __init__(self, source: str, base: Path) -> None:
+    def __init__(self, source: str, base: Path, origin: Optional[tuple[str, Path]] = None) -> None:
         self.scenario_source, self.scenario_base = source, base
-        self.source: str | Path = source
-        self.base = base
+        self.own_source, self.own_base = origin or (source, base)  # the file that wrote ``topology:``
+        self.source: str | Path = source  # an inline mapping's errors name the scenario (``_Extends.blame`` the base)
+        self.base = self.own_base
+        self.from_file = False
 
     def replaced(self) -> None:
         """``topology`` itself was set or removed: it is the scenario's again (until a file is loaded)."""
-        self.source, self.base = self.scenario_source, self.scenario_base
+        self.own_source, self.own_base = self.scenario_source, self.scenario_base
+        self.source, self.base, self.from_file = self.scenario_source, self.scenario_base, False
 
     def inline(self, raw: dict) -> None:
         """Replace a ``topology: FILE`` by the file's content (a mapping is left as it is)."""
         ref = raw.get("topology")
         if not isinstance(ref, str):
             return
-        src = self.scenario_source
+        src, folder = self.own_source, self.own_base
         if not ref.strip():
             raise ConfigError(f"{src}: field 'topology': empty file name; give a topology file "
                               "(topologies/ring16.yaml) or a mapping")
-        path = _resolve_file(ref, self.scenario_base)
+        path = _resolve_file(ref, folder)
         if path.is_dir():
             raise ConfigError(f"{src}: field 'topology': {ref!r} is a directory ({path}); give a topology YAML file")
         if path.exists() and not path.is_file():
             raise ConfigError(f"{src}: field 'topology': {ref!r} is not a regular file; give a topology YAML file")
         if not path.is_file():
             raise ConfigError(f"{src}: field 'topology': topology file {ref!r} not found "
-                              f"(looked in {self.scenario_base} and {Path.cwd()}); check the path")
+                              f"(looked in {folder} and {Path.cwd()}); check the path")
         raw["topology"] = require_mapping(read_yaml(path), path, "topology", TOPOLOGY_NEEDS)
-        self.source, self.base = path, path.parent
+        self.source, self.base, self.from_file = path, path.parent, True
 
 
-def _protocol_params(raw: dict, source: str, original: Any) -> ProtocolParams:
+def _extends_refs(value: Any, source: str) -> list[str]:
+    """The file names an ``extends:`` value lists (one name, or a list of them)."""
+    if value is None:
+        return []
+    refs = value if isinstance(value, list) else [value]
+    if not refs or not all(isinstance(r, str) for r in refs):
+        raise ConfigError(f"{source}: field 'extends': expected a file name or a non-empty list of file names; "
+                          f"got {_short(value)}; {EXTENDS_EXAMPLE}")
+    for ref in refs:
+        if not ref.strip():
+            raise ConfigError(f"{source}: field 'extends': empty file name; {EXTENDS_EXAMPLE}")
+    return refs
+
+
+def _base_file(ref: str, folder: Path, source: str) -> Path:
+    """A base named by ``extends``: relative to the naming file's folder, then to the working directory."""
+    try:
+        path = _resolve_file(ref, folder)
+        path.is_dir()
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{source}: field 'extends': cannot use {_short(ref)} as a file name "
+                          f"({getattr(err, 'strerror', None) or err}); "
+                          "check the path") from None
+    if path.is_dir():
+        raise ConfigError(f"{source}: field 'extends': {ref!r} is a directory ({path}); give a scenario YAML file")
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"{source}: field 'extends': {ref!r} is not a regular file; give a scenario YAML file")
+    if not path.is_file():
+        raise ConfigError(f"{source}: field 'extends': base file {ref!r} not found (looked in {folder} "
+                          f"and {Path.cwd()}); check the path")
+    return path
+
+
+class _Attributed(ConfigError):
+    """A ConfigError that already names the file to fix (``_Extends.blame`` leaves it as it is)."""
+
+
+class _Extends:
+    """Resolves ``extends:`` into one merged mapping, remembering which file wrote each key."""
+
+    def __init__(self) -> None:
+        self.bases: list[str] = []
+        self.origins: Origins = {}
+
+    def layers(self, data: Mapping[str, Any], source: str, folder: Path,
+               chain: tuple[tuple[Optional[Path], str], ...]) -> list[tuple[dict, str, Path]]:
+        """``data`` without ``extends``, preceded by its bases' layers (each its own data, file, folder), in merge order."""
+        own = dict(data)
+        refs = _extends_refs(own.pop("extends", None), source)
+        out: list[tuple[dict, str, Path]] = []
+        for ref in refs:
+            path = _base_file(ref, folder, source)
+            key = path.resolve()
+            if any(k == key for k, _ in chain):
+                names = [name for _, name in chain[[k for k, _ in chain].index(key):]]
+                raise ConfigError(f"{source}: field 'extends': cycle {' -> '.join([*names, str(path)])}; "
+                                  "remove one of these extends")
+            if len(self.bases) >= MAX_BASES:
+                raise ConfigError(f"{source}: field 'extends': more than {MAX_BASES} base files in all; "
+                                  "extend fewer files")
+            self.bases.append(str(path))
+            raw = require_mapping(read_yaml(path), path, "scenario", SCENARIO_NEEDS)
+            out += self.layers(raw, str(path), path.parent, (*chain, (key, str(path))))
+        out.append((own, source, folder))
+        return out
+
+    def merge(self, layers: list[tuple[dict, str, Path]]) -> dict:
+        """Deep-merge the layers in order (mappings merge, other values replace, null removes)."""
+        merged: dict = {}
+        for data, source, folder in layers:
+            self._merge(merged, data, (), (source, folder))
+        return merged
+
+    def _merge(self, into: dict, over: Mapping[Any, Any], prefix: tuple[str, ...], origin: tuple[str, Path]) -> None:
+        for key, value in over.items():
+            path = (*prefix, str(key))
+            if isinstance(value, dict) and isinstance(into.get(key), dict):
+                self._merge(into[key], value, path, origin)
+                continue
+            if isinstance(into.get(key), dict):
+                self.forget(path)  # a mapping replaced: the keys under it go too
+            else:
+                self.origins.pop(path, None)
+            if value is None:
+                into.pop(key, None)
+            else:
+                into[key] = copy.deepcopy(value)
+                self.origins[path] = origin
+
+    def forget(self, path: tuple[str, ...]) -> None:
+        """Drop what is known about ``path`` and the keys under it."""
+        n = len(path)
+        for known in [k for k in self.origins if k[:n] == path]:
+            del self.origins[known]
+
+    def origin(self, field: str) -> Optional[tuple[str, Path]]:
+        """The file that wrote a dotted field (or the nearest enclosing key), if known."""
+        parts = tuple(re.findall(r"[^.\[\]]+", field))
+        while parts:
+            if parts in self.origins:
+                return self.origins[parts]
+            parts = parts[:-1]
+        return None
+
+    def blame(self, err: ConfigError, source: str) -> ConfigError:
+        """``err`` naming the base that wrote the field it is about (or the base it was raised in)."""
+        msg = str(err)
+        if isinstance(err, _Attributed):
+            named = msg.split(": ", 1)[0]
+            return err if named == source else _Attributed(f"{named} (base of {source}){msg[len(named):]}")
+        for base in self.bases:
+            if base != source and msg.startswith(f"{base}: "):
+                return ConfigError(f"{base} (base of {source}){msg[len(base):]}")
+        match = re.match(re.escape(source) + r": (?:unknown )?field '([^']*)'", msg)
+        origin = self.origin(match.group(1)) if match else None
+        if origin is None or origin[0] == source:
+            return err
+        return ConfigError(f"{origin[0]} (base of {source}){msg[len(source):]}")
+
+
+def _protocol_params(raw: dict, source: str, original: Any, ext: Optional[_Extends] = None) -> ProtocolParams:
     proto = raw.get("protocol")
     example = "protocol: {name: gossip, rounds: 10} (p2pfl list protocols)"
     if proto is None:
@@ -178,14 +313,23 @@ def _protocol_params(raw: dict, source: str, original: Any) -> ProtocolParams:
         raise ConfigError(f"{source}: field 'protocol.name': expected a protocol name (a string); got {_short(name)}; "
                           "write e.g. name: gossip (p2pfl list protocols)")
     cls = get_protocol(name, str(source))
-    if isinstance(original, str) and original != name:
-        leftover = [k for k in proto if k not in cls.Params.model_fields]
-        if leftover:
-            fields = ", ".join(f"'{k}'" for k in leftover)
-            noun, pronoun = ("parameter", "it") if len(leftover) == 1 else ("parameters", "them")
-            fix = " ".join(f"--unset protocol.{k}" for k in leftover)
-            raise ConfigError(f"{source}: field 'protocol': protocol '{name}' has no {noun} {fields} (left over from "
-                              f"protocol '{original}'); remove {pronoun} with {fix}")
+    unknown = [k for k in proto if k not in cls.Params.model_fields]
+    if ext is not None and unknown:  # keys a base wrote for the protocol it chose
+        named_in = ext.origin("protocol.name")
+        inherited = [k for k in unknown if ext.origin(f"protocol.{k}") not in (None, named_in)]
+        if inherited:  # named by the file that chose the protocol: the fix goes there
+            key = str(inherited[0])
+            base = (ext.origin(f"protocol.{key}") or (source, Path()))[0]
+            chose = (named_in or (source, Path()))[0]
+            raise _Attributed(f"{chose}: field 'protocol': protocol '{name}' has no parameter '{key}' (set in "
+                              f"{base} for another protocol); remove it with '{key}: ~' under 'protocol:' "
+                              f"or --unset protocol.{key}")
+    if isinstance(original, str) and original != name and unknown:
+        fields = ", ".join(f"'{k}'" for k in unknown)
+        noun, pronoun = ("parameter", "it") if len(unknown) == 1 else ("parameters", "them")
+        fix = " ".join(f"--unset protocol.{k}" for k in unknown)
+        raise _Attributed(f"{source}: field 'protocol': protocol '{name}' has no {noun} {fields} (left over from "
+                          f"protocol '{original}'); remove {pronoun} with {fix}")
     return parse_model(cls.Params, proto, source, prefix="protocol")
 
 
@@ -261,9 +405,10 @@ def load_dict(data: Mapping[str, Any], *, source: str = "scenario", base_dir: Op
               overrides: Sequence[str] = (), seed: Optional[int] = None, unset: Sequence[str] = ()) -> Scenario:
     """Validate a scenario given as a mapping (the Python API's entry point).
 
-    ``unset`` lists dotted keys to remove (first), ``overrides`` ``KEY=VALUE`` strings to set
-    (a null value removes the key); a relative ``topology`` file is looked up in ``base_dir``
-    (default: the working directory), then in the working directory.
+    ``extends`` is resolved first; ``unset`` lists dotted keys to remove (first), ``overrides``
+    ``KEY=VALUE`` strings to set (a null value removes the key); relative ``extends`` and
+    ``topology`` files are looked up in ``base_dir`` (default: the working directory), then
+    in the working directory.
     """
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: expected a mapping of scenario fields; got {type(data).__name__}; "
@@ -272,9 +417,35 @@ def load_dict(data: Mapping[str, Any], *, source: str = "scenario", base_dir: Op
     base = Path.cwd() if base_dir is None else Path(base_dir)
     sets = [parse_override(o) for o in overrides]
     removals = [".".join(_check_key(str(k).strip(), "--unset")) for k in unset]
-    raw = copy.deepcopy(dict(data))
+    ext: Optional[_Extends] = None
+    if "extends" in data:
+        ext = _Extends()
+        try:
+            root = _as_file(source)
+            raw = ext.merge(ext.layers(data, source, base, ((root, source),)))
+            check_expansion(raw, source)
+        except ConfigError as err:
+            raise ext.blame(err, source) from None
+        try:
+            return _validate(raw, source, base, sets, removals, seed, ext)
+        except ConfigError as err:
+            raise ext.blame(err, source) from None
+    return _validate(copy.deepcopy(dict(data)), source, base, sets, removals, seed, None)
+
+
+def _as_file(source: str) -> Optional[Path]:
+    """``source`` resolved if it names an existing file (so a base extending it is a cycle), else None."""
+    try:
+        return Path(source).resolve() if Path(source).is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _validate(raw: dict, source: str, base: Path, sets: Sequence[tuple[str, Any]], removals: Sequence[str],
+              seed: Optional[int], ext: Optional[_Extends]) -> Scenario:
+    """Apply the overrides to the (merged) data and validate it."""
     original = raw.get("protocol", {}).get("name") if isinstance(raw.get("protocol"), dict) else None
-    topo = _Topology(source, base)
+    topo = _Topology(source, base, ext.origins.get(("topology",)) if ext else None)
     edits: list[tuple[str, Any, bool]] = [(k, None, True) for k in removals] + [(k, v, False) for k, v in sets]
     for key, value, removal in edits:
         if key.startswith("topology."):
@@ -283,19 +454,24 @@ def load_dict(data: Mapping[str, Any], *, source: str = "scenario", base_dir: Op
             _unset(raw, key, source)
         else:
             _set(raw, key, value, source)
+        if ext is not None:  # the command line wrote it: errors about it name the scenario
+            ext.forget(tuple(key.split(".")))
+            ext.origins[tuple(key.split("."))] = (source, base)
         if key == "topology":
             topo.replaced()
     topo.inline(raw)
     if seed is not None:
         raw["seed"] = seed
+        if ext is not None:
+            ext.origins[("seed",)] = (source, base)
     if "topology" not in raw:
         raise ConfigError(f"{source}: field 'topology' is required; give a file (topologies/ring16.yaml) or a mapping")
     if not isinstance(raw["topology"], dict):
         raise ConfigError(f"{source}: field 'topology': expected a file path or a mapping; got {_short(raw['topology'])}; "
                           "write e.g. topology: {kind: ring, n: 8}")
-    prefix = "" if topo.source != source else "topology"
+    prefix = "" if topo.from_file else "topology"
     topology = parse_model(TopologySpec, raw["topology"], topo.source, prefix=prefix).with_base_dir(topo.base)
-    params = _protocol_params(raw, source, original)
+    params = _protocol_params(raw, source, original, ext)
     raw["topology"], raw["protocol"] = topology, params
     sc = parse_model(Scenario, raw, source)
     _check_sizes(sc, source)

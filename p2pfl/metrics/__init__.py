@@ -1,1 +1,1 @@
-"""Recording what happens in a run and writing the run directory."""
+"""Recording what happens in a run, writing the run directory, and reading run directories back (runs, report)."""

@@ -1,218 +1,295 @@
-"""Compare run directories: a markdown table and score-vs-time / score-vs-bytes plots.
+"""Compare runs grouped across seeds: markdown tables, a CSV of group statistics, curves with 95% intervals.
 
-Reads only the outputs contract (``summary.json``, ``events.jsonl``), so it works
-on any run, from the CLI (``p2pfl report RUN [RUN ...] --out x.png``) or Python.
+Reads only the outputs contract (``summary.json``, ``events.jsonl``, ``scenario.yaml``, and
+``cell.json`` of a sweep), through ``p2pfl.metrics.runs.load_runs``: one code path for the
+report and for notebooks. From the CLI: ``p2pfl report DIR [DIR ...] [--md F] [--csv F] [--out x.png]``,
+each DIR a run directory or a folder of them.
 
-The report is metric-aware: a run's ``metric`` (``accuracy``, ``rmse`` or
-``success``, see ``p2pfl.metrics.summary``) names its table columns and plot
-axes, runs scored by different metrics are drawn on separate panels (never on
-one axis), and the ``dataset``, ``seed`` and ``metric`` columns show when runs
-are not comparable. Run directories written before summaries were
-metric-aware are read too: there a regression run kept its RMSE curve under
-``accuracy_curve``/``accuracy_mean`` (with ``metric: rmse`` and ``rmse_mean``),
-and a robot run (partition ``robot_suites``) stored rollout success rates as
-``accuracy_*``.
+Runs are grouped across seeds (``runs.py``: by study, variant and grid from ``cell.json``, else by
+scenario, protocol, dataset and the scenario without its seed). Per group: ``n``, the seeds, and
+for the score and the cost figures the mean, the standard deviation (ddof 1) and a t-based 95%
+interval, mean ± t(0.975, n-1)·sd/√n (none when n = 1).
+
+The report is metric-aware and never mixes metrics: groups scored by different metrics
+(``accuracy``, ``rmse``, ``success``) get separate tables, separate CSV columns (``accuracy_mean``
+vs ``rmse_mean``; a row fills its own metric's) and separate rows of plot panels; groups of one
+metric on different datasets are flagged under their table.
 """
 
 from __future__ import annotations
 
-import json
-from bisect import bisect_right
+import math
+import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from p2pfl.errors import UserError
+from p2pfl.metrics.runs import Score, load_curves, load_runs, run_score, time_to_fraction
 from p2pfl.metrics.summary import LOWER_IS_BETTER, metric_label
 
-__all__ = ["RunRecord", "Score", "load_run", "run_score", "time_to_fraction", "bytes_at", "report_table",
-           "build_figure", "report_figure"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["Score", "run_score", "time_to_fraction", "QUANTITIES", "ci95", "group_stats", "report_table",
+           "write_csv", "build_figure", "report_figure", "write_report"]
+
+#: load_runs column -> CSV stem (``{m}``: the group's metric) -> markdown header (``{label}``: the metric's)
+QUANTITIES: tuple[tuple[str, str, str], ...] = (
+    ("score", "{m}", "{label} mean"),
+    ("score_worst", "{m}_worst", "{label} worst device"),
+    ("ari", "ari", "ARI"),
+    ("bytes_total", "bytes_total", "bytes total"),
+    ("messages_total", "messages_total", "messages"),
+    ("compute_flops_total", "compute_flops_total", "compute FLOPs"),
+    ("sim_time_s", "sim_time_s", "sim time s"),
+    ("t90_s", "t90_s", "t(90% final) s"),
+)
+_FORMATS = {"score": ".4f", "score_worst": ".4f", "ari": ".3f", "bytes_total": ",.0f", "messages_total": ",.0f",
+            "compute_flops_total": ".3e", "sim_time_s": ".2f", "t90_s": ".2f"}
+_KEYS = ("study", "variant")  # then grid.*, then _DESCRIBE
+_DESCRIBE = (("scenario", "scenario"), ("partition.dataset", "dataset"), ("partition.partition", "partition"),
+             ("n_devices", "n_devices"), ("protocol", "protocol"), ("metric", "metric"))
 
 
-@dataclass(frozen=True)
-class RunRecord:
-    """What a report needs from one run directory."""
+def ci95(values: Sequence[float]) -> tuple[float, float, float, float]:
+    """(mean, sd, low, high) of ``values``: sd with ddof 1, t-based 95% interval; nan where n < 2 (mean: n < 1)."""
+    n = len(values)
+    if n == 0:
+        return (math.nan,) * 4
+    mean = float(statistics.mean(values))  # exact (fractions): three equal values have sd 0
+    if n < 2:
+        return mean, math.nan, math.nan, math.nan
+    from scipy.stats import t
 
-    path: Path
-    summary: dict[str, Any]
-    send_times: list[float]  # completion time of every transmission, sorted
-    send_cum_bytes: list[int]  # bytes sent up to and including each of those
-
-
-@dataclass(frozen=True)
-class Score:
-    """A run's score, whatever its metric: final mean and worst device, and the mean per evaluated round."""
-
-    metric: str
-    mean: Optional[float]
-    worst: Optional[float]
-    curve: list[tuple[float, float]]  # (simulated time, mean device score) per evaluated round
-
-    @property
-    def label(self) -> str:
-        return metric_label(self.metric)
-
-    @property
-    def lower_is_better(self) -> bool:
-        return self.metric in LOWER_IS_BETTER
+    sd = float(statistics.stdev(values))
+    half = float(t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    return mean, sd, mean - half, mean + half
 
 
-def _is_robot(summary: dict[str, Any]) -> bool:
-    part = summary.get("partition") or {}
-    return part.get("partition") == "robot_suites" or part.get("dataset") == "robotics"
+def _values(col: Any) -> list[float]:
+    return [float(v) for v in col if v is not None and not (isinstance(v, float) and math.isnan(v))]
 
 
-def run_score(summary: dict[str, Any]) -> Score:
-    """The score fields of a summary (current format, or the older one that called every score accuracy)."""
-    metric = summary.get("metric") or "accuracy"
-    if f"{metric}_curve" in summary:  # current format: every field named by the metric
-        if metric == "accuracy" and "success_curve" not in summary and _is_robot(summary):
-            metric = "success"  # old robot run: rollout success rates stored as accuracy_*
-            src = "accuracy"
-        else:
-            src = metric
-        return Score(metric, summary.get(f"{src}_mean"), summary.get(f"{src}_worst"),
-                     [(p["t"], p[f"{src}_mean"]) for p in summary[f"{src}_curve"]])
-    # older format: the curve was always accuracy_curve / accuracy_mean, whatever it held
-    curve = [(p["t"], p["accuracy_mean"]) for p in summary.get("accuracy_curve") or []]
-    return Score(metric, summary.get(f"{metric}_mean"), summary.get(f"{metric}_worst"), curve)
-
-
-def load_run(path: str | Path) -> RunRecord:
-    """Read ``summary.json`` and the send events of ``events.jsonl``."""
-    path = Path(path)
-    summary_file = path / "summary.json"
-    if not summary_file.is_file():
-        raise UserError(f"{path}: not a run directory (no summary.json); pass the folder written by 'p2pfl run'")
-    summary = json.loads(summary_file.read_text(encoding="utf-8"))
-    times, cum, total = [], [], 0
-    events = path / "events.jsonl"
-    if events.is_file():
-        with open(events, encoding="utf-8") as fh:
-            for line in fh:
-                e = json.loads(line)
-                if e["kind"] in ("send", "drop"):
-                    total += e["bytes"]
-                    times.append(e["t"])
-                    cum.append(total)
-    return RunRecord(path, summary, times, cum)
-
-
-def bytes_at(run: RunRecord, t: float) -> int:
-    """Bytes the whole fleet had sent by simulated time ``t``."""
-    i = bisect_right(run.send_times, t)
-    return run.send_cum_bytes[i - 1] if i else 0
-
-
-def time_to_fraction(summary: dict[str, Any], fraction: float = 0.9) -> Optional[float]:
-    """Simulated time at which the mean device score first got within ``fraction`` of its final value.
-
-    "Within" is a ratio of the score to the final one, read in the metric's direction: for a
-    higher-is-better metric (accuracy, success) the first curve point with ``score >= fraction x final``;
-    for a lower-is-better one (RMSE) the first with ``final / score >= fraction``, i.e.
-    ``score <= final / fraction`` (0.9: at most about 11% above the final RMSE). ``final`` is the
-    summary's ``<metric>_mean``. None when the run has no curve or no final score (or, for RMSE,
-    never got that close).
-    """
-    score = run_score(summary)
-    final = score.mean
-    if not score.curve or final is None:
+def _joined(col: Any, sep: str = ",") -> Any:
+    """The one value of a column within a group (several: joined, so a mix shows)."""
+    vals = list(dict.fromkeys(v for v in col if not _missing(v)))
+    if not vals:
         return None
-    for t, value in score.curve:
-        if score.lower_is_better:
-            if value * fraction <= final:
-                return t
-        elif value >= fraction * final:
-            return t
-    return None
+    return vals[0] if len(vals) == 1 else sep.join(str(v) for v in vals)
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def group_stats(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per group of ``load_runs(...)`` rows: the report's CSV (columns in README "Reports")."""
+    import pandas as pd
+
+    grid = [c for c in runs.columns if c.startswith("grid.")]
+    quantities = [q for q in QUANTITIES if q[0] in runs.columns and runs[q[0]].notna().any()]
+    rows = []
+    for group, sub in runs.groupby("group", sort=False):
+        metric = sub["metric"].iloc[0]
+        seeds = [int(s) for s in sub["seed"] if not _missing(s)] if "seed" in sub else []
+        row: dict[str, Any] = {"group": group}
+        row.update({k: _joined(sub[k]) for k in (*_KEYS, *grid)})
+        row.update({name: _joined(sub[col]) if col in sub else None for col, name in _DESCRIBE})
+        row.update({"n": len(sub), "seeds": ";".join(str(s) for s in sorted(seeds)),
+                    "paths": ";".join(sub["path"]), "scenario_hashes": _joined(sub["scenario_hash"], ";")})
+        for col, stem, _ in quantities:
+            name = stem.format(m=metric)
+            mean, sd, low, high = ci95(_values(sub[col]))
+            row.update({f"{name}_mean": mean, f"{name}_sd": sd, f"{name}_ci95_low": low, f"{name}_ci95_high": high})
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    stats = [c for c in df.columns if c.endswith(("_mean", "_sd", "_ci95_low", "_ci95_high"))]
+    scores = [f"{stem.format(m=m)}_{s}" for m in dict.fromkeys(df["metric"]) for _, stem, _ in QUANTITIES[:2]
+              for s in ("mean", "sd", "ci95_low", "ci95_high")]
+    first = [c for c in df.columns if c not in stats] + [c for c in scores if c in df.columns]
+    return df[first + [c for c in stats if c not in first]]
 
 
 def _fmt(x: Any, spec: str) -> str:
-    return "n/a" if x is None else format(x, spec)
+    return "n/a" if _missing(x) else format(x, spec)
 
 
-def _dataset(summary: dict[str, Any]) -> str:
-    return str((summary.get("partition") or {}).get("dataset", "n/a"))
+def _pm(mean: Any, sd: Any, spec: str) -> str:
+    """``mean ± sd`` (just the mean when there is no sd: one run)."""
+    if _missing(mean):
+        return "n/a"
+    return format(mean, spec) if _missing(sd) else f"{format(mean, spec)} ± {format(sd, '.1e' if 'e' in spec else spec)}"
 
 
-def report_table(runs: Sequence[RunRecord]) -> str:
-    """A markdown table of the headline figures of each run.
+def _runs_cell(paths: str) -> str:
+    names = [Path(p).name for p in paths.split(";")]
+    return ", ".join(names) if len(names) <= 3 else f"{names[0]}, …, {names[-1]}"
 
-    The score columns are named by the runs' metric (``RMSE mean``, ``accuracy mean``, ...) when
-    they share one, else ``score mean`` with the ``metric`` column naming each row's. A note under
-    the table says when runs differ in dataset or metric (their scores are not comparable).
-    """
-    scores = [run_score(r.summary) for r in runs]
-    metrics = list(dict.fromkeys(s.metric for s in scores))
-    name = metric_label(metrics[0]) if len(metrics) == 1 else "score"
-    cols = ["run", "dataset", "seed", "protocol", "metric", "devices", f"{name} mean", f"{name} worst device", "ARI",
-            "bytes total", "bytes / device", "messages", "compute FLOPs", "sim time s", "t(90% final) s"]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r, sc in zip(runs, scores):
-        s = r.summary
-        n = max(s.get("n_devices", 1), 1)
-        lines.append(
-            f"| {r.path.name} | {_dataset(s)} | {s.get('seed', 'n/a')} | {s['protocol']} | {sc.metric} | "
-            f"{s.get('n_devices')} | {_fmt(sc.mean, '.4f')} | {_fmt(sc.worst, '.4f')} | {_fmt(s.get('ari'), '.3f')} | "
-            f"{s['bytes_total']:,} | {s['bytes_total'] / n:,.0f} | {s['messages_total']:,} | "
-            f"{s['compute_flops_total']:.3e} | {s['sim_time_s']:.2f} | {_fmt(time_to_fraction(s), '.2f')} |")
-    notes = []
-    datasets = list(dict.fromkeys(_dataset(r.summary) for r in runs))
-    if len(datasets) > 1:
-        notes.append(f"different datasets ({', '.join(datasets)})")
+
+def _table(groups: pd.DataFrame, metric: str) -> list[str]:
+    label = metric_label(metric)
+    keys = [k for k in (*_KEYS, *(c for c in groups.columns if c.startswith("grid."))) if groups[k].notna().any()]
+    quantities = [q for q in QUANTITIES if f"{q[1].format(m=metric)}_mean" in groups.columns
+                  and groups[f"{q[1].format(m=metric)}_mean"].notna().any()]
+    head = ["runs", *keys, "scenario", "dataset", "partition", "devices", "protocol", "metric", "n", "seeds",
+            f"{label} mean", f"{label} sd", f"{label} 95% CI"]
+    head += [h.format(label=label) for col, _, h in quantities if col != "score"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, g in groups.iterrows():
+        cells = [_runs_cell(g["paths"]), *("—" if _missing(g[k]) else str(g[k]) for k in keys)]
+        cells += [str(g[c]) if not _missing(g[c]) else "n/a"
+                  for c in ("scenario", "dataset", "partition", "n_devices", "protocol", "metric")]
+        cells += [str(g["n"]), g["seeds"].replace(";", ", ") or "n/a"]
+        for col, stem, _ in quantities:
+            name = stem.format(m=metric)
+            mean, sd, lo, hi = (g[f"{name}_{s}"] for s in ("mean", "sd", "ci95_low", "ci95_high"))
+            spec = _FORMATS[col]
+            if col == "score":
+                cells += [_fmt(mean, spec), "—" if _missing(sd) else format(sd, spec),
+                          "—" if _missing(lo) else f"[{format(lo, spec)}, {format(hi, spec)}]"]
+            else:
+                cells.append(_pm(mean, sd, spec))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def report_table(runs: pd.DataFrame) -> str:
+    """Markdown: one table per metric (groups across seeds), with notes on what is not comparable."""
+    groups = group_stats(runs)
+    metrics = list(dict.fromkeys(groups["metric"]))
+    lines: list[str] = []
+    for metric in metrics:
+        sub = groups[groups["metric"] == metric]
+        if len(metrics) > 1:
+            lines += [f"### {metric_label(metric)}", ""]
+        lines += _table(sub, metric)
+        notes = []
+        datasets = list(dict.fromkeys(d for v in sub["dataset"] for d in ("n/a" if _missing(v) else str(v)).split(",")))
+        if len(datasets) > 1:
+            notes.append(f"Note: these groups use different datasets ({', '.join(datasets)}); "
+                         "their scores are not comparable.")
+        if metric in LOWER_IS_BETTER:
+            notes.append(f"{metric_label(metric)}: lower is better (the worst device is the highest; "
+                         "t(90% final) = first time the mean is at most final / 0.9).")
+        for _, g in sub.iterrows():
+            name = _runs_cell(g["paths"])
+            if g["scenario_hashes"] and ";" in str(g["scenario_hashes"]):
+                notes.append(f"Note: group {name} mixes runs whose scenarios differ beyond the seed.")
+            seeds = g["seeds"].split(";") if g["seeds"] else []
+            if len(set(seeds)) < len(seeds):
+                notes.append(f"Note: group {name} repeats a seed ({g['seeds'].replace(';', ', ')}): the same run twice?")
+        lines += ["", *notes] if notes else []
+        lines.append("")
     if len(metrics) > 1:
-        notes.append(f"different metrics ({', '.join(metrics)}; plotted on separate panels)")
-    if notes:
-        lines += ["", "Note: these runs use " + " and ".join(notes) + "; their scores are not comparable."]
-    lower = [m for m in metrics if m in LOWER_IS_BETTER]
-    if lower:
-        lines += ["", f"{', '.join(metric_label(m) for m in lower)}: lower is better (the worst device is the "
-                      "highest; t(90% final) = first time the mean is at most final / 0.9)."]
+        lines.append(f"Runs scored by different metrics ({', '.join(metrics)}) are in separate tables and plot "
+                     "rows, and in separate CSV columns; they are never averaged together.")
+    lines.append("Groups: runs that differ only by seed. mean, sd (ddof 1) over a group's runs; "
+                 "95% CI = mean ± t(0.975, n-1)·sd/√n (— for n = 1); other columns: mean ± sd.")
     return "\n".join(lines)
 
 
-def build_figure(runs: Sequence[RunRecord]) -> Any:
-    """A matplotlib Figure with, per metric, two panels: mean device score vs simulated time and vs bytes.
+def write_csv(runs: pd.DataFrame, out: str | Path) -> Path:
+    """Write ``group_stats(runs)`` to the CSV ``out`` (one row per group; empty cell = not available)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    group_stats(runs).to_csv(out, index=False)
+    return out
 
-    Runs scored by different metrics get separate rows of panels (in order of first appearance),
-    never one axis; the y axis is named by the metric.
+
+def _labels(groups: pd.DataFrame) -> dict[str, str]:
+    """Legend label per group: study/variant and grid values for sweep cells, scenario (protocol) otherwise."""
+    grid = [c for c in groups.columns if c.startswith("grid.")]
+    tails = [c.rsplit(".", 1)[-1] for c in grid]
+    short = {c: (t if tails.count(t) == 1 else c[len("grid."):]) for c, t in zip(grid, tails)}
+    several_studies = groups["study"].nunique() > 1
+    datasets = groups.groupby("metric")["dataset"].nunique()
+    labels: dict[str, str] = {}
+    for _, g in groups.iterrows():
+        if not _missing(g["study"]):
+            parts = [str(g["study"])] if several_studies or _missing(g["variant"]) else []
+            parts += [] if _missing(g["variant"]) else [str(g["variant"])]
+            parts += [f"{short[c]}={g[c]}" for c in grid if not _missing(g[c])]
+            label = ", ".join(parts)
+        else:
+            label = f"{g['scenario']} ({g['protocol']})"
+        if datasets[g["metric"]] > 1:
+            label += f", {g['dataset']}"
+        labels[g["group"]] = label
+    seen: dict[tuple[str, str], int] = {}
+    for _, g in groups.iterrows():
+        seen[(g["metric"], labels[g["group"]])] = seen.get((g["metric"], labels[g["group"]]), 0) + 1
+    for _, g in groups.iterrows():  # same label for two groups of one metric: tell them apart
+        if seen[(g["metric"], labels[g["group"]])] > 1 and g["scenario_hashes"]:
+            labels[g["group"]] += f" [{str(g['scenario_hashes'])[:6]}]"
+    return {k: f"{v} (n={n})" for (k, v), n in zip(labels.items(), groups["n"])}
+
+
+def build_figure(runs: pd.DataFrame, curves: pd.DataFrame) -> Any:
+    """A matplotlib Figure: per metric a row of two panels, score vs simulated time and vs bytes.
+
+    Each group is one line: per evaluated round, the mean over its runs of the score, of the time
+    and of the bytes sent by then, with the score's t-based 95% interval shaded (runs aligned by
+    round; no band where a round has one run). Metrics never share an axis.
     """
     from matplotlib.figure import Figure
 
-    by_metric: dict[str, list[tuple[RunRecord, Score]]] = {}
-    for r in runs:
-        sc = run_score(r.summary)
-        by_metric.setdefault(sc.metric, []).append((r, sc))
-    several_datasets = len({_dataset(r.summary) for r in runs}) > 1
-    fig = Figure(figsize=(11, 4.2 * len(by_metric)))
-    axes = fig.subplots(len(by_metric), 2, squeeze=False)
-    for (metric, group), (ax_t, ax_b) in zip(by_metric.items(), axes):
-        for r, sc in group:
-            if not sc.curve:
+    groups = group_stats(runs)
+    labels = _labels(groups)
+    merged = curves.merge(runs[["path", "group"]], on="path")
+    metrics = list(dict.fromkeys(groups["metric"]))
+    fig = Figure(figsize=(11, 4.2 * len(metrics)))
+    axes = fig.subplots(len(metrics), 2, squeeze=False)
+    for metric, (ax_t, ax_b) in zip(metrics, axes):
+        for group in groups.loc[groups["metric"] == metric, "group"]:
+            pts = merged[merged["group"] == group]
+            if pts.empty:
                 continue
-            label = f"{r.path.name} ({r.summary['protocol']}"
-            label += f", {_dataset(r.summary)})" if several_datasets else ")"
-            ts = [t for t, _ in sc.curve]
-            ys = [v for _, v in sc.curve]
-            ax_t.plot(ts, ys, marker="o", ms=3, label=label)
-            ax_b.plot([max(bytes_at(r, t), 1) for t in ts], ys, marker="o", ms=3, label=label)
-        ax_t.set_xlabel("simulated time (s)")
-        ax_b.set_xlabel("bytes sent by the fleet (log; a run that sent none is drawn at 1)")
+            key = pts["round"] if pts["round"].notna().all() else pts.groupby("path").cumcount()
+            rows = []
+            for _, at in pts.groupby(key, sort=True):
+                mean, _sd, lo, hi = ci95(_values(at["value"]))
+                b = _values(at["bytes"])
+                rows.append((math.fsum(at["t"]) / len(at), max(math.fsum(b) / len(b), 1.0) if b else math.nan,
+                             mean, lo, hi))
+            ts, bs, ys, los, his = (list(x) for x in zip(*rows))
+            for ax, xs in ((ax_t, ts), (ax_b, bs)):
+                (line,) = ax.plot(xs, ys, marker="o", ms=3, label=labels[group])
+                if not all(_missing(v) for v in los):
+                    ax.fill_between(xs, los, his, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax_t.set_xlabel("simulated time (s), mean over seeds")
+        ax_b.set_xlabel("bytes sent by the fleet (log; mean over seeds; none sent: drawn at 1)")
         ax_b.set_xscale("log")
         ylabel = f"mean device {metric_label(metric)}" + (" (lower is better)" if metric in LOWER_IS_BETTER else "")
         for ax in (ax_t, ax_b):
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
-        ax_t.legend(fontsize=7)
+        ax_t.legend(fontsize=7, title="shaded: 95% CI over seeds", title_fontsize=7)
     fig.tight_layout()
     return fig
 
 
-def report_figure(runs: Sequence[RunRecord], out: str | Path) -> Path:
-    """Write ``build_figure(runs)`` to the PNG ``out``."""
-    fig = build_figure(runs)
+def report_figure(runs: pd.DataFrame, curves: pd.DataFrame, out: str | Path) -> Path:
+    """Write ``build_figure(runs, curves)`` to the PNG ``out``."""
+    fig = build_figure(runs, curves)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     return out
+
+
+def write_report(dirs: Sequence[str | Path], *, md: Optional[str | Path] = None, csv: Optional[str | Path] = None,
+                 png: Optional[str | Path] = None) -> tuple[str, list[Path]]:
+    """``p2pfl report``: the markdown text, and the files written (``md``, ``csv``, ``png`` when given)."""
+    runs = load_runs(*dirs)
+    text = report_table(runs)
+    written = []
+    if md is not None:
+        path = Path(md)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n", encoding="utf-8")
+        written.append(path)
+    if csv is not None:
+        written.append(write_csv(runs, csv))
+    if png is not None:
+        written.append(report_figure(runs, load_curves(*dirs), png))
+    return text, written

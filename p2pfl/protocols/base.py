@@ -31,8 +31,8 @@ Process = Generator[Any, Any, Any]
 class ProtocolParams(Strict):
     """Fields every protocol shares; a protocol's own Params subclass this."""
 
-    name: str
-    rounds: int = Field(10, ge=1, le=1_000_000)
+    name: str = Field(description="the protocol (p2pfl list protocols), or 'package.module:Class' for your own")
+    rounds: int = Field(10, ge=1, le=1_000_000, description="communication rounds")
     eval_every: int | None = Field(None, ge=1, description="evaluate every k rounds (final round always)")
 
 

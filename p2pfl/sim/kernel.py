@@ -60,11 +60,15 @@ class Simulation:
 
     ``protocol`` is the protocol class; by default it is looked up in the
     registry from ``scenario.protocol.name`` (the kernel itself imports no protocol).
+    ``on_setup`` is called with the step's name before each build step: ``"topology"``,
+    ``"data"``, ``"network"``, ``"protocol"`` (progress display).
     """
 
     def __init__(self, scenario: Scenario, protocol: Optional[type[Protocol]] = None, *,
-                 on_round: Optional[Callable[[], None]] = None) -> None:
+                 on_round: Optional[Callable[[], None]] = None,
+                 on_setup: Callable[[str], None] | None = None) -> None:
         t0 = time.perf_counter()
+        setup = on_setup or (lambda step: None)
         self.scenario = scenario
         self.seed = seed = scenario.seed
         self.training = scenario.training
@@ -74,17 +78,21 @@ class Simulation:
 
             protocol = get_protocol(scenario.protocol.name)
         cls = protocol.implementation(scenario.protocol)
+        setup("topology")
         self.topology = build_topology(scenario.topology, seed=seed)
         self.n_devices = n = self.topology.n_devices
         self.server_ids = tuple(range(n, n + len(self.topology.servers)))
         # one code path whatever the device: on CPU .to() returns the same tensors
+        setup("data")
         self.federation = build_any_federation(scenario.data, n, seed).to(self.torch_device)
         self.metric = _metric_of(self.federation)
         self.env = simpy.Environment()
         self.recorder = Recorder(n + len(self.server_ids), metric=self.metric, on_round=on_round)
+        setup("network")
         self.profiles = draw_profiles(scenario.devices, n, stream(seed, "profiles"))
         self.network = self._build_network()
         self.run_info = self._run_info()
+        setup("protocol")
         self.protocol: Protocol = cls(scenario.protocol, self.run_info)
         if self.protocol.requires_server() and not self.topology.servers:
             raise ConfigError(f"protocol {cls.name!r} needs a server; add 'servers: [{{attach: all}}]' to the topology")

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import matplotlib.image as mpimg
 import pytest
 
 import p2pfl
 from p2pfl.cli import main
-from p2pfl.metrics.report import RunRecord, build_figure, bytes_at, load_run, report_table, run_score, time_to_fraction
+from p2pfl.metrics.report import build_figure, report_table, run_score, time_to_fraction
+from p2pfl.metrics.runs import load_curves, load_runs
 from p2pfl.metrics.summary import metric_label
 from tests.helpers import digits_scenario
 from tests.metrics.tiny_runs import regression_scenario
@@ -66,25 +66,25 @@ def test_old_summaries_are_read_by_their_metric():
 def test_report_compares_runs_with_exact_figures(tmp_path, capsys):
     g = p2pfl.run(digits_scenario({"name": "gossip", "rounds": 2, "eval_every": 1}, n=4), out=tmp_path / "g")
     loc = p2pfl.run(digits_scenario({"name": "local", "rounds": 2, "eval_every": 1}, n=4), out=tmp_path / "l")
-    run = load_run(tmp_path / "g")
-    assert bytes_at(run, float("inf")) == g.bytes_total
-    assert bytes_at(run, -1.0) == 0
+    curves = load_curves(tmp_path / "g")
+    assert curves["bytes"].iloc[-1] == g.bytes_total  # the last evaluation ends the run: every byte sent by then
     out = tmp_path / "cmp.png"
     assert main(["report", str(tmp_path / "g"), str(tmp_path / "l"), "--out", str(out)]) == 0
     head, rows = _table(capsys.readouterr().out)
-    assert head[:8] == ["run", "dataset", "seed", "protocol", "metric", "devices", "accuracy mean",
-                        "accuracy worst device"]
+    assert head[:13] == ["runs", "scenario", "dataset", "partition", "devices", "protocol", "metric", "n", "seeds",
+                         "accuracy mean", "accuracy sd", "accuracy 95% CI", "accuracy worst device"]
     by_run = {r[0]: dict(zip(head, r)) for r in rows}
-    assert set(by_run) == {"g", "l"}
+    assert set(by_run) == {"g", "l"}  # a single run is a group of one
     for name, res in (("g", g), ("l", loc)):
         s = _summary(tmp_path / name)
         row = by_run[name]
         assert row["dataset"] == s["partition"]["dataset"] == "digits"
-        assert row["seed"] == str(s["seed"]) and row["metric"] == s["metric"] == "accuracy"
+        assert row["seeds"] == str(s["seed"]) and row["metric"] == s["metric"] == "accuracy" and row["n"] == "1"
         assert row["protocol"] == s["protocol"]
         assert row["accuracy mean"] == f"{s['accuracy_mean']:.4f}" == f"{res.accuracy_mean:.4f}"
         assert row["accuracy worst device"] == f"{min(s['accuracy_per_node']):.4f}"
         assert row["bytes total"] == f"{s['bytes_total']:,}"
+        assert row["t(90% final) s"] == f"{time_to_fraction(s):.2f}"
     assert by_run["l"]["bytes total"] == "0"
     assert mpimg.imread(out).shape[1] > 500
 
@@ -95,7 +95,7 @@ def test_report_of_a_regression_run_says_rmse(tmp_path, capsys):
     assert main(["report", str(tmp_path / "reg")]) == 0
     text = capsys.readouterr().out
     head, rows = _table(text)
-    assert head[4:8] == ["metric", "devices", "RMSE mean", "RMSE worst device"]
+    assert head[6:13] == ["metric", "n", "seeds", "RMSE mean", "RMSE sd", "RMSE 95% CI", "RMSE worst device"]
     row = dict(zip(head, rows[0]))
     assert row["metric"] == "rmse" and row["dataset"] == "synthetic_linear"
     assert row["RMSE mean"] == f"{s['rmse_mean']:.4f}"
@@ -103,7 +103,7 @@ def test_report_of_a_regression_run_says_rmse(tmp_path, capsys):
     expected_t = next(p["t"] for p in s["rmse_curve"] if p["rmse_mean"] * 0.9 <= s["rmse_mean"])
     assert row["t(90% final) s"] == f"{expected_t:.2f}"
     assert "accuracy" not in text.lower()
-    fig = build_figure([load_run(tmp_path / "reg")])
+    fig = build_figure(load_runs(tmp_path / "reg"), load_curves(tmp_path / "reg"))
     labels = [ax.get_ylabel() for ax in fig.axes]
     assert labels == ["mean device RMSE (lower is better)"] * 2
     line = fig.axes[0].get_lines()[0]
@@ -114,37 +114,41 @@ def test_report_of_a_regression_run_says_rmse(tmp_path, capsys):
 def test_runs_of_different_metrics_and_datasets_are_kept_apart(tmp_path, capsys):
     p2pfl.run(regression_scenario(), out=tmp_path / "reg")
     p2pfl.run(digits_scenario({"name": "gossip", "rounds": 2, "eval_every": 1}, n=4), out=tmp_path / "cls")
-    runs = [load_run(tmp_path / "reg"), load_run(tmp_path / "cls")]
     assert main(["report", str(tmp_path / "reg"), str(tmp_path / "cls")]) == 0
     text = capsys.readouterr().out
-    head, rows = _table(text)
-    assert "score mean" in head and "accuracy mean" not in head and "RMSE mean" not in head
-    by_run = {r[0]: dict(zip(head, r)) for r in rows}
-    assert (by_run["reg"]["metric"], by_run["reg"]["dataset"]) == ("rmse", "synthetic_linear")
-    assert (by_run["cls"]["metric"], by_run["cls"]["dataset"]) == ("accuracy", "digits")
-    assert by_run["reg"]["score mean"] == f"{_summary(tmp_path / 'reg')['rmse_mean']:.4f}"
-    assert by_run["cls"]["score mean"] == f"{_summary(tmp_path / 'cls')['accuracy_mean']:.4f}"
-    assert "different datasets (synthetic_linear, digits)" in text
-    assert "different metrics (rmse, accuracy" in text
-    fig = build_figure(runs)
+    tables = text.split("### ")[1:]
+    assert [t.splitlines()[0] for t in tables] == ["RMSE", "accuracy"]  # one table per metric
+    (rhead, rrows), (ahead, arows) = (_table(t) for t in tables)
+    reg, cls = dict(zip(rhead, rrows[0])), dict(zip(ahead, arows[0]))
+    assert len(rrows) == len(arows) == 1
+    assert (reg["metric"], reg["dataset"]) == ("rmse", "synthetic_linear")
+    assert (cls["metric"], cls["dataset"]) == ("accuracy", "digits")
+    assert reg["RMSE mean"] == f"{_summary(tmp_path / 'reg')['rmse_mean']:.4f}"
+    assert cls["accuracy mean"] == f"{_summary(tmp_path / 'cls')['accuracy_mean']:.4f}"
+    assert "different metrics (rmse, accuracy)" in text
+    dirs = (tmp_path / "reg", tmp_path / "cls")  # panel rows in the order the runs were given
+    fig = build_figure(load_runs(*dirs), load_curves(*dirs))
     assert [ax.get_ylabel() for ax in fig.axes] == ["mean device RMSE (lower is better)"] * 2 + \
         ["mean device accuracy"] * 2
     assert [len(ax.get_lines()) for ax in fig.axes] == [1, 1, 1, 1]  # one run per axis: never mixed
 
 
-def test_rollout_success_is_not_called_accuracy():
+def test_rollout_success_is_not_called_accuracy(tmp_path):
     s = {"scenario": "r", "protocol": "fedavg", "seed": 3, "n_devices": 2, "metric": "success",
          "success_mean": 0.25, "success_worst": 0.0, "success_per_node": [0.5, 0.0],
          "success_curve": [{"round": 1, "t": 1.0, "success_mean": 0.1}, {"round": 2, "t": 2.0, "success_mean": 0.25}],
          "bytes_total": 10, "messages_total": 2, "compute_flops_total": 1, "sim_time_s": 2.0,
          "partition": {"dataset": "robotics", "partition": "robot_suites"}}
-    run = RunRecord(Path("rob"), s, [0.5], [10])
-    head, rows = _table(report_table([run]))
+    (tmp_path / "rob").mkdir()
+    (tmp_path / "rob" / "summary.json").write_text(json.dumps(s), encoding="utf-8")
+    runs = load_runs(tmp_path / "rob")
+    head, rows = _table(report_table(runs))
     row = dict(zip(head, rows[0]))
-    assert (row["metric"], row["dataset"], row["seed"]) == ("success", "robotics", "3")
+    assert (row["metric"], row["dataset"], row["seeds"]) == ("success", "robotics", "3")
     assert row["rollout success rate mean"] == "0.2500" and row["rollout success rate worst device"] == "0.0000"
     assert row["t(90% final) s"] == "2.00"
-    assert [ax.get_ylabel() for ax in build_figure([run]).axes] == ["mean device rollout success rate"] * 2
+    assert [ax.get_ylabel() for ax in build_figure(runs, load_curves(tmp_path / "rob")).axes] == \
+        ["mean device rollout success rate"] * 2
 
 
 @pytest.mark.parametrize("metric,label", [("accuracy", "accuracy"), ("rmse", "RMSE"),

@@ -47,10 +47,10 @@ __all__ = ["Gossip", "GossipParams", "consensus_distance", "select_peer"]
 
 
 class GossipParams(ProtocolParams):
-    mode: Literal["sync", "async"] = "sync"
-    exchange: Literal["push_pull", "push"] = "push_pull"
+    mode: Literal["sync", "async"] = Field("sync", description="rounds of train-then-exchange, or Poisson clocks")
+    exchange: Literal["push_pull", "push"] = Field("push_pull", description="pairwise averaging, or push only")
     wake_rate_hz: float = Field(1.0, gt=0, description="async: Poisson wake-up rate per device")
-    init: Literal["common", "independent"] = "common"
+    init: Literal["common", "independent"] = Field("common", description="initial weights shared or per device")
     reply_timeout_s: Optional[float] = Field(None, gt=0, description="give up waiting for a pull reply (lossy links)")
 
 

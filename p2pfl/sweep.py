@@ -1,0 +1,473 @@
+"""Run a study (``p2pfl.config.study``): every cell an ordinary run directory, in parallel, resumable.
+
+    <out>/<cell id>/       the cell's run directory (outputs contract) plus cell.json:
+                           {"study", "cell", "variant", "grid", "seed"}
+    <out>/.sweep.lock      held while a sweep writes into <out>
+
+Cells run in worker processes (``spawn``), ``jobs`` at a time; each cell sets its own torch
+threads (the scenario's ``threads``), so a cell's outputs do not depend on ``jobs``. A run
+directory is written whole or not at all (a temporary sibling, then a rename), so a sweep
+stopped in any way is resumed by running it again: complete cells are skipped, the
+temporary siblings a killed sweep left (``.<cell id>.tmp-*``) are removed, the rest run.
+A complete cell whose scenario is not what the study now resolves to is refused.
+
+The module is callable (``p2pfl.sweep(...)`` is ``sweep(...)`` even after ``import p2pfl.sweep``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import statistics
+import sys
+import threading
+import time
+import types
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import yaml
+
+from p2pfl.config.study import Cell, Study, load_study
+from p2pfl.errors import UserError
+
+if TYPE_CHECKING:
+    from p2pfl.config.scenario import Scenario
+
+__all__ = ["SweepResult", "SweepInterrupted", "sweep", "describe", "oversubscribed", "LOCK_NAME"]
+
+LOCK_NAME = ".sweep.lock"
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What a sweep did: cells run now, cells already complete, cells that failed (id -> one-line error).
+
+    For a dry run nothing ran and ``failed`` holds the cells that would fail when built.
+    """
+
+    study: Study
+    out: Path
+    ran: tuple[str, ...]
+    skipped: tuple[str, ...]
+    failed: Mapping[str, str]
+    wall_s: float
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def run_dir(self, cell: str) -> Path:
+        return self.out / cell
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep: complete cells are kept, no half-written directory is left."""
+
+
+# ---------------------------------------------------------------------------------------------- the workers
+
+
+def _worker_init(parent: int) -> None:
+    """Ctrl-C is the parent's to handle; a worker whose parent died (kill -9) exits.
+
+    A worker ends without the interpreter's teardown (about a second with torch loaded):
+    its run directories are written and closed by then, and its streams flushed.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    atexit.register(os._exit, 0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="p2pfl-parent-watch", daemon=True).start()
+
+
+def _run_cell(scenario: Scenario, out: str, cell_json: bytes, argv: list[str]) -> float:
+    """Run one cell into ``out`` (a worker's task); its wall-clock seconds."""
+    from p2pfl.api import run
+
+    t0 = time.perf_counter()
+    run(scenario, out=out, extra_files={"cell.json": cell_json}, argv=argv)
+    return time.perf_counter() - t0
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Stop the workers now (their half-written directories are removed afterwards)."""
+    stop = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+    if stop is not None:
+        stop()
+        return
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(Exception):
+            proc.terminate()
+
+
+@contextlib.contextmanager
+def _no_interrupt() -> Iterator[None]:
+    """Ctrl-C ignored while cleaning up (main thread only: elsewhere signals cannot be changed)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+# ------------------------------------------------------------------------------------------ the out folder
+
+
+@contextlib.contextmanager
+def _locked(out: Path) -> Iterator[None]:
+    """Create ``out`` and hold its lock file: one sweep at a time writes into a folder."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: not a folder; give a folder for the study's run directories")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise UserError(f"--out {out}: cannot write there ({err.strerror or err}); choose another --out") from None
+    try:
+        if sys.platform != "win32":
+            import fcntl
+
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise UserError(f"--out {out}: another sweep is writing there (it holds {out / LOCK_NAME}); "
+                                "wait for it to finish or choose another --out") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _remove_temps(out: Path, study: Study) -> int:
+    """Remove the temporary siblings (``.<cell id>.tmp-*``) a stopped sweep left; how many."""
+    if not out.is_dir():
+        return 0
+    prefixes = tuple(f".{c.id}.tmp-" for c in study.cells)
+    removed = 0
+    with _no_interrupt():
+        for entry in os.scandir(out):
+            if entry.name.startswith(prefixes) and entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed += 1
+    return removed
+
+
+def _same_cell(run_dir: Path, cell: Cell, study: str) -> bool:
+    """Is ``run_dir`` this cell: the same resolved scenario and the same cell.json?"""
+    try:
+        old_scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text(encoding="utf-8"))
+        old_cell = json.loads((run_dir / "cell.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
+    new_scenario = yaml.safe_load(yaml.safe_dump(cell.scenario.model_dump(mode="json"), sort_keys=False))
+    return bool(old_scenario == new_scenario and old_cell == json.loads(json.dumps(cell.record(study))))
+
+
+def _complete(study: Study, out: Path) -> list[str]:
+    """Ids of the cells already complete in ``out``; refuses what a rerun must not mix in."""
+    done = []
+    for cell in study.cells:
+        d = out / cell.id
+        if not os.path.lexists(d):
+            continue
+        if not d.is_dir() or not (d / "summary.json").is_file():
+            raise UserError(f"{d}: exists but is not a complete run directory (no summary.json); remove it or "
+                            "choose another --out")
+        if not _same_cell(d, cell, study.name):
+            raise UserError(f"{d}: this complete cell differs from what {study.source} now resolves to (the study "
+                            "changed); choose another --out, or remove the folder to run the cell again")
+        done.append(cell.id)
+    return done
+
+
+def _strangers(study: Study, out: Path) -> int:
+    """Folders in ``out`` that are not cells of the study (left by another version of it)."""
+    if not out.is_dir():
+        return 0
+    ids = {c.id for c in study.cells}
+    return sum(1 for e in os.scandir(out) if e.is_dir() and not e.name.startswith(".") and e.name not in ids)
+
+
+# ---------------------------------------------------------------------------------------------- the display
+
+
+def _fmt_s(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+
+
+class _Display:
+    """Progress over cells: a rich bar on a terminal, one line per cell otherwise; silent for the API."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar: Any = None
+        self.task: Any = None
+        self.total = self.finished = 0
+        self.workers = 1
+        self.walls: list[float] = []
+
+    def start(self, study: Study, out: Path, complete: int, pending: int, workers: int, removed: int) -> None:
+        self.total, self.finished, self.workers = len(study.cells), complete, workers
+        if not self.enabled:
+            return
+        head = f"sweep {study.name}: {self.total} cells in {out}"
+        if complete or removed:
+            head += f"; resuming: {complete} already complete"
+        if removed:
+            head += f", {removed} half-written run director{'ies' if removed != 1 else 'y'} removed"
+        todo = f"running {pending} with {workers} worker{'s' if workers != 1 else ''}" if pending else "nothing to run"
+        print(f"{head}; {todo}", flush=True)
+        if pending and sys.stdout.isatty():
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self.bar = Progress(TextColumn(f"[bold]{study.name}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TimeRemainingColumn(), console=Console(), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("cells", total=self.total, completed=complete)
+
+    def _eta(self) -> str:
+        """Time left: the median cell so far (robust to each worker's slow first cell) x cells left / workers."""
+        left = self.total - self.finished
+        if not left or not self.walls:
+            return ""
+        return f"; about {_fmt_s(statistics.median(self.walls) * left / self.workers)} left"
+
+    def done(self, cell: Cell, wall_s: float) -> None:
+        self.finished += 1
+        self.walls.append(wall_s)
+        if self.bar is not None:
+            self.bar.advance(self.task)
+        elif self.enabled:
+            print(f"[{self.finished}/{self.total}] done {cell.id} ({wall_s:.1f} s{self._eta()})", flush=True)
+
+    def failed(self, cell: Cell, message: str, detail: str = "") -> None:
+        self.finished += 1
+        if self.bar is not None:
+            self.bar.advance(self.task)
+        if self.enabled:
+            self.error(f"p2pfl: [{self.finished}/{self.total}] cell {cell.id} failed: {message}")
+            if detail:
+                self.error(detail.rstrip())
+
+    def error(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.console.print(text, style="red", markup=False, highlight=False, soft_wrap=True)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def note(self, text: str) -> None:
+        if self.enabled:
+            self.error(f"p2pfl: {text}")
+        else:
+            warnings.warn(text, stacklevel=3)  # the caller of sweep()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+    def finish(self, result: SweepResult) -> None:
+        if not self.enabled:
+            return
+        n = len(result.study.cells)
+        complete = n - len(result.failed)
+        parts = [f"{len(result.ran)} run now"]
+        if result.failed:
+            parts.append(f"{len(result.failed)} failed")
+        if result.skipped:
+            parts.append(f"{len(result.skipped)} already complete")
+        print(f"sweep {result.study.name}: {complete} of {n} cells complete in {result.out} "
+              f"({', '.join(parts)}; {_fmt_s(result.wall_s)})", flush=True)
+        if result.failed:
+            ids = ", ".join(list(result.failed)[:3]) + (", ..." if len(result.failed) > 3 else "")
+            print(f"p2pfl: {len(result.failed)} of {n} cells failed ({ids}); fix the cause and run the same "
+                  "command again to run them (complete cells are kept)", file=sys.stderr, flush=True)
+
+
+def describe(result: SweepResult) -> str:
+    """The dry run's listing: one line per cell (its id, its own edits of the base), then what would fail."""
+    study = result.study
+    done = set(result.skipped)
+    width = max(len(c.id) for c in study.cells)
+    lines = [f"study {study.name} ({study.source}): {len(study.cells)} cells -> {result.out}",
+             f"base {study.base} {' '.join(study.common_edits())}".rstrip()]
+    for c in study.cells:
+        mark = "  (complete)" if c.id in done else "  (would fail)" if c.id in result.failed else ""
+        lines.append(f"  {c.id:<{width}}  {' '.join(c.flags)}{mark}")
+    lines += [f"cell {cid} would fail: {msg}" for cid, msg in result.failed.items()]
+    left = len(study.cells) - len(done)
+    verdict = (f"{len(result.failed)} of {left} cells to run would fail" if result.failed
+               else "every cell is valid")
+    lines.append(f"dry run: {verdict}; {left} to run, {len(done)} already complete; nothing written")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ the sweep
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, display: _Display,
+             argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Run ``pending`` in ``workers`` processes; (ids run, {id: error}) in completion order."""
+    from p2pfl.metrics.rundir import dumps_json
+
+    ran: list[str] = []
+    failed: dict[str, str] = {}
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_worker_init, initargs=(os.getpid(),))
+    try:
+        futures: dict[Future[float], Cell] = {}
+        for cell in pending:
+            data = dumps_json(cell.record(study.name)).encode("utf-8")
+            futures[pool.submit(_run_cell, cell.scenario, str(out / cell.id), data, argv)] = cell
+        for fut in as_completed(futures):
+            cell = futures[fut]
+            try:
+                wall = fut.result()
+            except UserError as err:
+                failed[cell.id] = _one_line(err)
+                display.failed(cell, failed[cell.id])
+            except BrokenProcessPool:
+                failed[cell.id] = "its worker process died (killed, or out of memory)"
+                display.failed(cell, failed[cell.id])
+            except Exception as err:  # a bug: report it with the worker's traceback, go on with the others
+                failed[cell.id] = f"{type(err).__name__}: {_one_line(err)}"
+                display.failed(cell, failed[cell.id], str(err.__cause__ or ""))
+            else:
+                ran.append(cell.id)
+                display.done(cell, wall)
+    except BaseException:  # Ctrl-C (or a broken stdout): stop the workers now
+        with _no_interrupt():
+            _terminate(pool)
+            pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        _remove_temps(out, study)
+    return ran, failed
+
+
+def _build_all(cells: Sequence[Cell]) -> dict[str, str]:
+    """Build each cell as ``p2pfl validate`` does (topology, data, protocol; no run): {id: error} of those that fail."""
+    from p2pfl.sim.kernel import Simulation
+
+    failed = {}
+    for cell in cells:
+        try:
+            Simulation(cell.scenario)
+        except UserError as err:
+            failed[cell.id] = _one_line(err)
+    return failed
+
+
+def oversubscribed(workers: int, threads: int, cores: int) -> Optional[str]:
+    """The warning when ``workers`` cells of ``threads`` torch threads each need more than ``cores`` cores."""
+    if workers * threads <= cores:
+        return None
+    return (f"warning: {workers} cells at once x {threads} torch thread(s) each = {workers * threads} threads on "
+            f"{cores} cores; the results are the same, but slower; use --jobs {max(1, cores // threads)}")
+
+
+def _jobs(jobs: Optional[int]) -> int:
+    if jobs is None:
+        return _cores()
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise UserError(f"--jobs: expected a whole number >= 1; got {jobs!r}; use e.g. --jobs 2")
+    return jobs
+
+
+def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int] = None,
+          out: Optional[str | Path] = None, dry_run: bool = False, progress: bool = False,
+          argv: Optional[Sequence[str]] = None) -> SweepResult:
+    """Run every cell of a study not yet complete in ``out`` (default ``runs/<study name>``).
+
+    ``jobs`` worker processes (default: the cores this process may use). A bad study raises
+    ``UserError`` before anything runs; a cell that fails is in ``SweepResult.failed`` and
+    the others go on. ``dry_run`` validates and lists, and writes nothing. ``progress``
+    prints what the CLI shows. Ctrl-C raises ``SweepInterrupted`` (complete cells kept).
+    Call it under ``if __name__ == "__main__":`` in a script (workers are spawned).
+    """
+    t0 = time.perf_counter()
+    st = study if isinstance(study, Study) else load_study(study)
+    n_jobs = _jobs(jobs)
+    out_path = Path(out) if out is not None else Path("runs") / st.name
+    command = list(sys.argv if argv is None else argv)
+    display = _Display(progress)
+    if dry_run:
+        complete = _complete(st, out_path) if out_path.is_dir() else []
+        done = set(complete)
+        would_fail = _build_all([c for c in st.cells if c.id not in done])
+        return SweepResult(st, out_path, (), tuple(complete), would_fail, time.perf_counter() - t0, dry_run=True)
+    with _locked(out_path):
+        removed = _remove_temps(out_path, st)
+        complete = _complete(st, out_path)
+        done = set(complete)
+        pending = [c for c in st.cells if c.id not in done]
+        workers = max(1, min(n_jobs, len(pending)))
+        display.start(st, out_path, len(complete), len(pending), workers, removed)
+        if strangers := _strangers(st, out_path):
+            display.note(f"note: {out_path} holds {strangers} folder(s) that are not cells of this study "
+                         "(left as they are)")
+        threads = max((c.scenario.threads for c in pending), default=1)
+        if workers > 1 and (warning := oversubscribed(workers, threads, _cores())):
+            display.note(warning)
+        try:
+            ran, failed = _execute(st, pending, out_path, workers, display, command) if pending else ([], {})
+        except KeyboardInterrupt:
+            display.close()
+            n_done = len(_complete(st, out_path))
+            raise SweepInterrupted(f"{n_done} of {len(st.cells)} cells complete in {out_path}; run the same "
+                                   "command again to resume") from None
+        finally:
+            display.close()
+    result = SweepResult(st, out_path, tuple(ran), tuple(complete), failed, time.perf_counter() - t0)
+    display.finish(result)
+    return result
+
+
+class _CallableModule(types.ModuleType):
+    """``p2pfl.sweep(...)`` works whether ``p2pfl.sweep`` names this module or the function."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> SweepResult:
+        return sweep(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

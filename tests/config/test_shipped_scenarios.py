@@ -1,0 +1,92 @@
+"""Every YAML file under scenarios/ is a valid scenario (``extends`` resolved), and the
+server-vs-serverless analysis loads its runs from those files.
+
+``p2pfl.config.load`` checks every file (no data loaded); ``python -m p2pfl validate`` (which
+also builds topology, data and protocol) runs on a few. scenarios/studies/ holds study files
+(sweeps over scenarios), not scenarios: skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from p2pfl.config import load
+from p2pfl.registry import get_protocol
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "scenarios"
+FILES = sorted(p for p in SCENARIOS.glob("**/*.yaml") if p.relative_to(SCENARIOS).parts[0] != "studies")
+FMNIST = Path("/usr/share/datasets/fashion-mnist")
+#: validated by the command, in a subprocess (the others by load only: data and MuJoCo cost time)
+BY_COMMAND = ["quickstart.yaml", "conditional/mcdc_synthetic.yaml", "server_vs_serverless/base.yaml",
+              "server_vs_serverless/gossip.yaml", "server_vs_serverless/fedavg.yaml"]
+
+
+def _id(path: Path) -> str:
+    return str(path.relative_to(SCENARIOS))
+
+
+def test_the_glob_finds_the_shipped_scenarios() -> None:
+    names = {_id(p) for p in FILES}
+    assert len(FILES) >= 20
+    assert {"quickstart.yaml", "server_vs_serverless/base.yaml", "server_vs_serverless/rnd.yaml"} <= names
+    assert set(BY_COMMAND) <= names
+
+
+@pytest.mark.parametrize("path", FILES, ids=_id)
+def test_every_scenario_file_loads(path: Path) -> None:
+    sc = load(path)
+    assert sc.topology is not None and sc.protocol.name
+
+
+@pytest.mark.parametrize("name", BY_COMMAND)
+def test_p2pfl_validate_accepts(name: str) -> None:
+    path = SCENARIOS / name
+    if load(path).data.dataset == "fashion_mnist" and not (FMNIST / "train-images-idx3-ubyte.gz").exists():
+        pytest.skip("apt-get install dataset-fashion-mnist")
+    proc = subprocess.run([sys.executable, "-m", "p2pfl", "validate", str(path)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().startswith(f"{path}: ok (")
+
+
+# --- the server-vs-serverless files and the analysis that runs them ----------------------------
+def _svs_module():
+    spec = importlib.util.spec_from_file_location("svs_analysis", ROOT / "analysis" / "server_vs_serverless.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_protocol_file_extends_the_common_base() -> None:
+    svs = _svs_module()
+    base = load(SCENARIOS / "server_vs_serverless" / "base.yaml")
+    for label, (name, fname) in svs.PROTOCOL_FILES.items():
+        raw = yaml.safe_load((SCENARIOS / "server_vs_serverless" / fname).read_text(encoding="utf-8"))
+        assert raw["extends"] == "base.yaml", label
+        sc = load(SCENARIOS / "server_vs_serverless" / fname)
+        assert sc.protocol.name == name
+        assert (sc.data, sc.model, sc.training, sc.devices) == (base.data, base.model, base.training, base.devices)
+        assert sc.topology.model_copy(update={"servers": []}) == base.topology
+        assert bool(sc.topology.servers) == get_protocol(name).needs_server, label
+
+
+def test_the_analysis_sets_n_seed_partition_and_rounds_over_the_files() -> None:
+    svs = _svs_module()
+    for label, (name, _) in svs.PROTOCOL_FILES.items():
+        sc = svs.scenario(label, 48, "label_shift", 3, 5)
+        assert sc.name == f"svs_{label}_label_shift_n48" and sc.seed == 3
+        assert (sc.topology.n, sc.topology.radius, sc.topology.seed) == (48, svs.radius_for(48), 3)
+        assert sc.data.partition.model_dump() == load(
+            SCENARIOS / "quickstart.yaml", overrides=["data.partition={kind: label_shift, n_clusters: 4}"]
+        ).data.partition.model_dump()
+        assert sc.protocol.name == name and sc.protocol.rounds == 5 and sc.protocol.eval_every == 1
+    # the base's own N is what the script computes for N = 12
+    assert load(SCENARIOS / "server_vs_serverless" / "base.yaml").topology.radius == svs.radius_for(12)

@@ -1,0 +1,199 @@
+"""`p2pfl report` over seeds: groups, mean/sd/95% CI recomputed from the summary files, metrics kept apart."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+from matplotlib.collections import PolyCollection
+from scipy import stats
+
+import p2pfl
+from p2pfl.cli import main
+from p2pfl.metrics.report import build_figure, group_stats, report_table
+from tests.metrics.run_tree import CELLS, summary, write_cell
+
+#: summary field -> CSV stem ({m}: the run's metric)
+FIELDS = {"{m}_mean": "{m}", "{m}_worst": "{m}_worst", "bytes_total": "bytes_total",
+          "messages_total": "messages_total", "sim_time_s": "sim_time_s", "compute_flops_total": "compute_flops_total"}
+LEAD = ["group", "study", "variant", "scenario", "dataset", "partition", "n_devices", "protocol", "metric", "n",
+        "seeds", "paths", "scenario_hashes"]
+
+
+def _expected(values: list[float]) -> tuple[float, float, float, float]:
+    """mean, sd (ddof 1), t-based 95% interval, recomputed with numpy/scipy."""
+    v = np.asarray(values, dtype=float)
+    mean = float(v.mean())
+    if len(v) < 2:
+        return mean, math.nan, math.nan, math.nan
+    sd = float(v.std(ddof=1))
+    half = float(stats.t.ppf(0.975, len(v) - 1)) * sd / math.sqrt(len(v))
+    return mean, sd, mean - half, mean + half
+
+
+def _close(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-9, abs=1e-12)
+
+
+def _check_group(row: dict, get) -> None:
+    """Every statistic of a group row (``get(name)`` reads a column) equals the recomputation from its runs."""
+    runs = [summary(Path(p)) for p in str(get("paths")).split(";")]
+    m = runs[0]["metric"]
+    assert {s["metric"] for s in runs} == {m} == {get("metric")}
+    assert int(get("n")) == len(runs)
+    assert str(get("seeds")) == ";".join(str(s) for s in sorted(s["seed"] for s in runs))
+    for field, stem in FIELDS.items():
+        expected = _expected([s[field.format(m=m)] for s in runs])
+        got = [float(get(f"{stem.format(m=m)}_{k}")) for k in ("mean", "sd", "ci95_low", "ci95_high")]
+        assert all(_close(g, e) for g, e in zip(got, expected)), (row, field, got, expected)
+
+
+def _tables(text: str) -> list[tuple[list[str], list[dict[str, str]]]]:
+    """Each markdown table in ``text``: (header, rows as dicts)."""
+    out, current = [], None
+    for line in text.splitlines():
+        if line.startswith("|---"):
+            continue
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if current is None:
+                current = (cells, [])
+                out.append(current)
+            else:
+                current[1].append(dict(zip(current[0], cells)))
+        else:
+            current = None
+    return out
+
+
+def test_group_statistics_equal_a_recomputation_from_the_summaries(tree):
+    g = group_stats(p2pfl.load_runs(tree / "plain", tree / "reg"))
+    assert sorted(frozenset(Path(p).name for p in r.split(";")) for r in g["paths"]) == sorted([
+        frozenset({"gossip-lr-s1", "gossip-lr-s2"}), frozenset({"gossip-s1", "gossip-s2", "gossip-s3"}),
+        frozenset({"local-s1"}), frozenset({"reg-s1", "reg-s2"})], key=sorted)
+    for _, row in g.iterrows():
+        _check_group(row.to_dict(), row.get)
+    three = g[g["n"] == 3].iloc[0]
+    assert three["seeds"] == "1;2;3" and three["protocol"] == "gossip" and three["dataset"] == "digits"
+    assert three["partition"] == summary(tree / "plain" / "gossip-s1")["partition"]["partition"]
+
+
+def test_a_group_of_one_run_has_no_interval(tree, capsys):
+    assert main(["report", str(tree / "plain" / "local-s1")]) == 0
+    [(_, rows)] = _tables(capsys.readouterr().out)
+    s = summary(tree / "plain" / "local-s1")
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["runs"], row["n"], row["seeds"], row["metric"]) == ("local-s1", "1", str(s["seed"]), "accuracy")
+    assert row["accuracy mean"] == f"{s['accuracy_mean']:.4f}"
+    assert row["accuracy sd"] == row["accuracy 95% CI"] == "—"
+    assert row["bytes total"] == f"{s['bytes_total']:,}" == "0"
+    g = group_stats(p2pfl.load_runs(tree / "plain" / "local-s1"))
+    assert g["n"].tolist() == [1] and math.isnan(g["accuracy_sd"][0]) and math.isnan(g["accuracy_ci95_low"][0])
+
+
+def test_report_writes_markdown_csv_and_png(tree, tmp_path, capsys):
+    md, table, png = tmp_path / "r.md", tmp_path / "r.csv", tmp_path / "r.png"
+    assert main(["report", str(tree / "plain"), str(tree / "reg"), "--md", str(md), "--csv", str(table),
+                 "--out", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert md.read_text(encoding="utf-8").strip() in out
+    assert f"wrote {table}" in out and f"wrote {png}" in out
+    with open(table, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        header = list(reader.fieldnames or [])
+        rows = list(reader)
+    assert header[:len(LEAD)] == LEAD
+    stats_cols = [f"{stem}_{k}" for stem in ("accuracy", "accuracy_worst", "rmse", "rmse_worst", "bytes_total",
+                                             "messages_total", "compute_flops_total", "sim_time_s", "t90_s")
+                  for k in ("mean", "sd", "ci95_low", "ci95_high")]
+    assert header[len(LEAD):] == stats_cols
+    assert len(rows) == 4
+    for row in rows:
+        _check_group(row, lambda k, row=row: row[k] if row[k] != "" else "nan")
+        other = "rmse" if row["metric"] == "accuracy" else "accuracy"
+        assert row[f"{other}_mean"] == ""  # a row fills only its own metric's columns
+    assert mpimg.imread(png).shape[1] > 500
+
+
+def test_two_metrics_are_kept_apart(tree, capsys):
+    assert main(["report", str(tree / "plain"), str(tree / "reg")]) == 0
+    text = capsys.readouterr().out
+    tables = _tables(text)
+    assert len(tables) == 2
+    (acc_head, acc_rows), (rmse_head, rmse_rows) = tables
+    assert "accuracy mean" in acc_head and not [h for h in acc_head if "RMSE" in h]
+    assert "RMSE mean" in rmse_head and not [h for h in rmse_head if "accuracy" in h]
+    assert {r["metric"] for r in acc_rows} == {"accuracy"} and {r["metric"] for r in rmse_rows} == {"rmse"}
+    assert [r["dataset"] for r in rmse_rows] == ["synthetic_linear"]
+    assert "### accuracy" in text and "### RMSE" in text
+    reg = [summary(tree / "reg" / f"reg-s{s}") for s in (1, 2)]
+    assert rmse_rows[0]["RMSE mean"] == f"{np.mean([s['rmse_mean'] for s in reg]):.4f}"
+    fig = build_figure(p2pfl.load_runs(tree / "plain", tree / "reg"), p2pfl.load_curves(tree / "plain", tree / "reg"))
+    assert [ax.get_ylabel() for ax in fig.axes] == ["mean device accuracy"] * 2 + \
+        ["mean device RMSE (lower is better)"] * 2
+    assert [len(ax.get_lines()) for ax in fig.axes] == [3, 3, 1, 1]  # one line per group, never a mixed axis
+
+
+def test_different_datasets_of_one_metric_are_flagged(tree, capsys):
+    assert main(["report", str(tree / "plain"), str(tree / "other")]) == 0
+    text = capsys.readouterr().out
+    [(_, rows)] = _tables(text)
+    assert {r["dataset"] for r in rows} == {"digits", "synthetic_logistic"}
+    assert "different datasets (digits, synthetic_logistic)" in text
+    assert main(["report", str(tree / "plain")]) == 0
+    assert "different datasets" not in capsys.readouterr().out
+
+
+def test_study_cells_are_grouped_by_variant_and_grid(tree, capsys):
+    assert main(["report", str(tree / "study")]) == 0
+    [(head, rows)] = _tables(capsys.readouterr().out)
+    assert head[:4] == ["runs", "study", "variant", "grid.training.lr"]
+    got = sorted((r["variant"], r["grid.training.lr"], r["n"], r["seeds"]) for r in rows)
+    expected: dict[tuple, list[int]] = {}
+    for _, _, variant, grid, seed in CELLS:
+        expected.setdefault((variant, str(grid["training.lr"])), []).append(seed)
+    assert got == sorted((v, lr, str(len(s)), ", ".join(map(str, sorted(s)))) for (v, lr), s in expected.items())
+    assert {r["study"] for r in rows} == {"lrs"}
+    runs = p2pfl.load_runs(tree / "study")
+    for _, row in group_stats(runs).iterrows():
+        _check_group(row.to_dict(), row.get)
+    fig = build_figure(runs, p2pfl.load_curves(tree / "study"))
+    labels = sorted(t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    assert labels == sorted(f"{v}, lr={lr} (n={len(s)})" for (v, lr), s in expected.items())
+    assert not [lab for lab in labels if any(cell in lab for cell, *_ in CELLS)]  # not folder names
+
+
+def test_figure_draws_per_round_means_with_shaded_intervals(tree):
+    plain = tree / "plain"
+    runs, curves = p2pfl.load_runs(plain), p2pfl.load_curves(plain)
+    fig = build_figure(runs, curves)
+    ax_t, ax_b = fig.axes
+    names = ["gossip-s1", "gossip-s2", "gossip-s3"]
+    pts = [summary(plain / n)["accuracy_curve"] for n in names]
+    label = next(t.get_text() for t in ax_t.get_legend().get_texts() if "(n=3)" in t.get_text())
+    line = next(ln for ln in ax_t.get_lines() if ln.get_label() == label)
+    assert np.allclose(line.get_xdata(), np.mean([[p["t"] for p in c] for c in pts], axis=0))
+    assert np.allclose(line.get_ydata(), np.mean([[p["accuracy_mean"] for p in c] for c in pts], axis=0))
+    by_round = curves[curves["path"].isin([str(plain / n) for n in names])].groupby("round")["bytes"].mean()
+    line_b = next(ln for ln in ax_b.get_lines() if ln.get_label() == label)
+    assert np.allclose(line_b.get_xdata(), by_round.to_numpy())
+    n_multi = int((group_stats(runs)["n"] > 1).sum())
+    assert n_multi == 2
+    assert len([c for c in ax_t.collections if isinstance(c, PolyCollection)]) == n_multi  # no band for n = 1
+
+
+def test_mixed_scenarios_and_repeated_seeds_in_a_group_are_noted(tree, tmp_path):
+    plain = tree / "plain"
+    write_cell(plain / "gossip-s1", tmp_path / "bad" / "a", study="s", cell="a", variant="v", grid={"k": 1}, seed=1)
+    write_cell(plain / "gossip-lr-s2", tmp_path / "bad" / "b", study="s", cell="b", variant="v", grid={"k": 1}, seed=2)
+    write_cell(plain / "gossip-s1", tmp_path / "bad" / "c", study="s", cell="c", variant="v", grid={"k": 1}, seed=1)
+    text = report_table(p2pfl.load_runs(tmp_path / "bad"))
+    assert "mixes runs whose scenarios differ beyond the seed" in text
+    assert "repeats a seed (1, 1, 2)" in text
+    clean = report_table(p2pfl.load_runs(tree / "study"))
+    assert "mixes runs" not in clean and "repeats a seed" not in clean

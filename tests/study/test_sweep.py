@@ -1,0 +1,214 @@
+"""``p2pfl sweep``: parallel, resumable after kill -9, byte-identical to --jobs 1 and to ``p2pfl run``; failures, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+import p2pfl
+from p2pfl.cli import main
+from p2pfl.errors import UserError
+from p2pfl.sweep import oversubscribed
+from tests.helpers import digits_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+FEDAVG = {"unset": ["protocol.mode", "protocol.exchange"],
+          "set": {"protocol.name": "fedavg", "topology.servers": [{"attach": "all"}]}}
+
+
+def _write_study(tmp_path: Path, name: str = "gvf", **fields) -> Path:
+    base = digits_scenario({"name": "gossip", "rounds": 2, "mode": "sync", "exchange": "push_pull"}, n=5)
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    study = {"name": name, "base": "base.yaml", "variants": {"gossip": {}, "fedavg": FEDAVG},
+             "grid": {"training.lr": [0.02, 0.05]}, "seeds": {"start": 0, "stop": 3}, **fields}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    return path
+
+
+def _sweep(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "p2pfl", "sweep", *args], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def _complete(out: Path) -> set[str]:
+    if not out.is_dir():
+        return set()
+    return {e.name for e in os.scandir(out) if not e.name.startswith(".") and (Path(e.path) / "summary.json").is_file()}
+
+
+def _wait_for_a_complete_cell(proc: subprocess.Popen, out: Path, timeout: float = 120) -> None:
+    end = time.monotonic() + timeout
+    while not _complete(out):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < end, "no cell completed in time"
+        time.sleep(0.005)
+
+
+def _cells(study: Path) -> dict[str, dict]:
+    """The expected cell.json of every cell, by id."""
+    out = {}
+    for variant in ("gossip", "fedavg"):
+        for lr in (0.02, 0.05):
+            for seed in range(3):
+                cid = f"{variant}__training.lr={lr}__seed{seed}"
+                out[cid] = {"study": study.stem, "cell": cid, "variant": variant, "grid": {"training.lr": lr},
+                            "seed": seed}
+    return out
+
+
+def test_kill_9_mid_sweep_then_rerun_gives_the_clean_jobs_1_result(tmp_path):
+    study = _write_study(tmp_path)
+    out, clean = tmp_path / "out", tmp_path / "clean"
+    expected = _cells(study)
+    proc = _sweep(str(study), "--jobs", "2", "--out", str(out))
+    try:
+        _wait_for_a_complete_cell(proc, out)
+        os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers, mid-way
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    before = _complete(out)
+    assert 1 <= len(before) < 12, f"the kill came after every cell was done: {sorted(before)}"
+    inodes = {c: (out / c / "summary.json").stat().st_ino for c in before}
+    planted = out / f".{sorted(set(expected) - before)[0]}.tmp-planted"  # what a kill during a write leaves
+    planted.mkdir()
+    (planted / "summary.json").write_text("{")
+
+    again = _sweep(str(study), "--jobs", "2", "--out", str(out))
+    stdout, stderr = again.communicate(timeout=300)
+    assert again.returncode == 0, stderr
+    resumed = re.search(rf"resuming: {len(before)} already complete, (\d+) half-written run director(y|ies) removed; "
+                        rf"running {12 - len(before)} with 2 workers", stdout)
+    assert resumed and int(resumed[1]) >= 1, stdout  # the planted one, and any the kill left
+    assert f"12 of 12 cells complete in {out} ({12 - len(before)} run now, {len(before)} already complete" in stdout
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted([*expected, ".sweep.lock"]), names  # exactly the 12 cells: no temp leftovers
+    assert {c: (out / c / "summary.json").stat().st_ino for c in before} == inodes  # completed cells untouched
+    for cid, record in expected.items():
+        assert json.loads((out / cid / "cell.json").read_text()) == record
+
+    assert "] done fedavg__training.lr=0.05__seed2 (" in stdout  # plain lines when stdout is not a terminal
+    result = p2pfl.sweep(study, jobs=1, out=clean)  # a clean run, one cell at a time
+    assert result.ok and sorted(result.ran) == sorted(expected) and result.skipped == ()
+    for cid in expected:
+        for f in ("summary.json", "events.jsonl", "scenario.yaml", "cell.json"):
+            assert (out / cid / f).read_bytes() == (clean / cid / f).read_bytes(), (cid, f)
+    for cid in ("gossip__training.lr=0.05__seed1", "fedavg__training.lr=0.02__seed2"):  # as `p2pfl run` on it
+        assert main(["run", str(clean / cid / "scenario.yaml"), "--out", str(tmp_path / cid), "--quiet"]) == 0
+        assert (tmp_path / cid / "summary.json").read_bytes() == (clean / cid / "summary.json").read_bytes()
+
+
+def test_a_failing_cell_is_reported_and_the_others_complete_then_a_changed_study_is_refused(tmp_path):
+    study = _write_study(tmp_path, name="fails", grid={}, seeds=[0],
+                         variants={"gossip": {}, "fedavg": {"unset": FEDAVG["unset"], "set": {"protocol.name": "fedavg"}}})
+    out = tmp_path / "out"
+    proc = _sweep(str(study), "--jobs", "2", "--out", str(out))
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1, stderr
+    assert "cell fedavg__seed0 failed: protocol 'fedavg' needs a server" in stderr
+    assert "1 of 2 cells failed (fedavg__seed0)" in stderr.splitlines()[-1]
+    assert "Traceback" not in stderr
+    assert _complete(out) == {"gossip__seed0"} and sorted(p.name for p in out.iterdir()) == [".sweep.lock", "gossip__seed0"]
+
+    study.write_text(study.read_text().replace("seeds:", "set: {training.lr: 0.3}\nseeds:"))
+    assert main(["sweep", str(study), "--out", str(out)]) == 2  # in-process: the refusal comes before any work
+
+
+def test_changed_study_bad_study_and_bad_jobs_exit_2_with_one_line(tmp_path, capsys):
+    study = _write_study(tmp_path, name="one", grid={}, seeds=[0], variants={})
+    out = tmp_path / "out"
+    result = p2pfl.sweep(study, jobs=1, out=out)
+    assert result.ok and result.ran == ("seed0",) and (out / "seed0" / "cell.json").is_file()
+    assert p2pfl.sweep(study, jobs=1, out=out).skipped == ("seed0",)  # nothing left to run: no worker started
+    study.write_text(study.read_text().replace("seeds:", "set: {protocol.rounds: 1}\nseeds:"))
+    capsys.readouterr()
+    assert main(["sweep", str(study), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "seed0: this complete cell differs from what" in err and "(the study changed)" in err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("base: base.yaml\nseeds: []\n")
+    assert main(["sweep", str(bad)]) == 2
+    assert "bad.yaml: field 'seeds'" in capsys.readouterr().err
+    assert main(["sweep", str(study), "--jobs", "0", "--out", str(tmp_path / "o2")]) == 2
+    assert "--jobs: expected a whole number >= 1; got 0" in capsys.readouterr().err
+    assert not (tmp_path / "o2").exists()
+
+
+def test_dry_run_lists_and_validates_the_cells_and_writes_nothing(tmp_path, capsys):
+    study = _write_study(tmp_path)
+    assert main(["sweep", str(study), "--dry-run", "--out", str(tmp_path / "out")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"study gvf ({study}): 12 cells -> {tmp_path / 'out'}"
+    assert lines[8].split() == ["fedavg__training.lr=0.02__seed0", "--unset", "protocol.mode", "--unset",
+                                "protocol.exchange", "--set", "protocol.name=fedavg", "--set",
+                                "topology.servers=[{attach:", "all}]", "--set", "training.lr=0.02", "--seed", "0"]
+    assert lines[-1].startswith("dry run: every cell is valid; 12 to run")
+    assert not (tmp_path / "out").exists()
+    failing = _write_study(tmp_path, name="nosrv", variants={"fedavg": {"unset": FEDAVG["unset"],
+                                                                        "set": {"protocol.name": "fedavg"}}})
+    assert main(["sweep", str(failing), "--dry-run"]) == 1  # fedavg without a server fails when built
+    assert "cell fedavg__training.lr=0.02__seed0 would fail: protocol 'fedavg' needs a server" in capsys.readouterr().out
+    assert not Path("runs/nosrv").exists()
+
+
+def test_ctrl_c_exits_130_keeps_complete_cells_and_leaves_no_temp_directory(tmp_path):
+    study = _write_study(tmp_path, set={"protocol.rounds": 10})
+    out = tmp_path / "out"
+    proc = _sweep(str(study), "--jobs", "2", "--out", str(out))
+    try:
+        _wait_for_a_complete_cell(proc, out)
+        proc.send_signal(signal.SIGINT)  # the sweep process only: it stops its workers
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr
+    done = _complete(out)
+    assert stderr.strip().splitlines() == [f"p2pfl: interrupted; {len(done)} of 12 cells complete in {out}; "
+                                           "run the same command again to resume"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([*done, ".sweep.lock"])
+
+
+def test_python_api_export_and_extra_files(tmp_path):
+    import p2pfl.sweep as module
+
+    assert callable(p2pfl.sweep) and p2pfl.SweepResult is module.SweepResult
+    study = {"name": "api", "base": digits_scenario({"name": "local", "rounds": 1}, n=4), "seeds": [0, 1]}
+    result = p2pfl.sweep(study, out=tmp_path / "o", dry_run=True)
+    assert result.dry_run and result.ok and [c.id for c in result.study.cells] == ["seed0", "seed1"]
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(UserError, match=r"extra_files: file name 'summary\.json' is not allowed"):
+        p2pfl.run(study["base"], out=tmp_path / "r", extra_files={"summary.json": b"{}"})
+    assert not (tmp_path / "r").exists()
+    r = p2pfl.run(study["base"], out=tmp_path / "r", extra_files={"cell.json": b'{"a": 1}\n'})
+    assert (r.out / "cell.json").read_bytes() == b'{"a": 1}\n'
+
+
+def test_oversubscription_warning():
+    assert oversubscribed(2, 1, 2) is None
+    assert oversubscribed(4, 2, 4) == ("warning: 4 cells at once x 2 torch thread(s) each = 8 threads on 4 cores; "
+                                       "the results are the same, but slower; use --jobs 2")
+
+
+def test_one_sweep_at_a_time_writes_into_a_folder(tmp_path, capsys):
+    import fcntl
+
+    study = _write_study(tmp_path, name="lock", grid={}, seeds=[0], variants={})
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / ".sweep.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running sweep holds it
+        assert main(["sweep", str(study), "--out", str(out)]) == 2
+    assert "another sweep is writing there" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == [".sweep.lock"]
