@@ -351,10 +351,10 @@ def _unbounded_ints(model: BaseModel, prefix: str) -> Iterator[tuple[str, int]]:
 
 def _model_size(sc: Scenario) -> tuple[str, int]:
     """The model the run builds (``auto`` resolved as ``build_model`` does) and its parameter count."""
-    from p2pfl.data.datasets import DATASET_INFO
+    from p2pfl.data.datasets import dataset_info
 
     data = sc.data
-    info = DATASET_INFO[data.dataset]
+    info = dataset_info(data.dataset)
     shape = tuple(info.input_shape)
     classes = info.num_classes
     n_features = getattr(data.partition, "n_features", None)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import gzip
+import importlib
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +27,7 @@ __all__ = [
     "DATASETS",
     "DATASET_INFO",
     "load_dataset",
+    "dataset_info",
     "read_idx",
     "FASHION_MNIST_SYSTEM_DIR",
     "MNIST_SYSTEM_DIR",
@@ -90,8 +93,44 @@ DATASET_INFO: dict[str, DatasetInfo] = {
 DATASETS: dict[str, str] = {name: info.description for name, info in DATASET_INFO.items()}
 
 
+def _user_loader(name: str) -> Callable[..., Pool]:
+    """The function a ``package.module:function`` dataset name points to; DataError (one line) otherwise."""
+    module_name, _, attr = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise DataError(f"cannot import {module_name!r} ({err}); check the module path and PYTHONPATH") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise DataError(f"{name!r} is not a function of module {module_name!r}")
+    return fn
+
+
+@functools.cache
+def _user_pool(name: str, root: str | None) -> Pool:
+    pool = _user_loader(name)(root)
+    if not isinstance(pool, Pool):
+        raise DataError(f"dataset {name!r} returned {type(pool).__name__}, not a p2pfl.data.datasets.Pool")
+    return pool
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    """Facts about dataset ``name``: the table's, or, for a user dataset ``package.module:function``,
+    read from the Pool its function returns (called once per process with ``root=None``)."""
+    if name in DATASET_INFO:
+        return DATASET_INFO[name]
+    if ":" not in name:
+        raise DataError(f"unknown dataset {name!r}; valid: {', '.join(DATASET_INFO)}, "
+                        "or 'package.module:function' for your own")
+    pool = _user_pool(name, None)
+    return DatasetInfo(f"user dataset {name}", pool.num_classes, pool.input_shape)
+
+
 def load_dataset(name: str, root: str | None = None, download: bool = False) -> Pool:
-    """Load dataset ``name`` (see :data:`DATASETS`); raise DataError if it cannot."""
+    """Load dataset ``name`` (see :data:`DATASETS`, or ``package.module:function``: a function of
+    ``root`` returning a :class:`Pool`); raise DataError if it cannot."""
+    if ":" in name:
+        return _user_pool(name, root)
     if name not in _LOADERS:
         raise DataError(f"unknown dataset {name!r}; valid: {', '.join(n for n in DATASETS if n in _LOADERS)}")
     return _LOADERS[name](root, download)

@@ -46,8 +46,9 @@ from typing import Annotated, Literal, Union
 from pydantic import Field, field_validator, model_validator
 
 from p2pfl import limits
-from p2pfl.data.datasets import DATASET_INFO
+from p2pfl.data.datasets import DATASET_INFO, dataset_info
 from p2pfl.data.semantic import SEMANTIC_MAPPINGS, SUPERCLASSES
+from p2pfl.errors import DataError
 from p2pfl.validation import Strict
 
 __all__ = [
@@ -292,8 +293,14 @@ class DataSpec(Strict):
     @field_validator("dataset")
     @classmethod
     def _known_dataset(cls, v: str) -> str:
-        if v not in DATASET_INFO:
-            raise ValueError(f"unknown dataset {v!r}; valid: {', '.join(DATASET_INFO)}")
+        if v not in DATASET_INFO and ":" not in v:
+            raise ValueError(f"unknown dataset {v!r}; valid: {', '.join(DATASET_INFO)}, "
+                             "or 'package.module:function' for your own")
+        if ":" in v:
+            try:
+                dataset_info(v)  # imports the user's function and reads its Pool's shape and classes
+            except DataError as err:
+                raise ValueError(str(err)) from None
         return v
 
     @property
@@ -309,7 +316,7 @@ class DataSpec(Strict):
     @model_validator(mode="after")
     def _combination(self) -> DataSpec:
         p, name = self.partition, self.dataset
-        info = DATASET_INFO[name]
+        info = dataset_info(name)
         if self.sparsity and self.clients_per_cluster is not None and SPARSITY[self.sparsity] != self.clients_per_cluster:
             raise ValueError(
                 f"sparsity={self.sparsity} means clients_per_cluster={SPARSITY[self.sparsity]} but clients_per_cluster="

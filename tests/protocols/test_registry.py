@@ -140,3 +140,23 @@ def test_bad_model_names_are_one_line_errors(monkeypatch: pytest.MonkeyPatch, mo
     with pytest.raises(ConfigError) as err:
         load_dict(digits_scenario({"name": "local", "rounds": 1}, model=model))
     assert fix in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_user_dataset_named_by_import_path_is_partitioned_and_trained(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    sc = digits_scenario({"name": "fedavg", "rounds": 3}, n=4, servers=True,
+                         data={"dataset": "example_data:iris", "partition": {"kind": "iid"}})
+    result = p2pfl.run(sc, write=False)
+    assert result.partition["input_shape"] == [4] and result.partition["num_classes"] == 3
+    assert sum(result.partition["samples_per_device"]) == 120  # the 4/5 of 150 flowers not held out
+    assert result.accuracy_mean > 0.6
+
+
+def test_bad_user_datasets_are_one_line_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    for name, fix in [("no_such_mod_q:load", "cannot import 'no_such_mod_q'"),
+                      ("example_data:nothing", "is not a function of module 'example_data'"),
+                      ("irises", "unknown dataset 'irises'")]:
+        with pytest.raises(ConfigError) as err:
+            load_dict(digits_scenario({"name": "local", "rounds": 1}, data={"dataset": name}))
+        assert fix in str(err.value) and "field 'data.dataset'" in str(err.value) and "\n" not in str(err.value)
