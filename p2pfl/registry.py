@@ -12,11 +12,11 @@ checked against the package's files by ``tests/protocols/test_registry.py``.
 
 from __future__ import annotations
 
-import importlib
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
 from p2pfl.errors import ConfigError
+from p2pfl.plugins import import_object
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.protocols.base import Protocol
@@ -49,13 +49,10 @@ BUILTIN: dict[str, str] = {
 def _load(target: str, name: str, source: str) -> type[Protocol]:
     from p2pfl.protocols.base import Protocol
 
-    module_name, _, class_name = target.partition(":")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ConfigError(f"{source}: field 'protocol.name': cannot import {module_name!r} ({err}); "
-                          "check the module path and that its folder is on PYTHONPATH") from None
-    cls = getattr(module, class_name, None)
+        cls = import_object(target)
+    except ValueError as err:
+        raise ConfigError(f"{source}: field 'protocol.name': {err}") from None
     if not (isinstance(cls, type) and issubclass(cls, Protocol)):
         raise ConfigError(f"{source}: field 'protocol.name': {name!r} does not name a Protocol subclass; "
                           "give 'package.module:ClassName' of a class deriving from p2pfl.protocols.Protocol")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import gzip
-import importlib
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from p2pfl.errors import DataError
+from p2pfl.plugins import import_object
 
 __all__ = [
     "Pool",
@@ -95,14 +95,12 @@ DATASETS: dict[str, str] = {name: info.description for name, info in DATASET_INF
 
 def _user_loader(name: str) -> Callable[..., Pool]:
     """The function a ``package.module:function`` dataset name points to; DataError (one line) otherwise."""
-    module_name, _, attr = name.partition(":")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise DataError(f"cannot import {module_name!r} ({err}); check the module path and PYTHONPATH") from None
-    fn = getattr(module, attr, None)
+        fn = import_object(name)
+    except ValueError as err:
+        raise DataError(str(err)) from None
     if not callable(fn):
-        raise DataError(f"{name!r} is not a function of module {module_name!r}")
+        raise DataError(f"{name!r} is not a function; name a function of root returning a Pool")
     return fn
 
 

@@ -11,7 +11,6 @@ multilayer perceptron for 8x8 digits or vector data.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from math import prod
 from typing import Any
@@ -22,6 +21,7 @@ from torch import nn
 
 from p2pfl import limits
 from p2pfl.errors import ConfigError
+from p2pfl.plugins import import_object
 from p2pfl.validation import Strict
 
 __all__ = ["ModelSpec", "CNN28", "CNN32", "MLP", "MODELS", "build_model"]
@@ -63,16 +63,10 @@ class ModelSpec(Strict):
 
 def _user_builder(target: str) -> Callable[..., nn.Module]:
     """The function named ``package.module:function``; ValueError (one line) when it cannot be found."""
-    module_name, _, attr = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ValueError(f"cannot import {module_name!r} ({err}); check the module path and PYTHONPATH") from None
-    fn = getattr(module, attr, None)
+    fn = import_object(target)
     if not callable(fn):
-        raise ValueError(f"{target!r} is not a function of module {module_name!r}")
+        raise ValueError(f"{target!r} is not a function; name a function of (input_shape, num_classes)")
     return fn
-
 
 class CNN28(nn.Module):
     """Conditional paper Sec. III-B backbone for 1x28x28 inputs."""

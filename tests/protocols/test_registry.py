@@ -131,7 +131,7 @@ def test_a_user_model_named_by_import_path_is_built_and_trained(monkeypatch: pyt
 
 @pytest.mark.parametrize("model, fix", [
     ({"name": "no_such_mod_q:build"}, "cannot import 'no_such_mod_q'"),
-    ({"name": "example_models:nothing"}, "is not a function of module 'example_models'"),
+    ({"name": "example_models:nothing"}, "module 'example_models' has no 'nothing'"),
     ({"name": "resnet"}, "unknown model 'resnet'"),
     ({"name": "mlp", "options": {"width": 3}}, "model.options is for user models"),
 ])
@@ -155,7 +155,7 @@ def test_a_user_dataset_named_by_import_path_is_partitioned_and_trained(monkeypa
 def test_bad_user_datasets_are_one_line_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(EXAMPLE))
     for name, fix in [("no_such_mod_q:load", "cannot import 'no_such_mod_q'"),
-                      ("example_data:nothing", "is not a function of module 'example_data'"),
+                      ("example_data:nothing", "module 'example_data' has no 'nothing'"),
                       ("irises", "unknown dataset 'irises'")]:
         with pytest.raises(ConfigError) as err:
             load_dict(digits_scenario({"name": "local", "rounds": 1}, data={"dataset": name}))
