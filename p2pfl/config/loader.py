@@ -352,6 +352,7 @@ def _unbounded_ints(model: BaseModel, prefix: str) -> Iterator[tuple[str, int]]:
 def _model_size(sc: Scenario) -> tuple[str, int]:
     """The model the run builds (``auto`` resolved as ``build_model`` does) and its parameter count."""
     from p2pfl.data.datasets import dataset_info
+    from p2pfl.learning.models import resolve_model_name
 
     data = sc.data
     info = dataset_info(data.dataset)
@@ -360,11 +361,7 @@ def _model_size(sc: Scenario) -> tuple[str, int]:
     n_features = getattr(data.partition, "n_features", None)
     if info.synthetic and isinstance(n_features, int):
         shape = (n_features,)
-    name = sc.model.name
-    if name == "auto":
-        name = ("robot_policy" if data.dataset == "robotics" else
-                "cnn28" if len(shape) == 3 and shape[-2:] == (28, 28) else
-                "cnn32" if shape == (3, 32, 32) else "mlp")
+    name = resolve_model_name(sc.model.name, shape, robot=data.dataset == "robotics")
     return name, limits.model_parameters(name, shape, classes, sc.model.hidden)
 
 

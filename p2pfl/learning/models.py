@@ -24,7 +24,7 @@ from p2pfl.errors import ConfigError
 from p2pfl.plugins import import_object
 from p2pfl.validation import Strict
 
-__all__ = ["ModelSpec", "CNN28", "CNN32", "MLP", "MODELS", "build_model"]
+__all__ = ["ModelSpec", "CNN28", "CNN32", "MLP", "MODELS", "build_model", "resolve_model_name"]
 
 
 BUILTIN_MODELS = ("auto", "cnn28", "cnn32", "mlp", "robot_policy")
@@ -142,6 +142,16 @@ def _mlp(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int) -> nn.
 MODELS: dict[str, Callable[[ModelSpec, tuple[int, ...], int], nn.Module]] = {"cnn28": _cnn28, "cnn32": _cnn32, "mlp": _mlp}
 
 
+def resolve_model_name(name: str, input_shape: tuple[int, ...], *, robot: bool) -> str:
+    """``auto`` -> ``robot_policy`` for robot data, ``cnn28`` for 28x28 images, ``cnn32`` for 3x32x32, else ``mlp``."""
+    if name != "auto":
+        return name
+    shape = tuple(input_shape)
+    if robot:
+        return "robot_policy"
+    return "cnn28" if len(shape) == 3 and shape[-2:] == (28, 28) else "cnn32" if shape == (3, 32, 32) else "mlp"
+
+
 def build_model(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int, *, seed: int, hint: object = None) -> nn.Module:
     """A freshly initialised model; the same seed gives the same weights.
 
@@ -149,13 +159,7 @@ def build_model(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int,
     tells its model beyond the input shape (robot data: the observation layout).
     """
     num_classes = max(num_classes, 1)
-    name = spec.name
-    if name == "auto" and hint is not None:
-        name = "robot_policy"
-    if name == "auto":
-        shape = tuple(input_shape)
-        name = ("cnn28" if len(shape) == 3 and shape[-2:] == (28, 28) else
-                "cnn32" if shape == (3, 32, 32) else "mlp")
+    name = resolve_model_name(spec.name, input_shape, robot=hint is not None)
     with torch.random.fork_rng(devices=[]):
         # Seed only the CPU generator (weights are initialised on the CPU): torch.manual_seed
         # would also queue a CUDA seeding call, which costs ~1 ms per model on large fleets.
