@@ -166,14 +166,7 @@ class _Topology:
         if not ref.strip():
             raise ConfigError(f"{src}: field 'topology': empty file name; give a topology file "
                               "(topologies/ring16.yaml) or a mapping")
-        path = _resolve_file(ref, folder)
-        if path.is_dir():
-            raise ConfigError(f"{src}: field 'topology': {ref!r} is a directory ({path}); give a topology YAML file")
-        if path.exists() and not path.is_file():
-            raise ConfigError(f"{src}: field 'topology': {ref!r} is not a regular file; give a topology YAML file")
-        if not path.is_file():
-            raise ConfigError(f"{src}: field 'topology': topology file {ref!r} not found "
-                              f"(looked in {folder} and {Path.cwd()}); check the path")
+        path = _referenced_file(ref, folder, src, "topology", "topology file")
         raw["topology"] = require_mapping(read_yaml(path), path, "topology", TOPOLOGY_NEEDS)
         self.source, self.base, self.from_file = path, path.parent, True
 
@@ -194,20 +187,25 @@ def _extends_refs(value: Any, source: str) -> list[str]:
 
 def _base_file(ref: str, folder: Path, source: str) -> Path:
     """A base named by ``extends``: relative to the naming file's folder, then to the working directory."""
+    return _referenced_file(ref, folder, source, "extends", "base file", kind="scenario")
+
+
+def _referenced_file(ref: str, folder: Path, source: str | Path, field: str, what: str,
+                     kind: str = "topology") -> Path:
+    """A YAML file that ``field`` of ``source`` names, resolved like ``_resolve_file``; one-line errors."""
     try:
         path = _resolve_file(ref, folder)
         path.is_dir()
     except (OSError, ValueError) as err:
-        raise ConfigError(f"{source}: field 'extends': cannot use {_short(ref)} as a file name "
-                          f"({getattr(err, 'strerror', None) or err}); "
-                          "check the path") from None
+        raise ConfigError(f"{source}: field '{field}': cannot use {_short(ref)} as a file name "
+                          f"({getattr(err, 'strerror', None) or err}); check the path") from None
     if path.is_dir():
-        raise ConfigError(f"{source}: field 'extends': {ref!r} is a directory ({path}); give a scenario YAML file")
+        raise ConfigError(f"{source}: field '{field}': {ref!r} is a directory ({path}); give a {kind} YAML file")
     if path.exists() and not path.is_file():
-        raise ConfigError(f"{source}: field 'extends': {ref!r} is not a regular file; give a scenario YAML file")
+        raise ConfigError(f"{source}: field '{field}': {ref!r} is not a regular file; give a {kind} YAML file")
     if not path.is_file():
-        raise ConfigError(f"{source}: field 'extends': base file {ref!r} not found (looked in {folder} "
-                          f"and {Path.cwd()}); check the path")
+        raise ConfigError(f"{source}: field '{field}': {what} {ref!r} not found "
+                          f"(looked in {folder} and {Path.cwd()}); check the path")
     return path
 
 
