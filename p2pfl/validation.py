@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from p2pfl.errors import ConfigError
 from p2pfl.limits import MAX_YAML_BYTES, MAX_YAML_VALUES, fmt_bytes
 
-__all__ = ["Strict", "parse_model", "format_validation_error", "read_yaml", "require_mapping", "check_expansion"]
+__all__ = ["Strict", "parse_model", "format_validation_error", "read_yaml", "short_repr", "require_mapping", "check_expansion"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -123,11 +123,13 @@ def format_validation_error(err: ValidationError, source: str | Path, prefix: st
         return f"{source}: {where}: {msg}{_fix(first)}"
     if "; got " in msg or msg.startswith("got "):  # the rule already shows the value (and ends with its fix)
         return f"{source}: field '{field}': {msg}"
-    got = first.get("input")
-    got_text = " ".join(repr(got).split())
-    if len(got_text) > 80:
-        got_text = got_text[:77] + "..."
-    return f"{source}: field '{field}': {msg}; got {got_text}{_fix(first)}"
+    return f"{source}: field '{field}': {msg}; got {short_repr(first.get('input'))}{_fix(first)}"
+
+
+def short_repr(value: Any) -> str:
+    """``repr`` on one line, at most 80 characters (how an error shows the value it got)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def parse_model(model: type[M], data: Any, source: str | Path, prefix: str = "") -> M:

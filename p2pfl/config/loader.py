@@ -33,7 +33,7 @@ from p2pfl.errors import ConfigError
 from p2pfl.protocols import get_protocol
 from p2pfl.protocols.base import ProtocolParams
 from p2pfl.topology import TopologySpec
-from p2pfl.validation import check_expansion, parse_model, read_yaml, require_mapping
+from p2pfl.validation import check_expansion, parse_model, read_yaml, require_mapping, short_repr
 
 __all__ = ["load", "load_dict", "parse_override", "apply_overrides", "read_yaml"]
 
@@ -50,12 +50,6 @@ EXTENDS_EXAMPLE = "write e.g. extends: base.yaml, or a list [a.yaml, b.yaml]"
 
 #: Key path (strings) -> (file that wrote it, that file's folder).
 Origins = dict[tuple[str, ...], tuple[str, Path]]
-
-
-def _short(value: Any) -> str:
-    """``repr`` on one line, at most 80 characters."""
-    text = " ".join(repr(value).split())
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _check_key(key: str, flag: str) -> list[str]:
@@ -90,7 +84,7 @@ def _parent(data: dict, parts: list[str], flag: str, create: bool, source: str =
         if not isinstance(child, dict):
             where = ".".join(parts[: i + 1])
             named = f"{source}: " if source else ""
-            raise ConfigError(f"{named}{flag} {'.'.join(parts)}: '{where}' is not a mapping; got {_short(child)}; "
+            raise ConfigError(f"{named}{flag} {'.'.join(parts)}: '{where}' is not a mapping; got {short_repr(child)}; "
                               f"set '{where}' itself or a key that exists")
         node = child
     return node
@@ -178,7 +172,7 @@ def _extends_refs(value: Any, source: str) -> list[str]:
     refs = value if isinstance(value, list) else [value]
     if not refs or not all(isinstance(r, str) for r in refs):
         raise ConfigError(f"{source}: field 'extends': expected a file name or a non-empty list of file names; "
-                          f"got {_short(value)}; {EXTENDS_EXAMPLE}")
+                          f"got {short_repr(value)}; {EXTENDS_EXAMPLE}")
     for ref in refs:
         if not ref.strip():
             raise ConfigError(f"{source}: field 'extends': empty file name; {EXTENDS_EXAMPLE}")
@@ -197,7 +191,7 @@ def _referenced_file(ref: str, folder: Path, source: str | Path, field: str, wha
         path = _resolve_file(ref, folder)
         path.is_dir()
     except (OSError, ValueError) as err:
-        raise ConfigError(f"{source}: field '{field}': cannot use {_short(ref)} as a file name "
+        raise ConfigError(f"{source}: field '{field}': cannot use {short_repr(ref)} as a file name "
                           f"({getattr(err, 'strerror', None) or err}); check the path") from None
     if path.is_dir():
         raise ConfigError(f"{source}: field '{field}': {ref!r} is a directory ({path}); give a {kind} YAML file")
@@ -302,13 +296,13 @@ def _protocol_params(raw: dict, source: str, original: Any, ext: Optional[_Exten
     if proto is None:
         raise ConfigError(f"{source}: field 'protocol' is required; add it, e.g. {example}")
     if not isinstance(proto, dict):
-        raise ConfigError(f"{source}: field 'protocol': expected a mapping with a 'name'; got {_short(proto)}; "
+        raise ConfigError(f"{source}: field 'protocol': expected a mapping with a 'name'; got {short_repr(proto)}; "
                           f"write it as {example}")
     if proto.get("name") is None:
         raise ConfigError(f"{source}: field 'protocol.name' is required, e.g. {example}")
     name = proto["name"]
     if not isinstance(name, str):
-        raise ConfigError(f"{source}: field 'protocol.name': expected a protocol name (a string); got {_short(name)}; "
+        raise ConfigError(f"{source}: field 'protocol.name': expected a protocol name (a string); got {short_repr(name)}; "
                           "write e.g. name: gossip (p2pfl list protocols)")
     cls = get_protocol(name, str(source))
     unknown = [k for k in proto if k not in cls.Params.model_fields]
@@ -462,7 +456,7 @@ def _validate(raw: dict, source: str, base: Path, sets: Sequence[tuple[str, Any]
     if "topology" not in raw:
         raise ConfigError(f"{source}: field 'topology' is required; give a file (topologies/ring16.yaml) or a mapping")
     if not isinstance(raw["topology"], dict):
-        raise ConfigError(f"{source}: field 'topology': expected a file path or a mapping; got {_short(raw['topology'])}; "
+        raise ConfigError(f"{source}: field 'topology': expected a file path or a mapping; got {short_repr(raw['topology'])}; "
                           "write e.g. topology: {kind: ring, n: 8}")
     prefix = "" if topo.from_file else "topology"
     topology = parse_model(TopologySpec, raw["topology"], topo.source, prefix=prefix).with_base_dir(topo.base)
