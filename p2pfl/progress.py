@@ -47,6 +47,9 @@ def setup_text(sc: Scenario, step: str) -> str:
         return "drawing device profiles and building the network"
     if step == "protocol":
         return f"setting up protocol {sc.protocol.name}"
+    if step.startswith("executor:"):
+        kind = step.partition(":")[2]
+        return f"starting the {kind} executor" + (" (each worker imports torch once)" if kind == "process" else "")
     return step
 
 

@@ -40,6 +40,7 @@ import yaml
 
 from p2pfl.config.study import Cell, Study, load_study
 from p2pfl.errors import UserError
+from p2pfl.executors.spec import CORES_ENV, available_cores
 
 if TYPE_CHECKING:
     from p2pfl.config.scenario import Scenario
@@ -79,13 +80,17 @@ class SweepInterrupted(KeyboardInterrupt):
 # ---------------------------------------------------------------------------------------------- the workers
 
 
-def _worker_init(parent: int) -> None:
+def _worker_init(parent: int, cores: int) -> None:
     """Ctrl-C is the parent's to handle; a worker whose parent died (kill -9) exits.
+
+    ``cores``: this worker's share of the machine (``P2PFL_CORES``), so a cell's
+    ``executor: auto`` does not start workers of its own on cores other cells use.
 
     A worker ends without the interpreter's teardown (about a second with torch loaded):
     its run directories are written and closed by then, and its streams flushed.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ[CORES_ENV] = str(cores)
     atexit.register(os._exit, 0)
 
     def watch() -> None:
@@ -103,13 +108,6 @@ def _run_cell(scenario: Scenario, out: str, cell_json: bytes, argv: list[str]) -
     t0 = time.perf_counter()
     run(scenario, out=out, extra_files={"cell.json": cell_json}, argv=argv)
     return time.perf_counter() - t0
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def _terminate(pool: ProcessPoolExecutor) -> None:
@@ -351,8 +349,9 @@ def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, dis
 
     ran: list[str] = []
     failed: dict[str, str] = {}
+    share = max(1, available_cores() // workers)
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_init, initargs=(os.getpid(),))
+                               initializer=_worker_init, initargs=(os.getpid(), share))
     try:
         futures: dict[Future[float], Cell] = {}
         for cell in pending:
@@ -408,7 +407,7 @@ def oversubscribed(workers: int, threads: int, cores: int) -> Optional[str]:
 
 def _jobs(jobs: Optional[int]) -> int:
     if jobs is None:
-        return _cores()
+        return available_cores()
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise UserError(f"--jobs: expected a whole number >= 1; got {jobs!r}; use e.g. --jobs 2")
     return jobs
@@ -447,7 +446,7 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int] 
             display.note(f"note: {out_path} holds {strangers} folder(s) that are not cells of this study "
                          "(left as they are)")
         threads = max((c.scenario.threads for c in pending), default=1)
-        if workers > 1 and (warning := oversubscribed(workers, threads, _cores())):
+        if workers > 1 and (warning := oversubscribed(workers, threads, available_cores())):
             display.note(warning)
         try:
             ran, failed = _execute(st, pending, out_path, workers, display, command) if pending else ([], {})

@@ -14,11 +14,10 @@ YAML layout (every block but ``topology``, ``data`` and ``protocol`` has default
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, SerializeAsAny, field_validator
 
 from p2pfl.data import DataSpec
+from p2pfl.executors.spec import ExecutorSpec
 from p2pfl.learning.models import ModelSpec
 from p2pfl.learning.train import TrainingSpec
 from p2pfl.protocols.base import ProtocolParams
@@ -41,7 +40,7 @@ class Scenario(Strict):
     training: TrainingSpec = TrainingSpec()
     devices: DeviceProfilesSpec = DeviceProfilesSpec()
     protocol: SerializeAsAny[ProtocolParams]
-    executor: Literal["inline"] = "inline"
+    executor: ExecutorSpec = ExecutorSpec()
     torch_device: str = "cpu"
     threads: int = Field(1, ge=1, description="torch intra-op threads for the real compute")
 

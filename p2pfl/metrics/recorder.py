@@ -62,6 +62,17 @@ class Recorder:
         self.scores[node] = score
         self.event(t, "eval", node=node, round=round, **{self.metric: score})
 
+    def evaluation_later(self, t: float, node: int, round: Optional[int]) -> dict[str, Any]:
+        """Record an evaluation whose score is not known yet; ``fill_evaluation`` sets it (in submit order)."""
+        entry = {"t": t, "kind": "eval", "node": node, "round": round, self.metric: None}
+        self.events.append(entry)
+        return entry
+
+    def fill_evaluation(self, entry: dict[str, Any], score: float) -> None:
+        """Set the score of an evaluation recorded by ``evaluation_later``."""
+        entry[self.metric] = score
+        self.scores[entry["node"]] = score
+
     def log(self, t: float, node: Optional[int], name: str, value: Any, **fields: Any) -> None:
         """A protocol-specific metric (e.g. consensus distance)."""
         entry = {"t": t, "node": node, "value": value, **fields}

@@ -7,6 +7,7 @@ algorithm: ``yield ctx.send(...)``, ``msg = yield ctx.recv(...)``,
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -15,9 +16,10 @@ import simpy
 import torch
 from torch import nn
 
+from p2pfl.executors.jobs import TrainJob, TrainOutcome
+from p2pfl.learning.state import load_state_
 from p2pfl.learning.train import BatchLoss, Penalty, TrainResult
 from p2pfl.sim.cost import train_flops
-from p2pfl.sim.executor import TrainJob
 from p2pfl.sim.profiles import DeviceProfile
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -109,12 +111,14 @@ class NodeContext:
         """Modelled forward FLOPs per sample of ``model`` on this task's inputs (cached per model)."""
         return self._sim.forward_flops(model)
 
-    def evaluate_device(self, device: int, model: nn.Module, round: Optional[int] = None) -> float:
+    def evaluate_device(self, device: int, model: nn.Module, round: Optional[int] = None) -> None:
         """Score ``model`` on ``device``'s local test set (a measurement: no bytes, no time).
 
         The score is the run's metric: accuracy, RMSE for regression, rollout success for robots.
+        It goes to the results only: a protocol must not steer by test-set scores, so none is
+        returned (and the evaluation may run on another core while the simulation goes on).
         """
-        return self._sim.evaluate_on(device, model, round)
+        self._sim.evaluate_on(device, model, round)
 
 
 class DeviceContext(NodeContext):
@@ -141,18 +145,30 @@ class DeviceContext(NodeContext):
               momentum: Optional[float] = None, penalty: Optional[Penalty] = None,
               x: Optional[torch.Tensor] = None, y: Optional[torch.Tensor] = None,
               loss: Optional[BatchLoss] = None) -> Generator[Any, Any, TrainResult]:
-        """Train ``model`` in place on this device's shard; advance time by FLOPs / FLOP rate.
+        """Train ``model`` on this device's shard; advance time by FLOPs / FLOP rate.
 
-        ``loss(model, x, y)`` replaces the batch loss (its extra compute is the caller's to charge).
+        The job starts from the model and generator as they are now; its outcome (new
+        weights, generator state) is applied when the simulated training time is over,
+        and meanwhile the job may run on another core. ``loss(model, x, y)`` replaces the
+        batch loss (its extra compute is the caller's to charge); a penalty or loss must be
+        picklable (a module-level function or callable object) for the process and Ray executors.
         """
         sim = self._sim
+        t0 = time.perf_counter()
         job = TrainJob(self.id, model, self.shard.train_x if x is None else x, self.shard.train_y if y is None else y,
-                       sim.training, self.torch_gen, epochs=epochs, lr=lr, momentum=momentum, penalty=penalty,
-                       loss=loss)
-        result = yield sim.executor.submit(self._env, job)
-        flops = train_flops(sim.forward_flops(model), result.samples)
-        yield from self.compute(flops, "train")
-        return result
+                       sim.training, self.torch_gen, threads=sim.scenario.threads, epochs=epochs, lr=lr,
+                       momentum=momentum, penalty=penalty, loss=loss)
+        future = sim.executor.submit(job)
+        sim.train_wall_s += time.perf_counter() - t0
+        yield from self.compute(train_flops(sim.forward_flops(model), job.samples), "train")
+        t0 = time.perf_counter()
+        outcome: TrainOutcome = future.result()
+        if job.samples:
+            load_state_(model, outcome.state)
+            self.torch_gen.set_state(outcome.generator_state)
+            model.train()  # as training left it
+        sim.train_wall_s += time.perf_counter() - t0
+        return outcome.result
 
     def pooled_shards(self) -> tuple[Shard, ...]:
         """Every device's shard, for the pooled references only (``centralized``, Conditional's
@@ -165,9 +181,10 @@ class DeviceContext(NodeContext):
         self._sim.recorder.compute(self.now, self.id, flops, sim_s, what)
         yield self._env.timeout(sim_s)
 
-    def evaluate(self, model: nn.Module, round: Optional[int] = None) -> float:
-        """Score of ``model`` on this device's local test set (the run's metric), recorded for this device."""
-        return self._sim.evaluate_on(self.id, model, round)
+    def evaluate(self, model: nn.Module, round: Optional[int] = None) -> None:
+        """Score ``model`` on this device's local test set (the run's metric), recorded for this device
+        (see ``evaluate_device``)."""
+        self._sim.evaluate_on(self.id, model, round)
 
 
 class ServerContext(NodeContext):

@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import networkx as nx
 import simpy
@@ -21,13 +22,14 @@ import torch
 from torch import nn
 
 from p2pfl.errors import ConfigError, UserError
-from p2pfl.learning.train import evaluate_accuracy, evaluate_rmse
+from p2pfl.executors.base import Done, Executor, Future
+from p2pfl.executors.jobs import EvalJob
+from p2pfl.executors.select import make_executor, resolve_kind
 from p2pfl.metrics.recorder import Recorder
 from p2pfl.metrics.summary import build_summary
 from p2pfl.seeding import child_seed, stream, torch_generator
 from p2pfl.sim.context import DeviceContext, ServerContext
-from p2pfl.sim.cost import forward_flops_per_sample
-from p2pfl.sim.executor import EXECUTORS
+from p2pfl.sim.cost import forward_flops_per_sample, train_flops
 from p2pfl.sim.network import Network
 from p2pfl.sim.profiles import draw_profiles
 from p2pfl.sim.runinfo import RunInfo, ServerInfo
@@ -40,6 +42,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.protocols.base import Protocol
 
 __all__ = ["Simulation", "SimulationStalled", "resolve_torch_device"]
+
+
+#: Evaluations whose scores may be outstanding at once (then the oldest is awaited).
+_MAX_PENDING_EVALS = 10_000
 
 
 class SimulationStalled(UserError):
@@ -61,12 +67,13 @@ class Simulation:
     ``protocol`` is the protocol class; by default it is looked up in the
     registry from ``scenario.protocol.name`` (the kernel itself imports no protocol).
     ``on_setup`` is called with the step's name before each build step: ``"topology"``,
-    ``"data"``, ``"network"``, ``"protocol"`` (progress display).
+    ``"data"``, ``"network"``, ``"protocol"``, ``"executor:KIND"`` when it starts workers (progress display). ``executor``
+    replaces the scenario's (its owner closes it; a study or a test reuses one pool of workers).
     """
 
     def __init__(self, scenario: Scenario, protocol: Optional[type[Protocol]] = None, *,
                  on_round: Optional[Callable[[], None]] = None,
-                 on_setup: Callable[[str], None] | None = None) -> None:
+                 on_setup: Callable[[str], None] | None = None, executor: Optional[Executor] = None) -> None:
         t0 = time.perf_counter()
         setup = on_setup or (lambda step: None)
         self.scenario = scenario
@@ -96,11 +103,30 @@ class Simulation:
         self.protocol: Protocol = cls(scenario.protocol, self.run_info)
         if self.protocol.requires_server() and not self.topology.servers:
             raise ConfigError(f"protocol {cls.name!r} needs a server; add 'servers: [{{attach: all}}]' to the topology")
-        self.executor = EXECUTORS[scenario.executor]()
+        self._owns_executor = executor is None
+        if executor is None:
+            model = self.run_info.build_model(0)
+            kind = resolve_kind(scenario.executor, threads=scenario.threads, torch_device=self.torch_device,
+                                train_flops=self._estimated_train_flops(model), model=model)
+            if kind in ("process", "ray"):  # they start workers
+                setup(f"executor:{kind}")
+            executor = make_executor(kind, scenario.executor, threads=scenario.threads)
+        self.executor = executor
+        if self.executor.name != "inline":
+            self.executor.share(self.federation.shards)
+        self._evals: deque[tuple[Future[float], dict[str, Any]]] = deque()
         self._flops: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+        self.train_wall_s = 0.0  # submitting and awaiting training jobs (contexts add to it)
         self.eval_wall_s = 0.0
         self.run_wall_s = 0.0
         self.build_wall_s = time.perf_counter() - t0
+
+    def _estimated_train_flops(self, model: nn.Module) -> float:
+        """Modelled FLOPs of every device's local epochs over the rounds (``auto`` decides by it)."""
+        samples = sum(int(s.train_y.shape[0]) for s in self.federation.shards)
+        rounds = getattr(self.scenario.protocol, "rounds", 1)
+        return float(train_flops(forward_flops_per_sample(model, self.federation.input_shape),
+                                 samples * self.training.epochs * rounds))
 
     def _run_info(self) -> RunInfo:
         fed = self.federation
@@ -140,7 +166,7 @@ class Simulation:
             flops = self._flops[model] = forward_flops_per_sample(model, self.federation.input_shape)
         return flops
 
-    def evaluate_on(self, device: int, model: nn.Module, round: Optional[int]) -> float:
+    def evaluate_on(self, device: int, model: nn.Module, round: Optional[int]) -> None:
         """The metric's score of ``model`` on ``device``'s local test set (accuracy, RMSE or rollout
         success), recorded for it."""
         t0 = time.perf_counter()
@@ -152,13 +178,20 @@ class Simulation:
             self.recorder.log(self.env.now, device, "rollout_success", report.score, round=round, **report.fields)
             self.eval_wall_s += time.perf_counter() - t0
             self.recorder.evaluation(self.env.now, device, report.score, round)
-            return report.score
+            return None
         shard = self.federation.shards[device]
-        score = evaluate_rmse if self.federation.task == "regression" else evaluate_accuracy
-        value = score(model, shard.test_x, shard.test_y)
+        metric: Literal["accuracy", "rmse"] = "rmse" if self.federation.task == "regression" else "accuracy"
+        future = self.executor.submit(EvalJob(device, model, shard.test_x, shard.test_y, metric,
+                                              threads=self.scenario.threads))
+        self._evals.append((future, self.recorder.evaluation_later(self.env.now, device, round)))
+        while self._evals and (len(self._evals) > _MAX_PENDING_EVALS or isinstance(self._evals[0][0], Done)):
+            self._fill_oldest_eval()
         self.eval_wall_s += time.perf_counter() - t0
-        self.recorder.evaluation(self.env.now, device, value, round)
-        return value
+        return None
+
+    def _fill_oldest_eval(self) -> None:
+        future, entry = self._evals.popleft()
+        self.recorder.fill_evaluation(entry, future.result())
 
     # --- running -----------------------------------------------------------------------------
 
@@ -188,6 +221,12 @@ class Simulation:
             return self._run(t0)
         finally:
             torch.set_num_threads(threads)
+            self.close()
+
+    def close(self) -> None:
+        """Stop the executor's workers unless the caller passed it in (idempotent; ``run`` does it when it ends)."""
+        if self._owns_executor:
+            self.executor.close()
 
     def _run(self, t0: float) -> dict[str, Any]:
         devices, servers = self._contexts()
@@ -203,6 +242,10 @@ class Simulation:
             raise SimulationStalled(
                 f"simulation stalled at t={self.env.now:.6g}s: nodes wait for messages that will never come "
                 "(lost on a lossy link?); set protocol.reply_timeout_s or protocol.round_timeout_s") from None
+        t_wait = time.perf_counter()
+        while self._evals:
+            self._fill_oldest_eval()
+        self.eval_wall_s += time.perf_counter() - t_wait
         self.run_wall_s = time.perf_counter() - t0
         return self.summary()
 
@@ -217,14 +260,15 @@ class Simulation:
                              sim_time_s=self.env.now, tail=tail)
 
     def timing(self) -> dict[str, float]:
-        """Measured wall-clock figures (never steer the simulation)."""
+        """Measured wall-clock figures (never steer the simulation); with workers, ``train_wall_s`` and
+        ``eval_wall_s`` are the seconds this process spent handing jobs over and awaiting them."""
         run = self.run_wall_s
         return {
             "build_wall_s": self.build_wall_s,
             "run_wall_s": run,
-            "train_wall_s": self.executor.wall_s,
+            "train_wall_s": self.train_wall_s,
             "eval_wall_s": self.eval_wall_s,
-            "kernel_wall_s": max(run - self.executor.wall_s - self.eval_wall_s, 0.0),
+            "kernel_wall_s": max(run - self.train_wall_s - self.eval_wall_s, 0.0),
             "events": len(self.recorder.events),
         }
 

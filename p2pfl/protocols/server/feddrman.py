@@ -17,6 +17,7 @@ The maths are pure functions: distillation losses in ``p2pfl.learning.distill``,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, cast
 
 import torch
@@ -152,29 +153,41 @@ class FedDRMan(FedAvgBase[FedDRManParams]):
 
     def local_loss(self, teacher: ResNetTPolicy, gen: Optional[torch.Generator] = None) -> BatchLoss:
         """Eq. 8 as a batch loss ``loss(student, x, y)``."""
-        p = self.params
-
-        def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            student = cast("ResNetTPolicy", model)
-            z, feats = student.encode(x)
-            dist = student.head(z)
-            total = gmm_nll(dist, y)
-            if not self._uses_teacher():
-                return total
-            with torch.no_grad():
-                zt, feats_t = teacher.encode(x)
-                dist_t = teacher.head(zt)
-            if p.sub_loss:
-                for m, lam in p.lambda_sub.items():
-                    if lam > 0:
-                        total = total + lam * subspace_distillation(feats_t[m].T, feats[m].T, p.rank, p.feature_noise, gen)
-            if p.act_loss and p.lambda_act > 0:
-                total = total + p.lambda_act * action_distillation(dist_t, dist, gen)
-            return total
-
-        return loss
+        return DistillationLoss(self.params, teacher if self._uses_teacher() else None, gen)
 
     def result(self) -> dict[str, Any]:
         if not self.groups:
             return {}
         return {"clusters": self.groups, "ari": adjusted_rand_index(list(self.run.true_clusters), self.groups)}
+
+
+@dataclass(frozen=True)
+class DistillationLoss:
+    """Eq. 8: the student's GMM negative log-likelihood plus the subspace (Eq. 6) and action (Eq. 7)
+    distillation terms toward the frozen ``teacher`` (``None``: the NLL only).
+
+    An object rather than a closure, so a training job carrying it can run in another process.
+    """
+
+    params: FedDRManParams
+    teacher: Optional[ResNetTPolicy]
+    gen: Optional[torch.Generator]
+
+    def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        p, teacher = self.params, self.teacher
+        student = cast("ResNetTPolicy", model)
+        z, feats = student.encode(x)
+        dist = student.head(z)
+        total = gmm_nll(dist, y)
+        if teacher is None:
+            return total
+        with torch.no_grad():
+            zt, feats_t = teacher.encode(x)
+            dist_t = teacher.head(zt)
+        if p.sub_loss:
+            for m, lam in p.lambda_sub.items():
+                if lam > 0:
+                    total = total + lam * subspace_distillation(feats_t[m].T, feats[m].T, p.rank, p.feature_noise, self.gen)
+        if p.act_loss and p.lambda_act > 0:
+            total = total + p.lambda_act * action_distillation(dist_t, dist, self.gen)
+        return total

@@ -9,6 +9,7 @@ else (messages, bytes, aggregation) is FedAvg's: the variant overrides
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 import torch
@@ -23,22 +24,29 @@ from p2pfl.protocols.server.fedavg import FedAvgBase, FedAvgParams
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.context import DeviceContext
 
-__all__ = ["FedProx", "FedProxParams", "proximal_penalty"]
+__all__ = ["FedProx", "FedProxParams", "ProximalPenalty", "proximal_penalty"]
 
 
 class FedProxParams(FedAvgParams):
     mu: float = Field(0.01, ge=0, description="proximal coefficient")
 
 
+@dataclass(frozen=True)
+class ProximalPenalty:
+    """penalty(model) = coefficient/2 * sum over parameters ||p - anchor[p]||^2 (an object, so a
+    training job carrying it can run in another process)."""
+
+    anchor: dict[str, torch.Tensor]
+    coefficient: float
+
+    def __call__(self, model: nn.Module) -> torch.Tensor:
+        terms = [((p - self.anchor[name]) ** 2).sum() for name, p in model.named_parameters() if p.requires_grad]
+        return 0.5 * self.coefficient * torch.stack(terms).sum()
+
+
 def proximal_penalty(anchor: Mapping[str, torch.Tensor], coefficient: float) -> Penalty:
-    """penalty(model) = coefficient/2 * sum over parameters ||p - anchor[p]||^2 (anchor detached)."""
-    anchor = {k: v.detach() for k, v in anchor.items()}
-
-    def penalty(model: nn.Module) -> torch.Tensor:
-        terms = [((p - anchor[name]) ** 2).sum() for name, p in model.named_parameters() if p.requires_grad]
-        return 0.5 * coefficient * torch.stack(terms).sum()
-
-    return penalty
+    """The proximal term toward ``anchor`` (detached)."""
+    return ProximalPenalty({k: v.detach() for k, v in anchor.items()}, coefficient)
 
 
 class FedProx(FedAvgBase[FedProxParams]):

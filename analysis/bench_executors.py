@@ -1,0 +1,488 @@
+"""Executor benchmark: what each executor costs on workload W against a bare PyTorch loop, and at large N.
+
+    python analysis/bench_executors.py [--quick] [--only w|gossip] [--sizes 1000,10000] [--huge [N]]
+                                       [--gossip-executors inline,process,batched] [--timeout 1800] [--csv PATH]
+
+Table 1, workload W (``scenarios/bench/workload_w.yaml``: FedAvg, real Fashion-MNIST, 20 devices x 1,000
+IID samples, cnn28, SGD lr 0.01 momentum 0.9, batch 64, 1 local epoch, 10 rounds): a bare PyTorch loop
+that trains the way Flower clients do (a DataLoader per device, a fresh SGD per job, then FedAvg of the
+state dicts) on the very shards p2pfl builds, beside p2pfl with each executor. ``x floor`` is the whole
+subprocess's wall time over the floor = (bare loop, 1 thread, loop seconds) / 2, the training alone spread
+perfectly over 2 cores.
+
+Table 2, large-N gossip (sync, push_pull; MLP with 64 hidden units; MCDC synthetic logistic data, 16
+samples per device; random geometric neighbourhood): what the simulator costs per device-round outside
+training, ``(run_wall_s - train_wall_s) / (N * rounds)``.
+
+Every configuration runs in its own fresh subprocess (this script with ``--child``), so its wall time
+includes interpreter start, imports and set-up, and its memory is its own: peak memory is the largest sum of
+PSS (proportional set size: a page shared by k processes, such as torch's libraries or the shards in
+shared memory, counts 1/k in each) over the subprocess and all its descendants, sampled every 50 ms; a sum
+of RSS would count torch's libraries once per worker. A configuration that times out
+or fails becomes a row saying so. ``--quick`` (W on 2 devices x 200 samples for 2 rounds; gossip N=200)
+checks that the script works in about a minute or two; its figures are not the benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import importlib.metadata
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+W_SCENARIO = ROOT / "scenarios" / "bench" / "workload_w.yaml"
+RESULT_TAG = "BENCH_RESULT "
+QUICK_W = ["topology.n=2", "data.samples_per_client=200", "protocol.rounds=2", "protocol.eval_every=2"]
+BATCHED_MODULE = "p2pfl.executors.batched"
+SAMPLE_EVERY_S = 0.05
+FLOOR_CORES = 2
+
+# --- the child: one configuration, measured inside a fresh interpreter ---------------------------------
+
+
+def child_main(spec: dict[str, Any]) -> None:
+    """Run one configuration and print its figures as one tagged JSON line on stdout."""
+    if spec.get("needs_module") and not _importable(spec["needs_module"]):
+        out: dict[str, Any] = {"na": "not built"}
+    elif spec["kind"] == "bare":
+        out = bare_loop(spec["scenario"], spec["overrides"], spec["threads"])
+    else:
+        out = p2pfl_run(spec["scenario"], spec["overrides"])
+    print(RESULT_TAG + json.dumps(out), flush=True)
+
+
+def _importable(module: str) -> bool:
+    """False only when ``module`` itself is missing (an error inside it propagates)."""
+    try:
+        __import__(module)
+    except ModuleNotFoundError as err:
+        if err.name == module:
+            return False
+        raise
+    return True
+
+
+def p2pfl_run(scenario: str | dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``p2pfl.run`` without a run directory; also reports which executor the kernel built."""
+    import p2pfl
+    import p2pfl.sim.kernel as kernel
+
+    chosen: list[str] = []
+    make = kernel.make_executor
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        executor = make(*args, **kwargs)
+        chosen.append(executor.describe())
+        return executor
+
+    kernel.make_executor = spy
+    r = p2pfl.run(scenario, overrides=overrides, write=False)
+    t = r.timing
+    return {"run_s": t["run_wall_s"], "build_s": t["build_wall_s"], "train_s": t["train_wall_s"],
+            "accuracy": r.summary.get("accuracy_mean"), "executor": chosen[0] if chosen else "?"}
+
+
+def bare_loop(scenario: str, overrides: list[str], threads: int) -> dict[str, Any]:
+    """FedAvg by hand, Flower-client style, on the scenario's own shards; ``run_s`` is the loop plus final eval."""
+    import torch
+
+    from p2pfl.api import resolve
+    from p2pfl.learning.models import build_model
+    from p2pfl.seeding import child_seed
+    from p2pfl.sim.world import build_any_federation
+
+    torch.set_num_threads(threads)
+    sc = resolve(scenario, overrides=overrides)
+    assert sc.topology.n is not None, "workload W names its device count"
+    fed = build_any_federation(sc.data, sc.topology.n, sc.seed)
+    t0 = time.perf_counter()
+    model = build_model(sc.model, fed.input_shape, fed.num_classes, seed=child_seed(sc.seed, "init"))
+    loaders = [_loader(s.train_x, s.train_y, sc.training.batch_size, sc.seed * 100_003 + i)
+               for i, s in enumerate(fed.shards)]
+    for _ in range(sc.protocol.rounds):
+        states = [_train_copy(model, loader, sc.training.lr, sc.training.momentum) for loader in loaders]
+        model.load_state_dict(_average(states))
+    acc = _mean_test_accuracy(model, [(s.test_x, s.test_y) for s in fed.shards])
+    return {"run_s": time.perf_counter() - t0, "accuracy": acc}
+
+
+def _loader(x: Any, y: Any, batch_size: int, seed: int) -> Any:
+    """A shuffling DataLoader over one device's samples, with its own seeded generator."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    gen = torch.Generator().manual_seed(seed)
+    return DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True, generator=gen)
+
+
+def _train_copy(model: Any, loader: Any, lr: float, momentum: float) -> dict[str, Any]:
+    """One local epoch on a copy of ``model`` with a fresh SGD; returns the copy's state dict."""
+    import copy
+
+    import torch
+    from torch.nn import functional as F
+
+    local = copy.deepcopy(model)
+    local.train()
+    opt = torch.optim.SGD(local.parameters(), lr=lr, momentum=momentum)
+    for xb, yb in loader:
+        opt.zero_grad()
+        F.cross_entropy(local(xb), yb).backward()
+        opt.step()
+    return local.state_dict()
+
+
+def _average(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """FedAvg with equal weights (IID shards of equal size): the key-by-key mean."""
+    import torch
+
+    return {k: torch.stack([s[k].float() for s in states]).mean(dim=0).to(states[0][k].dtype) for k in states[0]}
+
+
+def _mean_test_accuracy(model: Any, tests: Sequence[tuple[Any, Any]]) -> float:
+    """Mean over devices of the model's accuracy on each device's local test shard (p2pfl's accuracy_mean)."""
+    from p2pfl.learning.train import evaluate_accuracy
+
+    return sum(evaluate_accuracy(model, x, y) for x, y in tests) / len(tests)
+
+
+# --- the parent: subprocesses, their memory, the tables -------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """One configuration's result as the parent saw it."""
+
+    status: str  # "ok", "timeout", "n/a (not built)" or "failed: <last stderr line>"
+    wall_s: float
+    peak_pss_mib: float
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _proc_table() -> list[tuple[int, int, int]]:
+    """``(pid, ppid, session id)`` of every process now."""
+    rows = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        rows.append((int(entry), int(fields[1]), int(fields[3])))
+    return rows
+
+
+def tree_pids(root: int) -> set[int]:
+    """``root``, its descendants by ppid chain, and whatever stayed in its session (orphans reparented)."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    found = {pid for pid, _, sid in table if sid == root}
+    for pid, ppid, _ in table:
+        children.setdefault(ppid, []).append(pid)
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        found.add(pid)
+        todo.extend(c for c in children.get(pid, ()) if c not in found)
+    return found
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class RssSampler(threading.Thread):
+    """Keeps the largest summed PSS of a process tree, sampled every ``SAMPLE_EVERY_S``."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.peak_kib = 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            self.peak_kib = max(self.peak_kib, sum(_pss_kib(p) for p in tree_pids(self.pid)))
+            self._stop_event.wait(SAMPLE_EVERY_S)
+
+    def stop(self) -> float:
+        """Stop sampling; the peak in MiB."""
+        self._stop_event.set()
+        self.join()
+        return self.peak_kib / 1024
+
+
+def run_child(spec: dict[str, Any], timeout: float) -> Outcome:
+    """Run ``spec`` in a fresh interpreter (its own session), sampling its tree's memory."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    sampler = RssSampler(proc.pid)
+    sampler.start()
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the session this script started for it
+        out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    peak = sampler.stop()
+    if timed_out:
+        return Outcome("timeout", wall, peak)
+    return _parse(proc.returncode, out, err, wall, peak)
+
+
+def _parse(rc: int, out: str, err: str, wall: float, peak: float) -> Outcome:
+    tagged = [line[len(RESULT_TAG):] for line in out.splitlines() if line.startswith(RESULT_TAG)]
+    if rc != 0 or not tagged:
+        lines = [line.strip() for line in err.splitlines() if line.strip()]
+        why = lines[-1] if lines else f"exit status {rc}"
+        return Outcome(f"failed: {why[:160]}", wall, peak)
+    data = json.loads(tagged[-1])
+    if "na" in data:
+        return Outcome(f"n/a ({data['na']})", wall, peak)
+    return Outcome("ok", wall, peak, data)
+
+
+def progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One row to measure: its label and the child's spec."""
+
+    label: str
+    spec: dict[str, Any]
+
+
+def w_configs(overrides: list[str]) -> list[Config]:
+    """The workload-W rows, in table order."""
+    path = str(W_SCENARIO)
+
+    def bare(threads: int) -> Config:
+        return Config(f"bare PyTorch loop, threads={threads}",
+                      {"kind": "bare", "scenario": path, "overrides": overrides, "threads": threads})
+
+    def sim(label: str, extra: list[str], needs: Optional[str] = None) -> Config:
+        return Config(label, {"kind": "p2pfl", "scenario": path, "overrides": overrides + extra, "needs_module": needs})
+
+    return [bare(1), bare(2),
+            sim("p2pfl inline, threads=1", ["executor=inline", "threads=1"]),
+            sim("p2pfl inline, threads=2", ["executor=inline", "threads=2"]),
+            sim("p2pfl process, 2 workers, threads=1", ["executor={kind: process, workers: 2}", "threads=1"]),
+            sim("p2pfl batched", ["executor=batched"], BATCHED_MODULE),
+            sim("p2pfl auto (default)", [])]
+
+
+def gossip_scenario(n: int, rounds: int, executor: str) -> dict[str, Any]:
+    """Large-N gossip: sync push-pull, MLP(64), synthetic logistic data, a connected geometric neighbourhood."""
+    radius = 1.6 * math.sqrt(math.log(n) / (math.pi * n))  # comfortably above the connectivity threshold
+    sc: dict[str, Any] = {
+        "name": f"bench_executors_gossip_{n}",
+        "seed": 0,
+        "topology": {"kind": "random_geometric", "n": n, "radius": radius},
+        "data": {"dataset": "synthetic_logistic", "samples_per_client": 16,
+                 "partition": {"kind": "parameter_shift", "n_clusters": 1, "n_features": 10}},
+        "model": {"name": "mlp", "hidden": 64},
+        "training": {"epochs": 1, "batch_size": 8, "lr": 0.05, "momentum": 0.0},
+        "protocol": {"name": "gossip", "rounds": rounds, "mode": "sync", "exchange": "push_pull",
+                     "eval_every": rounds},
+        "threads": 1,
+    }
+    if executor != "auto":
+        sc["executor"] = executor
+    return sc
+
+
+def measure(label: str, spec: dict[str, Any], timeout: float) -> Outcome:
+    progress(f"running {label} ...")
+    outcome = run_child(spec, timeout)
+    progress(f"  {outcome.status}, wall {outcome.wall_s:.1f} s, peak PSS {outcome.peak_pss_mib:.0f} MiB")
+    return outcome
+
+
+# --- tables ---------------------------------------------------------------------------------------------
+
+
+def fmt(value: Optional[float], digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def w_rows(configs: list[Config], timeout: float) -> list[dict[str, Any]]:
+    """Measure every workload-W configuration; ``x floor`` against the bare 1-thread loop."""
+    outcomes = [(c, measure(c.label, c.spec, timeout)) for c in configs]
+    base = outcomes[0][1]
+    floor = base.data["run_s"] / FLOOR_CORES if base.ok else None
+    rows = []
+    for config, o in outcomes:
+        label = config.label
+        if o.ok and config.spec.get("kind") == "p2pfl" and not any(s.startswith("executor") for s in config.spec["overrides"]):
+            label += f" → {o.data['executor']}"
+        rows.append({"table": "workload_w", "configuration": label, "status": o.status, "wall_s": o.wall_s,
+                     "run_s": o.data.get("run_s"), "peak_pss_mib": o.peak_pss_mib,
+                     "x_floor": o.wall_s / floor if floor and o.ok else None, "accuracy": o.data.get("accuracy")})
+    return rows
+
+
+def print_w(rows: list[dict[str, Any]], title: str) -> None:
+    print(f"\n{title}\n")
+    print("| configuration | wall s | run s | peak PSS MiB | x floor | accuracy |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        if r["status"] != "ok":
+            print(f"| {r['configuration']} | {_cell(r['status'])} | | | | |")
+            continue
+        print(f"| {r['configuration']} | {fmt(r['wall_s'])} | {fmt(r['run_s'])} | {fmt(r['peak_pss_mib'], 0)} | "
+              f"{fmt(r['x_floor'])} | {fmt(r['accuracy'], 4)} |")
+    print(f"\nfloor = (bare loop, threads=1, run s) / {FLOOR_CORES}: its training spread perfectly over "
+          f"{FLOOR_CORES} cores; x floor = wall s / floor. run s: p2pfl's run_wall_s (simulation, final "
+          "evaluation included); the bare loop's rounds plus its final evaluation. Accuracy: the final global "
+          "model's mean over devices of its accuracy on each device's local test shard (p2pfl's accuracy_mean; "
+          "the bare loop scores its averaged model the same way). Peak PSS: the whole process tree.")
+
+
+def gossip_rows(sizes: list[tuple[int, int]], executors: list[str], timeout: float) -> list[dict[str, Any]]:
+    """Measure gossip at each (N, rounds) with each executor."""
+    rows = []
+    for n, rounds in sizes:
+        for ex in executors:
+            spec: dict[str, Any] = {"kind": "p2pfl", "scenario": gossip_scenario(n, rounds, ex), "overrides": [],
+                    "needs_module": BATCHED_MODULE if ex == "batched" else None}
+            o = measure(f"gossip N={n} rounds={rounds} executor={ex}", spec, timeout)
+            d = o.data
+            overhead = (d["run_s"] - d["train_s"]) / (n * rounds) * 1000 if o.ok else None
+            rows.append({"table": "gossip", "n": n, "rounds": rounds, "executor": d.get("executor", ex),
+                         "status": o.status, "wall_s": o.wall_s, "build_s": d.get("build_s"), "run_s": d.get("run_s"),
+                         "peak_pss_mib": o.peak_pss_mib, "overhead_ms": overhead})
+    return rows
+
+
+def print_gossip(rows: list[dict[str, Any]]) -> None:
+    print("\nLarge-N gossip (sync, push_pull; mlp hidden 64; synthetic_logistic, 16 samples per device; "
+          "random geometric)\n")
+    print("| N | rounds | executor | wall s | build s | run s | peak PSS MiB | overhead outside training ms / device-round |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        head = f"| {r['n']} | {r['rounds']} | {r['executor']} |"
+        if r["status"] != "ok":
+            print(f"{head} {_cell(r['status'])} | | | | |")
+            continue
+        print(f"{head} {fmt(r['wall_s'])} | {fmt(r['build_s'])} | {fmt(r['run_s'])} | {fmt(r['peak_pss_mib'], 0)} | "
+              f"{fmt(r['overhead_ms'], 3)} |")
+    print("\noverhead = (run_wall_s - train_wall_s) / (N * rounds); with workers, train_wall_s is the time this "
+          "process spent handing training jobs over and awaiting them.")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    keys: list[str] = []
+    for r in rows:
+        keys.extend(k for k in r if k not in keys)
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+# --- header and command line -----------------------------------------------------------------------------
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def header(quick: bool) -> str:
+    """One line: the commit (``+dirty`` with uncommitted changes), CPUs, torch and Python versions."""
+    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = "+dirty" if _git("status", "--porcelain") else ""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "not installed"
+    mode = "; QUICK MODE (a check of the script, not the benchmark)" if quick else ""
+    return (f"commit {commit}{dirty}; CPUs {os.cpu_count()} (usable {cores}); torch {torch_version}; "
+            f"python {sys.version.split()[0]}{mode}")
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="W on 2 devices x 200 samples, 2 rounds; gossip N=200")
+    ap.add_argument("--only", choices=("w", "gossip"), help="run one table only")
+    ap.add_argument("--sizes", default="1000,10000", help="gossip device counts, 10 rounds each")
+    ap.add_argument("--huge", type=int, nargs="?", const=100_000, default=None,
+                    help="also gossip with this many devices (default 100000), 2 rounds")
+    ap.add_argument("--gossip-executors", default="inline,process,batched",
+                    help="executors for the gossip table (inline, process, ray, batched, auto)")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per configuration")
+    ap.add_argument("--csv", type=Path, help="also write every row to this CSV file")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def gossip_sizes(args: argparse.Namespace) -> list[tuple[int, int]]:
+    if args.quick:
+        return [(200, 10)]
+    sizes = [(int(s), 10) for s in args.sizes.split(",") if s.strip()]
+    return sizes + ([(args.huge, 2)] if args.huge else [])
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    args = parse_args(argv)
+    if args.child is not None:
+        child_main(json.loads(args.child))
+        return
+    print(header(args.quick))
+    rows: list[dict[str, Any]] = []
+    if args.only in (None, "w"):
+        w = w_rows(w_configs(QUICK_W if args.quick else []), args.timeout)
+        what = "2 devices x 200 samples, 2 rounds (quick)" if args.quick else "20 devices x 1,000 samples, 10 rounds"
+        print_w(w, f"Workload W (FedAvg, Fashion-MNIST, cnn28; {what})")
+        rows += w
+    if args.only in (None, "gossip"):
+        g = gossip_rows(gossip_sizes(args), [e.strip() for e in args.gossip_executors.split(",") if e.strip()],
+                        args.timeout)
+        print_gossip(g)
+        rows += g
+    if args.csv:
+        write_csv(args.csv, rows)
+
+
+if __name__ == "__main__":
+    main()

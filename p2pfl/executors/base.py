@@ -1,0 +1,117 @@
+"""The executor contract: jobs snapshotted at submit, outcomes applied at completion time.
+
+The simulated duration of a job is known before it runs (FLOPs / the device's
+FLOP rate), so when a device calls ``ctx.train`` at simulated time t the kernel
+hands the job to the executor at once and asks for its outcome only when the
+clock reaches t + duration. A job's inputs (a copy of the model, the generator's
+state, its data) are taken at submit; its outputs are applied to the live model
+at completion. Every executor follows that one rule, so the history is the same
+whether jobs ran one by one here or overlapped on many cores.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.data import Shard
+    from p2pfl.executors.jobs import Job
+
+__all__ = ["Executor", "Future", "Done", "ExecutorError", "SHARD_FIELDS", "pool_shards", "SharedViews"]
+
+T = TypeVar("T")
+
+#: The shard tensors an executor shares with its workers once per run.
+SHARD_FIELDS = ("train_x", "train_y", "test_x", "test_y")
+
+
+class ExecutorError(RuntimeError):
+    """A worker died or a job raised in a worker (the message carries the worker's traceback)."""
+
+
+class Future(ABC, Generic[T]):
+    """A submitted job's outcome; ``result()`` blocks until it is there."""
+
+    @abstractmethod
+    def result(self) -> T: ...
+
+
+class Done(Future[T]):
+    """An outcome that is already there."""
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+
+    def result(self) -> T:
+        return self.value
+
+
+class Executor(ABC):
+    """Runs jobs. ``wall_s`` adds up the seconds this process spent running or awaiting them."""
+
+    name = "executor"
+
+    def __init__(self) -> None:
+        self.wall_s = 0.0
+
+    def share(self, shards: Sequence[Shard]) -> None:  # noqa: B027 - optional hook
+        """Make the shards' tensors available to the workers once (inline needs nothing)."""
+
+    @abstractmethod
+    def submit(self, job: Job) -> Future[Any]:
+        """Snapshot ``job`` now and start it; the future yields its outcome."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release workers (idempotent)."""
+
+    def describe(self) -> str:
+        """One line for logs: the kind and its size."""
+        return self.name
+
+
+def pool_shards(shards: Sequence[Shard]) -> tuple[dict[str, torch.Tensor], dict[int, str]]:
+    """Lay every shard tensor end to end, one pool per field, dtype and sample shape; rebind the shards to views.
+
+    Returns the pools ``{name: tensor}`` and the keys of the shards' new tensors
+    ``{id(view): "name@start:stop"}`` (see :func:`view_of`). The shards hold the
+    same values as before, so a worker maps a few large buffers instead of four
+    per device.
+    """
+    pools: dict[str, torch.Tensor] = {}
+    keys: dict[int, str] = {}
+    for field in SHARD_FIELDS:
+        groups: dict[tuple[torch.dtype, tuple[int, ...]], list[int]] = {}
+        for i, s in enumerate(shards):
+            t: torch.Tensor = getattr(s, field)
+            groups.setdefault((t.dtype, tuple(t.shape[1:])), []).append(i)
+        for g, (dtype_shape, members) in enumerate(groups.items()):
+            parts = [getattr(shards[i], field) for i in members]
+            pool = torch.cat([p.reshape(p.shape[0], *dtype_shape[1]) for p in parts]) if parts else torch.empty(0)
+            name = f"{field}.{g}"
+            pools[name] = pool
+            offset = 0
+            for i, p in zip(members, parts):
+                n = p.shape[0]
+                view = pool[offset : offset + n]
+                object.__setattr__(shards[i], field, view)  # frozen against protocols; same values
+                keys[id(view)] = f"{name}@{offset}:{offset + n}"
+                offset += n
+    return pools, keys
+
+
+class SharedViews(dict[str, torch.Tensor]):
+    """``{key: tensor}`` for a worker: ``"name@start:stop"`` resolves to a view of pool ``name`` (cached)."""
+
+    def __init__(self, pools: dict[str, torch.Tensor]) -> None:
+        super().__init__()
+        self.pools = pools
+
+    def __missing__(self, key: str) -> torch.Tensor:
+        name, _, span = key.partition("@")
+        start, _, stop = span.partition(":")
+        view = self[key] = self.pools[name][int(start) : int(stop)]
+        return view

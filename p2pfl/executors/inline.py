@@ -1,0 +1,40 @@
+"""The inline executor: every job runs at once, in this process, on its own snapshot."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import torch
+
+from p2pfl.executors.base import Done, Executor, Future
+from p2pfl.executors.jobs import EvalJob, Job, TrainJob, run_job
+
+__all__ = ["InlineExecutor"]
+
+
+class InlineExecutor(Executor):
+    """Runs each job when it is submitted.
+
+    A training job runs on a copy of the model and of the generator, and its
+    outcome waits for the completion time like any other executor's: so a
+    responder that reads the live model during the job sees the model from
+    before the job, as it would with workers. An evaluation runs on the live
+    model directly (nothing can change it before the job ends).
+    """
+
+    name = "inline"
+
+    def submit(self, job: Job) -> Future[Any]:
+        t0 = time.perf_counter()
+        if isinstance(job, TrainJob):
+            gen = torch.Generator(device=job.generator.device)
+            gen.set_state(job.generator.get_state())
+            job = copy.copy(job)
+            job.model, job.generator = copy.deepcopy(job.model), gen
+        else:
+            assert isinstance(job, EvalJob)
+        out = run_job(job)
+        self.wall_s += time.perf_counter() - t0
+        return Done(out)

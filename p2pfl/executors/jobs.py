@@ -1,0 +1,98 @@
+"""Jobs: the real compute behind ``ctx.train`` and ``ctx.evaluate``, as self-contained values.
+
+A job holds everything it needs (a copy of the model, the generator's state, the
+data or a reference to shared data) and nothing of the simulation, so any
+executor can run it in this process, in a worker process or on a Ray node.
+Running a job never changes the simulation; its outputs are applied by the
+kernel at the job's completion time (see :mod:`p2pfl.executors.base`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional, Union
+
+import torch
+from torch import nn
+
+from p2pfl.learning.train import (
+    BatchLoss,
+    Penalty,
+    TrainingSpec,
+    TrainResult,
+    evaluate_accuracy,
+    evaluate_rmse,
+    train_local,
+)
+
+__all__ = ["TrainJob", "TrainOutcome", "EvalJob", "Job"]
+
+
+@dataclass(frozen=True)
+class TrainOutcome:
+    """What a training job returns: the model's new state, the generator's new state, the result."""
+
+    state: dict[str, torch.Tensor]
+    generator_state: torch.Tensor
+    result: TrainResult
+
+
+@dataclass
+class TrainJob:
+    """One local training run of one node (``train_local`` with the given overrides).
+
+    ``model``, ``generator``, ``penalty`` and ``loss`` are the job's own copies; a
+    penalty or loss that is shipped to a worker must be picklable (a module-level
+    function, a ``functools.partial`` of one, or an object with ``__call__``).
+    """
+
+    node: int
+    model: nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
+    spec: TrainingSpec
+    generator: torch.Generator
+    threads: int = 1
+    epochs: Optional[int] = None
+    lr: Optional[float] = None
+    momentum: Optional[float] = None
+    penalty: Optional[Penalty] = None
+    loss: Optional[BatchLoss] = None
+
+    @property
+    def samples(self) -> int:
+        """Samples the job will process (known before it runs: the duration is modelled from it)."""
+        epochs = self.spec.epochs if self.epochs is None else self.epochs
+        return int(self.x.shape[0]) * epochs
+
+    def run(self) -> TrainOutcome:
+        result = train_local(self.model, self.x, self.y, self.spec, generator=self.generator, epochs=self.epochs,
+                             lr=self.lr, momentum=self.momentum, penalty=self.penalty, loss_fn=self.loss)
+        return TrainOutcome({k: v.detach() for k, v in self.model.state_dict().items()},
+                            self.generator.get_state(), result)
+
+
+@dataclass
+class EvalJob:
+    """Score a copy of a model on a test set: top-1 accuracy, or RMSE for regression."""
+
+    node: int
+    model: nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
+    metric: Literal["accuracy", "rmse"]
+    threads: int = 1
+
+    def run(self) -> float:
+        score = evaluate_rmse if self.metric == "rmse" else evaluate_accuracy
+        return score(self.model, self.x, self.y)
+
+
+Job = Union[TrainJob, EvalJob]
+
+
+def run_job(job: Job) -> Union[TrainOutcome, float]:
+    """Run ``job`` with its own intra-op thread count (the scenario's, never the worker's)."""
+    if torch.get_num_threads() != job.threads:
+        torch.set_num_threads(job.threads)
+    return job.run()

@@ -1,0 +1,184 @@
+"""The process executor: long-lived worker processes, shards in shared memory, jobs overlapped.
+
+Jobs go to the worker with the least modelled work outstanding; each worker runs
+its jobs in order and sends back the outcome (a model's flat state, the
+generator's state, the loss). The kernel asks for an outcome at the job's
+completion time, so all jobs submitted before then run meanwhile on other
+cores. Results are byte-identical to ``inline``: a job carries its own
+intra-op thread count (the scenario's), and torch gives the same bits in any
+process at the same count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import queue
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from p2pfl.executors.base import Executor, ExecutorError, Future, SharedViews, pool_shards
+from p2pfl.executors.jobs import Job, TrainJob, run_job
+from p2pfl.executors.wire import Packed, pack, unpack
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.data import Shard
+
+__all__ = ["ProcessExecutor"]
+
+_POLL_S = 1.0
+
+
+class _Pending(Future[Any]):
+    def __init__(self, executor: ProcessExecutor, job_id: int) -> None:
+        self.executor, self.job_id = executor, job_id
+
+    def result(self) -> Any:
+        return self.executor.await_job(self.job_id)
+
+
+class ProcessExecutor(Executor):
+    """``workers`` processes, each running one job at a time with the job's thread count."""
+
+    name = "process"
+
+    def __init__(self, workers: int) -> None:
+        super().__init__()
+        ctx = mp.get_context("spawn")
+        self.workers = workers
+        self._results: Any = ctx.Queue()
+        self._inboxes: list[Any] = [ctx.Queue() for _ in range(workers)]
+        with _without_main():
+            self._procs = [ctx.Process(target=_worker_main, args=(inbox, self._results, os.getpid(), w),
+                                       name=f"p2pfl-worker-{w}", daemon=True) for w, inbox in enumerate(self._inboxes)]
+            for p in self._procs:
+                p.start()
+        self._shared: dict[int, str] = {}
+        self._keep: list[torch.Tensor] = []
+        self._load = [0.0] * workers
+        self._where: dict[int, tuple[int, float]] = {}
+        self._done: dict[int, tuple[bool, Any]] = {}
+        self._next = 0
+        self._closed = False
+
+    def describe(self) -> str:
+        return f"process ({self.workers} workers)"
+
+    def share(self, shards: Sequence[Shard]) -> None:
+        pools, keys = pool_shards(shards)
+        for t in pools.values():
+            t.share_memory_()
+        self._shared.clear()  # a new run: the workers drop the previous run's pools
+        self._keep = list(pools.values())
+        self._keep.extend(getattr(s, f) for s in shards for f in ("train_x", "train_y", "test_x", "test_y"))
+        self._shared.update(keys)
+        for inbox in self._inboxes:
+            inbox.put(("pools", pools))
+
+    def submit(self, job: Job) -> Future[Any]:
+        t0 = time.perf_counter()
+        self._drain()
+        job_id, self._next = self._next, self._next + 1
+        cost = float(job.samples if isinstance(job, TrainJob) else job.x.shape[0] / 3)  # a forward is 1/3 of a step
+        w = min(range(self.workers), key=lambda i: (self._load[i], i))
+        self._load[w] += cost
+        self._where[job_id] = (w, cost)
+        self._inboxes[w].put(("job", job_id, pack(job, self._shared)))
+        self.wall_s += time.perf_counter() - t0
+        return _Pending(self, job_id)
+
+    def await_job(self, job_id: int) -> Any:
+        """Block until ``job_id`` is back; its outcome (or the worker's error)."""
+        t0 = time.perf_counter()
+        while job_id not in self._done:
+            try:
+                self._receive(self._results.get(timeout=_POLL_S))
+            except queue.Empty:
+                dead = [p.name for p in self._procs if not p.is_alive()]
+                if dead:
+                    raise ExecutorError(f"worker process {', '.join(dead)} died (out of memory?); "
+                                        "rerun with fewer workers or executor: inline") from None
+        ok, payload = self._done.pop(job_id)
+        self.wall_s += time.perf_counter() - t0
+        if not ok:
+            raise ExecutorError(f"a job failed in a worker process:\n{payload}")
+        return unpack(payload)
+
+    def _receive(self, item: tuple[int, bool, Any]) -> None:
+        job_id, ok, payload = item
+        w, cost = self._where.pop(job_id)
+        self._load[w] -= cost
+        self._done[job_id] = (ok, payload)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                self._receive(self._results.get_nowait())
+            except queue.Empty:
+                return
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for inbox in self._inboxes:
+            with contextlib.suppress(Exception):
+                inbox.put(None)
+        for p in self._procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+        for q in (*self._inboxes, self._results):
+            q.cancel_join_thread()
+            q.close()
+
+
+@contextlib.contextmanager
+def _without_main() -> Iterator[None]:
+    """Start workers without re-running the user's ``__main__`` (a script that runs a scenario at
+    top level would run it again in every worker). Jobs only reference importable modules."""
+    main = sys.modules.get("__main__")
+    saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__")
+                             if main is not None and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)
+
+
+def _worker_main(inbox: Any, results: Any, parent: int, index: int) -> None:
+    """A worker: map the shared pools, then run jobs in order until told to stop or the parent dies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    torch.set_num_threads(1)
+    shared = SharedViews({})
+    while True:
+        try:
+            msg = inbox.get(timeout=_POLL_S)
+        except queue.Empty:
+            if os.getppid() != parent:
+                return
+            continue
+        if msg is None:
+            return
+        if msg[0] == "pools":
+            shared = SharedViews(msg[1])
+            continue
+        _, job_id, packed = msg
+        try:
+            out: tuple[bool, Packed | str] = (True, pack(run_job(unpack(packed, shared))))
+        except BaseException:  # the parent reports it with this traceback
+            out = (False, f"(worker {index})\n{traceback.format_exc()}")
+        results.put((job_id, *out))

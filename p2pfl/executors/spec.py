@@ -1,0 +1,51 @@
+"""The scenario's ``executor:`` block, and how many cores this process may use."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal, Optional
+
+from pydantic import Field, model_validator
+
+from p2pfl.validation import Strict
+
+__all__ = ["ExecutorSpec", "available_cores", "CORES_ENV"]
+
+#: Set by a sweep for its workers: the cores one cell may use (a sweep of 2 cells on 2 cores gives 1).
+CORES_ENV = "P2PFL_CORES"
+
+
+class ExecutorSpec(Strict):
+    """``executor: auto | inline | process | ray | batched`` or ``{kind: ..., workers: N, address: ...}``.
+
+    ``auto`` picks ``process`` (every core) when the run's modelled training is
+    long enough to repay the workers' start-up, else ``inline``.
+    """
+
+    kind: Literal["auto", "inline", "process", "ray", "batched"] = "auto"
+    workers: Optional[int] = Field(None, ge=1, le=1024, description="worker processes (process) or Ray tasks in flight (ray)")
+    address: Optional[str] = Field(None, description="Ray cluster address ('auto', 'ray://host:10001'); none: a local Ray")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        return {"kind": v} if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _fields_fit_kind(self) -> ExecutorSpec:
+        if self.address is not None and self.kind != "ray":
+            raise ValueError(f"'address' is for kind 'ray' only (kind is {self.kind!r}); remove it")
+        if self.workers is not None and self.kind in ("inline", "batched"):
+            raise ValueError(f"'workers' is not used by kind {self.kind!r}; remove it or use kind 'process'")
+        return self
+
+
+def available_cores() -> int:
+    """Cores this process may use: the sweep's share (``P2PFL_CORES``), else the CPU affinity."""
+    env = os.environ.get(CORES_ENV)
+    if env and env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1

@@ -1,0 +1,117 @@
+"""The batched executor: stacked training within its stated tolerance of inline, and its fallbacks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from p2pfl.config import load_dict
+from p2pfl.executors.batched import ATOL, RTOL, BatchedExecutor, stackable
+from p2pfl.executors.inline import InlineExecutor
+from p2pfl.executors.jobs import TrainJob
+from p2pfl.executors.select import stacks_well
+from p2pfl.learning.models import CNN28, CNN32, MLP
+from p2pfl.learning.train import TrainingSpec
+from p2pfl.protocols.server.fedprox import proximal_penalty
+from p2pfl.sim.kernel import Simulation
+from tests.helpers import digits_scenario
+
+
+def _jobs(make, shape, k: int, n: int, spec: TrainingSpec) -> list[TrainJob]:
+    jobs = []
+    for i in range(k):
+        torch.manual_seed(i)  # distinct initial models
+        g = torch.Generator().manual_seed(100 + i)
+        data = torch.Generator().manual_seed(200 + i)
+        jobs.append(TrainJob(i, make(), torch.rand(n, *shape, generator=data),
+                             torch.randint(0, 10, (n,), generator=data), spec, g))
+    return jobs
+
+
+def _run_all(executor, jobs):
+    futures = [executor.submit(j) for j in jobs]
+    return [f.result() for f in futures]
+
+
+@pytest.mark.parametrize(("make", "shape", "n"), [
+    (lambda: MLP(64, 10, 32), (64,), 50),
+    (lambda: CNN28(10, hidden=16), (1, 28, 28), 40),
+    (lambda: CNN32(10, hidden=16), (3, 32, 32), 24),  # BatchNorm buffers stacked too
+])
+def test_stacked_jobs_are_within_tolerance_of_inline(make, shape, n):
+    spec = TrainingSpec(epochs=2, batch_size=16, lr=0.05, momentum=0.9, weight_decay=1e-4)
+    inline = _run_all(InlineExecutor(), _jobs(make, shape, 4, n, spec))
+    batched = BatchedExecutor()
+    stacked = _run_all(batched, _jobs(make, shape, 4, n, spec))
+    assert batched.stacked_jobs == 4
+    for a, b in zip(inline, stacked):
+        assert a.state.keys() == b.state.keys()
+        for name, w in a.state.items():
+            assert b.state[name].dtype == w.dtype
+            if torch.is_floating_point(w):
+                torch.testing.assert_close(b.state[name], w, atol=ATOL, rtol=RTOL)
+            else:
+                assert torch.equal(b.state[name], w)  # num_batches_tracked
+        assert torch.equal(a.generator_state, b.generator_state)  # the same batch orders were drawn
+        assert a.result.samples == b.result.samples == 2 * n
+        assert b.result.loss == pytest.approx(a.result.loss, rel=1e-5)
+    # the models really differ from each other (a stacked group must not mix them up)
+    assert not torch.equal(stacked[0].state[next(iter(stacked[0].state))], stacked[1].state[next(iter(stacked[1].state))])
+
+
+def test_jobs_it_cannot_stack_run_as_inline_runs_them():
+    spec = TrainingSpec(batch_size=16)
+    make = lambda: MLP(64, 10, 16)
+    jobs = _jobs(make, (64,), 3, 30, spec)
+    anchor = {k: v.clone() for k, v in jobs[0].model.named_parameters()}
+    for j in jobs:
+        j.penalty = proximal_penalty(anchor, 0.5)
+    assert not any(stackable(j) for j in jobs)
+    batched = BatchedExecutor()
+    out_b = _run_all(batched, jobs)
+    jobs = _jobs(make, (64,), 3, 30, spec)
+    for j in jobs:
+        j.penalty = proximal_penalty(anchor, 0.5)
+    out_i = _run_all(InlineExecutor(), jobs)
+    assert batched.stacked_jobs == 0
+    for a, b in zip(out_i, out_b):
+        assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
+
+
+def test_a_snapshot_is_taken_at_submit():
+    """Changing the live model after submit must not change what the job trains."""
+    spec = TrainingSpec(batch_size=16)
+    jobs = _jobs(lambda: MLP(64, 10, 16), (64,), 2, 30, spec)
+    reference = _run_all(BatchedExecutor(), _jobs(lambda: MLP(64, 10, 16), (64,), 2, 30, spec))
+    batched = BatchedExecutor()
+    futures = [batched.submit(j) for j in jobs]
+    with torch.no_grad():
+        for j in jobs:
+            for p in j.model.parameters():
+                p.add_(1.0)
+    out = [f.result() for f in futures]
+    for a, b in zip(reference, out):
+        assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
+
+
+def test_auto_stacks_linear_models_only():
+    assert stacks_well(MLP(64, 10, 16))
+    assert not stacks_well(CNN28(10))
+    assert not stacks_well(nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)))
+
+
+def test_a_batched_run_is_within_tolerance_of_inline():
+    raw = digits_scenario({"name": "fedavg", "rounds": 4, "eval_every": 1}, n=6, servers=True)
+    raw["data"]["samples_per_client"] = 60
+    raw["devices"] = {"flops_per_s": 1.0e6}  # training outlasts the server's staggered sends: jobs overlap
+    inline = Simulation(load_dict({**raw, "executor": "inline"})).run()
+    sim = Simulation(load_dict({**raw, "executor": "batched"}))
+    batched = sim.run()
+    assert sim.executor.stacked_jobs == 6 * 4  # every round's six jobs trained as one group
+    assert abs(batched["accuracy_mean"] - inline["accuracy_mean"]) <= 0.02
+    # the modelled history (bytes, compute, times) does not depend on the executor at all
+    for key in ("bytes_total", "compute_flops_total", "sim_time_s"):
+        assert json.dumps(batched[key]) == json.dumps(inline[key])

@@ -1,0 +1,72 @@
+"""The Ray executor: same bytes as inline, job errors surface with the task's traceback, a clear error without Ray."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from p2pfl.config import load
+from p2pfl.errors import ConfigError
+from p2pfl.executors.base import ExecutorError
+from p2pfl.executors.jobs import TrainJob
+from p2pfl.learning.train import TrainingSpec
+from p2pfl.sim.kernel import Simulation
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+CASES = {
+    "gossip": ("quickstart.yaml", ["protocol.rounds=3"]),
+    "fedavg": ("fmnist_fedavg.yaml", ["data.dataset=digits", "model={name: mlp, hidden: 32}",
+                                      "data.samples_per_client=60", "protocol.rounds=2"]),
+}
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """One small local Ray for the module (the executor joins it and leaves it running)."""
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'p2pfl-sim[ray]')")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True, configure_logging=False)
+    yield ray
+    ray.shutdown()
+
+
+def _run(case: str, executor: str) -> tuple[str, str]:
+    path, overrides = CASES[case]
+    sim = Simulation(load(SCENARIOS / path, overrides=[*overrides, f"executor={executor}"]))
+    summary = sim.run()
+    return json.dumps(summary, sort_keys=True), json.dumps(sim.recorder.events, sort_keys=True, default=repr)
+
+
+@pytest.mark.parametrize(("case", "executor"), [("gossip", "ray"), ("fedavg", "{kind: ray, workers: 2}")])
+def test_ray_matches_inline_byte_for_byte(ray_local, case: str, executor: str) -> None:
+    ray_summary, ray_events = _run(case, executor)
+    inline_summary, inline_events = _run(case, "inline")
+    assert ray_summary == inline_summary
+    assert ray_events == inline_events
+    assert ray_local.is_initialized()  # the executor did not stop a Ray it did not start
+
+
+def test_failing_job_raises_executor_error_with_task_traceback(ray_local) -> None:
+    from p2pfl.executors.ray import RayExecutor
+
+    ex = RayExecutor(None, workers=None, threads=1)
+    job = TrainJob(0, nn.Linear(3, 2), torch.zeros(8, 5), torch.zeros(8, dtype=torch.long), TrainingSpec(),
+                   torch.Generator().manual_seed(0))  # 5 features into a 3-input layer: the forward raises
+    future = ex.submit(job)
+    with pytest.raises(ExecutorError, match=r"(?s)failed in a Ray task.*mat1 and mat2 shapes cannot be multiplied"):
+        future.result()
+    ex.close()
+    assert ray_local.is_initialized()
+
+
+def test_without_ray_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from p2pfl.executors.ray import RayExecutor
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(ConfigError, match=r"field 'executor': kind 'ray' needs Ray; pip install 'p2pfl-sim\[ray\]'"):
+        RayExecutor(None, workers=None, threads=1)
