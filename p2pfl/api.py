@@ -11,7 +11,7 @@ from typing import Any, Optional
 from p2pfl.config.loader import load, load_dict
 from p2pfl.config.scenario import Scenario
 from p2pfl.errors import UserError
-from p2pfl.metrics.rundir import check_out_dir, manifest, write_run_dir
+from p2pfl.metrics.rundir import discard_run_dir, manifest, start_run_dir, write_run_dir
 
 __all__ = ["RunResult", "run", "resolve", "default_out_dir"]
 
@@ -106,19 +106,27 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, seed: Optional[i
     extra_files = dict(extra_files or {})
     _check_extra_names(extra_files, _RUN_FILES)
     sc = resolve(scenario, seed=seed, overrides=overrides, unset=unset)
-    out_path = None
+    out_path = tmp = None
     if write:
         out_path = Path(out) if out is not None else default_out_dir(sc)
-        check_out_dir(out_path)
-    sim = Simulation(sc, on_round=on_round, on_setup=_setup_hook(sc, on_setup))
-    if on_start is not None:
-        on_start(sim.protocol.progress_total())
-    summary = sim.run()
-    timing = {"wall_s": time.perf_counter() - t0, **sim.timing()}
-    if write:
-        assert out_path is not None
-        artifacts = sim.protocol.artifacts()
-        _check_extra_names(extra_files, tuple(artifacts))
-        write_run_dir(out_path, scenario=sc.model_dump(mode="json"), summary=summary, events=sim.recorder.events,
-                      timing=timing, manifest=manifest(argv), extra={**artifacts, **extra_files})
+        tmp = start_run_dir(out_path)  # events.jsonl streams into it while the run goes
+    try:
+        sim = Simulation(sc, on_round=on_round, on_setup=_setup_hook(sc, on_setup),
+                         events_path=None if tmp is None else tmp / "events.jsonl")
+        try:
+            if on_start is not None:
+                on_start(sim.protocol.progress_total())
+            summary = sim.run()
+        finally:
+            sim.close()
+        timing = {"wall_s": time.perf_counter() - t0, **sim.timing()}
+        if out_path is not None:
+            artifacts = sim.protocol.artifacts()
+            _check_extra_names(extra_files, tuple(artifacts))
+            write_run_dir(out_path, scenario=sc.model_dump(mode="json"), summary=summary, events=None,
+                          timing=timing, manifest=manifest(argv), extra={**artifacts, **extra_files}, tmp=tmp)
+    except BaseException:  # an error or Ctrl-C: leave nothing behind
+        if tmp is not None:
+            discard_run_dir(tmp)
+        raise
     return RunResult(summary=summary, timing=timing, scenario=sc, out=out_path)

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from p2pfl.clustering.plots import novelty_heatmap
-from p2pfl.clustering.rnd import make_predictor, make_target, novelty_row, rnd_flops, train_predictor
+from p2pfl.clustering.rnd import fitted_predictor, make_predictor, make_target, novelty_row, rnd_flops
 from p2pfl.seeding import torch_generator
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,23 +55,23 @@ class RNDProbe:
     def train(self, ctx: DeviceContext, event: int) -> Generator[Any, Any, nn.Module]:
         """Train this device's predictor on its training inputs; returns the predictor."""
         x = ctx.shard.train_x
-        predictor = self.new_predictor()
-        train_predictor(predictor, self.target, x, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
-                        generator=torch_generator(self.seed, "rnd.shuffle", ctx.id, event))
         flops = rnd_flops(self.shape, int(x.shape[0]), self.epochs, 0, 0)
         self.flops += flops
-        yield from ctx.compute(flops, "rnd_train")
+        predictor: nn.Module = yield from ctx.work(
+            fitted_predictor, self.new_predictor(), self.target, x, self.epochs, self.batch_size, self.lr,
+            torch_generator(self.seed, "rnd.shuffle", ctx.id, event), flops=flops, what="rnd_train")
         return predictor
 
     def score(self, ctx: DeviceContext, predictors: dict[int, nn.Module], n: int) -> Generator[Any, Any, np.ndarray]:
         """Row of the novelty matrix: s_ij for every predictor held, nan elsewhere."""
         x = ctx.shard.train_x
         ids = sorted(predictors)
-        row = np.full(n, np.nan)
-        row[ids] = novelty_row([predictors[j] for j in ids], self.target, x)
         flops = rnd_flops(self.shape, 0, 0, len(ids), int(x.shape[0]))
         self.flops += flops
-        yield from ctx.compute(flops, "rnd_score")
+        scores: np.ndarray = yield from ctx.work(novelty_row, [predictors[j] for j in ids], self.target, x,
+                                                 flops=flops, what="rnd_score")
+        row = np.full(n, np.nan)
+        row[ids] = scores
         return row
 
 

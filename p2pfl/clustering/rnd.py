@@ -60,6 +60,7 @@ __all__ = [
     "POOL_SIZE",
     "make_target",
     "make_predictor",
+    "fitted_predictor",
     "train_predictor",
     "novelty",
     "novelty_row",
@@ -274,6 +275,13 @@ def novelty(predictor: nn.Module, target: nn.Module, x: torch.Tensor) -> float:
     """``s = mean_x u(x)``: the predictor's mean novelty on the samples ``x`` (paper Eq. for s_ij)."""
     x = _check_pair(predictor, target, x)
     return float(_novelties([predictor], target, x)[0])
+
+
+def fitted_predictor(predictor: nn.Module, target: nn.Module, x: torch.Tensor, epochs: int, batch_size: int,
+                     lr: float, generator: torch.Generator) -> nn.Module:
+    """``predictor`` after ``train_predictor`` (a job's function: its value is the result)."""
+    train_predictor(predictor, target, x, epochs=epochs, batch_size=batch_size, lr=lr, generator=generator)
+    return predictor
 
 
 def novelty_row(predictors: Sequence[nn.Module], target: nn.Module, x: torch.Tensor) -> np.ndarray:

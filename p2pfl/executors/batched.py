@@ -31,7 +31,7 @@ from torch.func import functional_call, vmap
 
 from p2pfl.executors.base import Executor, Future
 from p2pfl.executors.inline import InlineExecutor
-from p2pfl.executors.jobs import EvalJob, Job, TrainJob, TrainOutcome
+from p2pfl.executors.jobs import Job, TrainJob, TrainOutcome
 from p2pfl.learning.train import TrainResult, task_loss
 
 __all__ = ["BatchedExecutor", "ATOL", "RTOL", "stackable"]
@@ -73,7 +73,7 @@ class BatchedExecutor(Executor):
         self.stacked_jobs = 0  # jobs that trained inside a group of two or more (for benchmarks)
 
     def submit(self, job: Job) -> Future[Any]:
-        if isinstance(job, EvalJob) or not stackable(job):
+        if not isinstance(job, TrainJob) or not stackable(job):
             return self._inline.submit(job)
         t0 = time.perf_counter()
         gen = torch.Generator(device=job.generator.device)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from p2pfl.executors.base import Done, Executor, Future
-from p2pfl.executors.jobs import EvalJob, Job, TrainJob, run_job
+from p2pfl.executors.jobs import Job, TrainJob, run_job
 
 __all__ = ["InlineExecutor"]
 
@@ -20,8 +20,8 @@ class InlineExecutor(Executor):
     A training job runs on a copy of the model and of the generator, and its
     outcome waits for the completion time like any other executor's: so a
     responder that reads the live model during the job sees the model from
-    before the job, as it would with workers. An evaluation runs on the live
-    model directly (nothing can change it before the job ends).
+    before the job, as it would with workers. Evaluations and calls run on their
+    live arguments directly (nothing can change them before the job ends).
     """
 
     name = "inline"
@@ -33,8 +33,6 @@ class InlineExecutor(Executor):
             gen.set_state(job.generator.get_state())
             job = copy.copy(job)
             job.model, job.generator = copy.deepcopy(job.model), gen
-        else:
-            assert isinstance(job, EvalJob)
         out = run_job(job)
         self.wall_s += time.perf_counter() - t0
         return Done(out)

@@ -9,8 +9,9 @@ kernel at the job's completion time (see :mod:`p2pfl.executors.base`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 import torch
 from torch import nn
@@ -25,7 +26,7 @@ from p2pfl.learning.train import (
     train_local,
 )
 
-__all__ = ["TrainJob", "TrainOutcome", "EvalJob", "Job"]
+__all__ = ["TrainJob", "TrainOutcome", "EvalJob", "CallJob", "Job", "run_job"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class TrainJob:
     spec: TrainingSpec
     generator: torch.Generator
     threads: int = 1
+    flops: float = 0.0  # modelled FLOPs (executors balance their workers by it)
     epochs: Optional[int] = None
     lr: Optional[float] = None
     momentum: Optional[float] = None
@@ -82,16 +84,36 @@ class EvalJob:
     y: torch.Tensor
     metric: Literal["accuracy", "rmse"]
     threads: int = 1
+    flops: float = 0.0
 
     def run(self) -> float:
         score = evaluate_rmse if self.metric == "rmse" else evaluate_accuracy
         return score(self.model, self.x, self.y)
 
 
-Job = Union[TrainJob, EvalJob]
+@dataclass
+class CallJob:
+    """``fn(*args)`` for ``ctx.work``: any other real compute of a node (e.g. an RND predictor's fit).
+
+    ``fn`` must be a module-level function (it is shipped by name); its return value is the
+    outcome. Whether changes it makes to its arguments reach the caller depends on the executor,
+    so callers use the returned value only.
+    """
+
+    node: int
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    threads: int = 1
+    flops: float = 0.0
+
+    def run(self) -> Any:
+        return self.fn(*self.args)
 
 
-def run_job(job: Job) -> Union[TrainOutcome, float]:
+Job = Union[TrainJob, EvalJob, CallJob]
+
+
+def run_job(job: Job) -> Any:
     """Run ``job`` with its own intra-op thread count (the scenario's, never the worker's)."""
     if torch.get_num_threads() != job.threads:
         torch.set_num_threads(job.threads)

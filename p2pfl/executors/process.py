@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from p2pfl.executors.base import Executor, ExecutorError, Future, SharedViews, pool_shards
-from p2pfl.executors.jobs import Job, TrainJob, run_job
+from p2pfl.executors.jobs import Job, run_job
 from p2pfl.executors.wire import Packed, pack, unpack
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -86,7 +86,7 @@ class ProcessExecutor(Executor):
         t0 = time.perf_counter()
         self._drain()
         job_id, self._next = self._next, self._next + 1
-        cost = float(job.samples if isinstance(job, TrainJob) else job.x.shape[0] / 3)  # a forward is 1/3 of a step
+        cost = job.flops or 1.0
         w = min(range(self.workers), key=lambda i: (self._load[i], i))
         self._load[w] += cost
         self._where[job_id] = (w, cost)

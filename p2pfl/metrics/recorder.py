@@ -7,20 +7,39 @@ wall-clock figures are kept by the kernel and written to timing.json.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable
-from typing import Any, Optional
+import json
+from collections import defaultdict, deque
+from collections.abc import Callable, Mapping
+from typing import Any, Optional, TextIO
 
-__all__ = ["Recorder"]
+__all__ = ["Recorder", "event_line"]
+
+
+def event_line(event: Mapping[str, Any]) -> str:
+    """One line of events.jsonl."""
+    return json.dumps(event, allow_nan=False, separators=(",", ":")) + "\n"
 
 
 class Recorder:
-    """Counters per node and an ordered event log."""
+    """Counters per node and an ordered event log.
 
-    def __init__(self, n_nodes: int, metric: str = "accuracy", on_round: Optional[Callable[[], None]] = None) -> None:
+    Without a ``sink`` the log stays in ``events``. With one (the run directory's
+    events.jsonl, being written), each event is written as soon as every event before
+    it is complete (an evaluation's score may come back from a worker later), so memory
+    stays bounded however long the run; ``events`` is then empty. Evaluations are also
+    kept in ``evaluations`` (the score curve is built from them).
+    """
+
+    def __init__(self, n_nodes: int, metric: str = "accuracy", on_round: Optional[Callable[[], None]] = None,
+                 sink: Optional[TextIO] = None) -> None:
         self.n_nodes = n_nodes
         self.metric = metric
         self.events: list[dict[str, Any]] = []
+        self.evaluations: list[dict[str, Any]] = []
+        self.n_events = 0
+        self._sink = sink
+        self._unwritten: deque[dict[str, Any]] = deque()
+        self._pending: set[int] = set()  # ids of evaluations awaiting their score
         self.bytes_sent = [0] * n_nodes
         self.bytes_received = [0] * n_nodes
         self.messages_sent = [0] * n_nodes
@@ -34,7 +53,34 @@ class Recorder:
 
     def event(self, t: float, kind: str, **fields: Any) -> None:
         """Append one event (``t``, ``kind`` and its fields) to the log."""
-        self.events.append({"t": t, "kind": kind, **fields})
+        self._append({"t": t, "kind": kind, **fields})
+
+    def stream_to(self, sink: TextIO) -> None:
+        """Write events to ``sink`` from now on (before the first event)."""
+        if self.n_events:
+            raise RuntimeError("stream_to must come before the first event")
+        self._sink = sink
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        self.n_events += 1
+        if self._sink is None:
+            self.events.append(entry)
+            return
+        self._unwritten.append(entry)
+        self._write_ready()
+
+    def _write_ready(self) -> None:
+        assert self._sink is not None
+        queue, pending, write = self._unwritten, self._pending, self._sink.write
+        while queue and id(queue[0]) not in pending:
+            write(event_line(queue.popleft()))
+
+    def close(self) -> None:
+        """Write what is left to the sink (every evaluation must be complete by now)."""
+        if self._sink is not None:
+            if self._pending:
+                raise RuntimeError(f"{len(self._pending)} evaluations still await their scores")
+            self._write_ready()
 
     def message(self, what: str, t: float, msg: Any, lost: bool, u: int, v: int, t_start: float) -> None:
         """Count one hop u->v of a message: a finished transmission (``send``) or an arrival (``deliver``)."""
@@ -60,18 +106,25 @@ class Recorder:
     def evaluation(self, t: float, node: int, score: float, round: Optional[int]) -> None:
         """Record a device's test score (field named by the run's metric); the latest per device is final."""
         self.scores[node] = score
-        self.event(t, "eval", node=node, round=round, **{self.metric: score})
+        entry = {"t": t, "kind": "eval", "node": node, "round": round, self.metric: score}
+        self.evaluations.append(entry)
+        self._append(entry)
 
     def evaluation_later(self, t: float, node: int, round: Optional[int]) -> dict[str, Any]:
         """Record an evaluation whose score is not known yet; ``fill_evaluation`` sets it (in submit order)."""
         entry = {"t": t, "kind": "eval", "node": node, "round": round, self.metric: None}
-        self.events.append(entry)
+        self.evaluations.append(entry)
+        self._pending.add(id(entry))
+        self._append(entry)
         return entry
 
     def fill_evaluation(self, entry: dict[str, Any], score: float) -> None:
         """Set the score of an evaluation recorded by ``evaluation_later``."""
         entry[self.metric] = score
         self.scores[entry["node"]] = score
+        self._pending.discard(id(entry))
+        if self._sink is not None:
+            self._write_ready()
 
     def log(self, t: float, node: Optional[int], name: str, value: Any, **fields: Any) -> None:
         """A protocol-specific metric (e.g. consensus distance)."""

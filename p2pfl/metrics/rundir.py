@@ -23,8 +23,9 @@ from typing import Any, Optional
 import yaml
 
 from p2pfl.errors import UserError
+from p2pfl.metrics.recorder import event_line
 
-__all__ = ["check_out_dir", "write_run_dir", "manifest", "dumps_json"]
+__all__ = ["check_out_dir", "start_run_dir", "write_run_dir", "discard_run_dir", "manifest", "dumps_json"]
 
 
 def dumps_json(obj: Any) -> str:
@@ -68,21 +69,40 @@ def manifest(argv: Optional[Iterable[str]] = None) -> dict[str, Any]:
     }
 
 
-def write_run_dir(out: Path, *, scenario: Mapping[str, Any], summary: Mapping[str, Any],
-                  events: Iterable[Mapping[str, Any]], timing: Mapping[str, Any], manifest: Mapping[str, Any],
-                  extra: Optional[Mapping[str, bytes]] = None) -> Path:
-    """Write every file into a temporary sibling directory, then rename it to ``out``."""
+def start_run_dir(out: Path) -> Path:
+    """Check that ``out`` is free and make its temporary sibling, where a run streams events.jsonl."""
     out = Path(out)
     check_out_dir(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp: Optional[Path] = None
+    return Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+
+
+def discard_run_dir(tmp: Path) -> None:
+    """Remove a temporary run directory (a failed or interrupted run leaves nothing)."""
+    _remove_tree(tmp)
+
+
+def write_run_dir(out: Path, *, scenario: Mapping[str, Any], summary: Mapping[str, Any],
+                  events: Optional[Iterable[Mapping[str, Any]]], timing: Mapping[str, Any],
+                  manifest: Mapping[str, Any], extra: Optional[Mapping[str, bytes]] = None,
+                  tmp: Optional[Path] = None) -> Path:
+    """Write every file into a temporary sibling directory, then rename it to ``out``.
+
+    ``tmp``: the sibling from ``start_run_dir``, where ``events`` None means events.jsonl is
+    already written (streamed by the run).
+    """
+    out = Path(out)
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        if tmp is None:
+            tmp = start_run_dir(out)
+        else:
+            check_out_dir(out)
         (tmp / "scenario.yaml").write_text(yaml.safe_dump(dict(scenario), sort_keys=False), encoding="utf-8")
         (tmp / "summary.json").write_text(dumps_json(summary), encoding="utf-8")
-        with open(tmp / "events.jsonl", "w", encoding="utf-8") as fh:
-            for e in events:
-                fh.write(json.dumps(e, allow_nan=False, separators=(",", ":")) + "\n")
+        if events is not None:
+            with open(tmp / "events.jsonl", "w", encoding="utf-8") as fh:
+                for e in events:
+                    fh.write(event_line(e))
         (tmp / "timing.json").write_text(dumps_json(timing), encoding="utf-8")
         (tmp / "manifest.json").write_text(dumps_json(manifest), encoding="utf-8")
         for name, data in (extra or {}).items():

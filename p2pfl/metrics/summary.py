@@ -39,7 +39,8 @@ def scores(metric: str, values: list[Optional[float]]) -> dict[str, Any]:
 
 
 def score_curve(events: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
-    """Mean device score per evaluated round, at the time the last device of that round was scored."""
+    """Mean device score per evaluated round, at the time the last device of that round was scored
+    (``events``: the evaluations, or a whole event log)."""
     by_round: dict[int, list[tuple[float, float]]] = {}
     for e in events:
         if e["kind"] == "eval" and e["round"] is not None:
@@ -70,7 +71,7 @@ def build_summary(rec: Recorder, *, metric: str, n_devices: int, server_ids: tup
         "compute_flops_total": sum(rec.compute_flops),
         "compute_sim_s_total": sum(rec.compute_sim_s),
         "compute_flops_per_node": rec.compute_flops[:n],
-        f"{metric}_curve": score_curve(rec.events, metric),
+        f"{metric}_curve": score_curve(rec.evaluations, metric),
         "logs": {k: [{kk: vv for kk, vv in e.items() if kk != "node"} for e in v] for k, v in sorted(rec.logs.items())},
     }
     out.update(tail)

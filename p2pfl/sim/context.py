@@ -8,16 +8,17 @@ algorithm: ``yield ctx.send(...)``, ``msg = yield ctx.recv(...)``,
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, Optional
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 import numpy as np
 import simpy
 import torch
 from torch import nn
 
-from p2pfl.executors.jobs import TrainJob, TrainOutcome
-from p2pfl.learning.state import load_state_
+from p2pfl.executors.jobs import CallJob, TrainJob, TrainOutcome
+from p2pfl.learning.aggregate import clone_state, sub
+from p2pfl.learning.state import add_delta_, live_state, load_state_
 from p2pfl.learning.train import BatchLoss, Penalty, TrainResult
 from p2pfl.sim.cost import train_flops
 from p2pfl.sim.profiles import DeviceProfile
@@ -28,6 +29,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.runinfo import RunInfo
 
 __all__ = ["NodeContext", "DeviceContext", "ServerContext"]
+
+T = TypeVar("T")
 
 
 def _snapshot(payload: Any) -> Any:
@@ -144,7 +147,7 @@ class DeviceContext(NodeContext):
     def train(self, model: nn.Module, *, epochs: Optional[int] = None, lr: Optional[float] = None,
               momentum: Optional[float] = None, penalty: Optional[Penalty] = None,
               x: Optional[torch.Tensor] = None, y: Optional[torch.Tensor] = None,
-              loss: Optional[BatchLoss] = None) -> Generator[Any, Any, TrainResult]:
+              loss: Optional[BatchLoss] = None, delta: bool = False) -> Generator[Any, Any, TrainResult]:
         """Train ``model`` on this device's shard; advance time by FLOPs / FLOP rate.
 
         The job starts from the model and generator as they are now; its outcome (new
@@ -152,18 +155,26 @@ class DeviceContext(NodeContext):
         and meanwhile the job may run on another core. ``loss(model, x, y)`` replaces the
         batch loss (its extra compute is the caller's to charge); a penalty or loss must be
         picklable (a module-level function or callable object) for the process and Ray executors.
+        ``delta=True`` adds the job's change (trained - started from) to the live model instead of
+        replacing it, keeping whatever happened to the model meanwhile (gossip averaging while it
+        trains); the model's train/eval mode is then left alone.
         """
         sim = self._sim
         t0 = time.perf_counter()
         job = TrainJob(self.id, model, self.shard.train_x if x is None else x, self.shard.train_y if y is None else y,
                        sim.training, self.torch_gen, threads=sim.scenario.threads, epochs=epochs, lr=lr,
                        momentum=momentum, penalty=penalty, loss=loss)
+        job.flops = flops = train_flops(sim.forward_flops(model), job.samples)
+        start = clone_state(live_state(model)) if delta and job.samples else None
         future = sim.executor.submit(job)
         sim.train_wall_s += time.perf_counter() - t0
-        yield from self.compute(train_flops(sim.forward_flops(model), job.samples), "train")
+        yield from self.compute(flops, "train")
         t0 = time.perf_counter()
         outcome: TrainOutcome = future.result()
-        if job.samples:
+        if start is not None:
+            add_delta_(model, sub(outcome.state, start))
+            self.torch_gen.set_state(outcome.generator_state)
+        elif job.samples:
             load_state_(model, outcome.state)
             self.torch_gen.set_state(outcome.generator_state)
             model.train()  # as training left it
@@ -174,6 +185,23 @@ class DeviceContext(NodeContext):
         """Every device's shard, for the pooled references only (``centralized``, Conditional's
         ``pooled`` mode), which model a data centre holding all data; they account its upload themselves."""
         return self._sim.federation.shards
+
+    def work(self, fn: Callable[..., T], *args: Any, flops: int, what: str) -> Generator[Any, Any, T]:
+        """Run ``fn(*args)`` as a job and charge ``flops`` of modelled compute; its value at completion.
+
+        Like ``train``, the job may run on another core while simulated time passes. ``fn`` must be
+        a module-level function of picklable arguments, and the caller must use its return value
+        (not changes to the arguments, which stay in a worker).
+        """
+        sim = self._sim
+        t0 = time.perf_counter()
+        future = sim.executor.submit(CallJob(self.id, fn, args, threads=sim.scenario.threads, flops=flops))
+        sim.train_wall_s += time.perf_counter() - t0
+        yield from self.compute(flops, what)
+        t0 = time.perf_counter()
+        value: T = future.result()
+        sim.train_wall_s += time.perf_counter() - t0
+        return value
 
     def compute(self, flops: int, what: str) -> Generator[Any, Any, None]:
         """Charge ``flops`` of modelled compute to this device (time = FLOPs / FLOP rate)."""

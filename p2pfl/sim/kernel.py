@@ -9,11 +9,13 @@ only through node contexts.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import networkx as nx
@@ -69,11 +71,14 @@ class Simulation:
     ``on_setup`` is called with the step's name before each build step: ``"topology"``,
     ``"data"``, ``"network"``, ``"protocol"``, ``"executor:KIND"`` when it starts workers (progress display). ``executor``
     replaces the scenario's (its owner closes it; a study or a test reuses one pool of workers).
+    ``events_path``: stream the event log to this file while the run goes (``recorder.events``
+    then stays empty; memory stays bounded).
     """
 
     def __init__(self, scenario: Scenario, protocol: Optional[type[Protocol]] = None, *,
                  on_round: Optional[Callable[[], None]] = None,
-                 on_setup: Callable[[str], None] | None = None, executor: Optional[Executor] = None) -> None:
+                 on_setup: Callable[[str], None] | None = None, executor: Optional[Executor] = None,
+                 events_path: Optional[Path] = None) -> None:
         t0 = time.perf_counter()
         setup = on_setup or (lambda step: None)
         self.scenario = scenario
@@ -115,10 +120,15 @@ class Simulation:
         if self.executor.name != "inline":
             self.executor.share(self.federation.shards)
         self._evals: deque[tuple[Future[float], dict[str, Any]]] = deque()
+        self._common: Optional[nn.Module] = None
         self._flops: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
         self.train_wall_s = 0.0  # submitting and awaiting training jobs (contexts add to it)
         self.eval_wall_s = 0.0
         self.run_wall_s = 0.0
+        self._events_file = None
+        if events_path is not None:  # opened last: nothing after it can fail and leave it open
+            self._events_file = open(events_path, "w", encoding="utf-8")  # noqa: SIM115
+            self.recorder.stream_to(self._events_file)
         self.build_wall_s = time.perf_counter() - t0
 
     def _estimated_train_flops(self, model: nn.Module) -> float:
@@ -155,9 +165,15 @@ class Simulation:
     # --- services for contexts and protocols -------------------------------------------------
 
     def new_model(self, node: Optional[int] = None) -> nn.Module:
-        """The scenario's model; common initial weights, or node-specific ones when ``node`` is given."""
-        seed = child_seed(self.seed, "init") if node is None else child_seed(self.seed, "init", node)
-        return self.run_info.build_model(seed)
+        """The scenario's model; common initial weights, or node-specific ones when ``node`` is given.
+
+        The common model is built once and copied (the same bits; building draws every weight anew).
+        """
+        if node is not None:
+            return self.run_info.build_model(child_seed(self.seed, "init", node))
+        if self._common is None:
+            self._common = self.run_info.build_model(child_seed(self.seed, "init"))
+        return copy.deepcopy(self._common)
 
     def forward_flops(self, model: nn.Module) -> int:
         """Forward FLOPs per sample of ``model`` (cached by architecture)."""
@@ -182,7 +198,8 @@ class Simulation:
         shard = self.federation.shards[device]
         metric: Literal["accuracy", "rmse"] = "rmse" if self.federation.task == "regression" else "accuracy"
         future = self.executor.submit(EvalJob(device, model, shard.test_x, shard.test_y, metric,
-                                              threads=self.scenario.threads))
+                                              threads=self.scenario.threads,
+                                              flops=self.forward_flops(model) * int(shard.test_y.shape[0])))
         self._evals.append((future, self.recorder.evaluation_later(self.env.now, device, round)))
         while self._evals and (len(self._evals) > _MAX_PENDING_EVALS or isinstance(self._evals[0][0], Done)):
             self._fill_oldest_eval()
@@ -224,9 +241,12 @@ class Simulation:
             self.close()
 
     def close(self) -> None:
-        """Stop the executor's workers unless the caller passed it in (idempotent; ``run`` does it when it ends)."""
+        """Stop the executor's workers unless the caller passed it in, and close the event stream
+        (idempotent; ``run`` does it when it ends)."""
         if self._owns_executor:
             self.executor.close()
+        if self._events_file is not None:
+            self._events_file.close()
 
     def _run(self, t0: float) -> dict[str, Any]:
         devices, servers = self._contexts()
@@ -245,6 +265,7 @@ class Simulation:
         t_wait = time.perf_counter()
         while self._evals:
             self._fill_oldest_eval()
+        self.recorder.close()
         self.eval_wall_s += time.perf_counter() - t_wait
         self.run_wall_s = time.perf_counter() - t0
         return self.summary()
@@ -269,7 +290,7 @@ class Simulation:
             "train_wall_s": self.train_wall_s,
             "eval_wall_s": self.eval_wall_s,
             "kernel_wall_s": max(run - self.train_wall_s - self.eval_wall_s, 0.0),
-            "events": len(self.recorder.events),
+            "events": self.recorder.n_events,
         }
 
 

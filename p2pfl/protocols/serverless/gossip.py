@@ -34,8 +34,8 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from p2pfl.learning.aggregate import State, clone_state, state_to_vector, sub
-from p2pfl.learning.state import add_delta_, live_state, load_state_
+from p2pfl.learning.aggregate import State, state_to_vector, sub
+from p2pfl.learning.state import add_delta_, live_state
 from p2pfl.protocols.base import Process, Protocol, ProtocolParams
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -86,7 +86,6 @@ class Gossip(Protocol[GP]):
     def __init__(self, params: GP, run: RunInfo) -> None:
         super().__init__(params, run)
         self.models: dict[int, nn.Module] = {}
-        self._work: dict[int, nn.Module] = {}
         self._finished: dict[int, int] = {}
 
     def device(self, ctx: DeviceContext) -> Process:
@@ -109,14 +108,8 @@ class Gossip(Protocol[GP]):
                 self._log_consensus(ctx, r)
 
     def local_step(self, ctx: DeviceContext, model: nn.Module) -> Process:
-        """Train a copy; add its delta to the live model when the compute time is over."""
-        if ctx.id not in self._work:
-            self._work[ctx.id] = ctx.new_model()
-        work = self._work[ctx.id]
-        load_state_(work, live_state(model))
-        start = clone_state(live_state(work))
-        yield from ctx.train(work)
-        add_delta_(model, sub(live_state(work), start))
+        """Train from the model as it is now; add the change to the live model when the compute time is over."""
+        yield from ctx.train(model, delta=True)
 
     def candidate_peers(self, ctx: DeviceContext) -> tuple[int, ...]:
         """Whom this device may gossip with: its topology neighbours (variants restrict or extend this)."""
@@ -127,8 +120,7 @@ class Gossip(Protocol[GP]):
         peer = select_peer(self.candidate_peers(ctx), ctx.rng)
         if peer is None:
             return
-        sent = clone_state(live_state(model))
-        yield ctx.send(peer, "gossip_push", {"state": sent}, round=r, routed=self.routed)
+        yield ctx.send(peer, "gossip_push", {"state": live_state(model)}, round=r, routed=self.routed)  # a snapshot
         if self.params.exchange == "push":
             return
         while True:
@@ -137,15 +129,15 @@ class Gossip(Protocol[GP]):
                 return  # lost or too late: keep our model
             if reply.src == peer and reply.round == r:
                 break
-        mine = clone_state(live_state(model))  # may have moved since `sent` (pushes answered meanwhile)
+        mine = live_state(model)  # may have moved since the push (pushes answered meanwhile)
         add_delta_(model, sub(reply.payload["state"], mine), 0.5)
 
     def responder(self, ctx: DeviceContext, model: nn.Module) -> Process:
         """Answer every push: reply with our model (push-pull), then move halfway."""
         while True:
             msg: Message = yield ctx.recv("gossip_push")
-            mine = clone_state(live_state(model))
-            if self.params.exchange == "push_pull":
+            mine = live_state(model)
+            if self.params.exchange == "push_pull":  # the reply is a snapshot, taken before we move
                 ctx.send(msg.src, "gossip_reply", {"state": mine}, round=msg.round, routed=self.routed)
             add_delta_(model, sub(msg.payload["state"], mine), 0.5)
 
