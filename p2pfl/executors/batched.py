@@ -23,7 +23,7 @@ import copy
 import time
 import weakref
 from collections import defaultdict
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import torch
 from torch import nn
@@ -32,6 +32,9 @@ from torch.func import functional_call, vmap
 from p2pfl.executors.base import Executor, Future
 from p2pfl.executors.inline import InlineExecutor
 from p2pfl.executors.jobs import Job, TrainJob, TrainOutcome
+from p2pfl.learning.aggregate import clone_state
+from p2pfl.learning.flat import FlatState, Layout
+from p2pfl.learning.state import live_state
 from p2pfl.learning.train import TrainResult, task_loss
 
 __all__ = ["BatchedExecutor", "ATOL", "RTOL", "stackable"]
@@ -81,7 +84,7 @@ class BatchedExecutor(Executor):
         snap = copy.copy(job)
         snap.generator = gen
         snap.model = job.model  # kept for its architecture; the state is snapshotted below
-        snap.__dict__["state"] = {k: v.detach().clone() for k, v in job.model.state_dict().items()}
+        snap.__dict__["state"] = clone_state(live_state(job.model))  # one clone for a flat model
         index, self._next = self._next, self._next + 1
         self._pending[index] = snap
         self.wall_s += time.perf_counter() - t0
@@ -141,10 +144,23 @@ def _train_group(jobs: list[TrainJob]) -> list[TrainOutcome]:
     template = copy.deepcopy(first.model).train()
     trainable = {name for name, p in template.named_parameters() if p.requires_grad}
     names = list(_state(first))
-    stacked = {name: torch.stack([_state(j)[name] for j in jobs]) for name in names}
-    params = {name: stacked[name].requires_grad_() for name in names if name in trainable}
-    rest = {name: stacked[name] for name in names if name not in trainable}
     k, n, bs = len(jobs), int(first.x.shape[0]), spec.batch_size
+    layout = _flat_layout(jobs, trainable)
+    if layout is not None:  # one (k, P) leaf: the optimizer step is one operation for the whole group
+        flat = torch.stack([cast(FlatState, _state(j)).vector for j in jobs]).requires_grad_()
+        leaves = [flat]
+        rest: dict[str, torch.Tensor] = {}
+    else:
+        stacked = {name: torch.stack([_state(j)[name] for j in jobs]) for name in names}
+        leaves = [stacked[name].requires_grad_() for name in names if name in trainable]
+        rest = {name: stacked[name] for name in names if name not in trainable}
+
+    def parameters() -> dict[str, torch.Tensor]:
+        if layout is not None:
+            return {nm: flat[:, a:b].view(k, *s) for nm, s, a, b in
+                    zip(layout.names, layout.shapes, layout.offsets, layout.offsets[1:])}
+        return {name: stacked[name] for name in names if name in trainable}
+
     X = torch.stack([j.x for j in jobs])
     Y = torch.stack([j.y for j in jobs])
     rows = torch.arange(k).unsqueeze(1)
@@ -153,23 +169,23 @@ def _train_group(jobs: list[TrainJob]) -> list[TrainOutcome]:
         return task_loss(functional_call(template, {**p, **b}, (x,)), y)
 
     batched_loss = vmap(loss_of, in_dims=(0, 0, 0, 0))
-    momentum_buf: dict[str, Optional[torch.Tensor]] = dict.fromkeys(params)
+    momentum_buf: list[Optional[torch.Tensor]] = [None] * len(leaves)
     totals = torch.zeros(k, dtype=torch.float64)
     batches = 0
     for _ in range(epochs):
         order = torch.stack([torch.randperm(n, generator=j.generator) for j in jobs])
         for start in range(0, n, bs):
             idx = order[:, start : start + bs]
-            losses = batched_loss(params, rest, X[rows, idx], Y[rows, idx])
-            grads = torch.autograd.grad(losses.sum(), list(params.values()))
+            losses = batched_loss(parameters(), rest, X[rows, idx], Y[rows, idx])
+            grads = torch.autograd.grad(losses.sum(), leaves)
             with torch.no_grad():
-                for (name, p), g in zip(params.items(), grads):
+                for i, (p, g) in enumerate(zip(leaves, grads)):
                     if spec.weight_decay:
                         g = g.add(p, alpha=spec.weight_decay)
                     if momentum:
-                        buf = momentum_buf[name]
+                        buf = momentum_buf[i]
                         if buf is None:
-                            buf = momentum_buf[name] = g.detach().clone()
+                            buf = momentum_buf[i] = g.detach().clone()
                         else:
                             buf.mul_(momentum).add_(g)
                         g = buf
@@ -177,6 +193,23 @@ def _train_group(jobs: list[TrainJob]) -> list[TrainOutcome]:
             totals += losses.detach().double()
             batches += 1
     samples = n * epochs
-    return [TrainOutcome({name: stacked[name][i].detach().clone() for name in names}, j.generator.get_state(),
+
+    def state(i: int) -> dict[str, torch.Tensor]:
+        if layout is not None:
+            return FlatState(flat[i].detach().clone(), layout)
+        return {name: stacked[name][i].detach().clone() for name in names}
+
+    return [TrainOutcome(state(i), j.generator.get_state(),
                          TrainResult(samples=samples, loss=float(totals[i]) / max(batches, 1)))
             for i, j in enumerate(jobs)]
+
+
+def _flat_layout(jobs: list[TrainJob], trainable: set[str]) -> Optional[Layout]:
+    """The layout shared by every job's flat snapshot, when every entry is a trainable parameter."""
+    states = [_state(j) for j in jobs]
+    first = states[0]
+    if not isinstance(first, FlatState) or set(first.layout.names) != trainable:
+        return None
+    if all(isinstance(s, FlatState) and s.layout == first.layout for s in states):
+        return first.layout
+    return None

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import torch
+
+from p2pfl.learning.flat import FlatState, as_flat
 
 __all__ = ["State", "weighted_sum", "weighted_average", "clone_state", "add_scaled", "sub", "squared_distance", "state_to_vector"]
 
@@ -13,6 +16,8 @@ State = dict[str, torch.Tensor]
 
 def clone_state(state: Mapping[str, torch.Tensor]) -> State:
     """Detached copy of a state dict (what a message carries)."""
+    if isinstance(state, FlatState):
+        return state.clone()
     return {k: v.detach().clone() for k, v in state.items()}
 
 
@@ -25,7 +30,13 @@ def weighted_sum(items: Sequence[tuple[Mapping[str, torch.Tensor], float]]) -> S
     """
     if not items:
         raise ValueError("weighted_sum needs at least one (state, weight) pair")
-    keys = list(items[0][0].keys())
+    first = items[0][0]
+    if isinstance(first, FlatState) and all(as_flat(first, s) for s, _ in items[1:]):
+        acc = torch.zeros_like(first.vector, dtype=torch.float64)  # the same sums, one vector at a time
+        for state, w in items:
+            acc += cast(FlatState, state).vector.to(torch.float64) * w
+        return FlatState(acc.to(first.layout.dtype), first.layout)
+    keys = list(first.keys())
     for state, _ in items[1:]:
         if list(state.keys()) != keys:
             raise ValueError("states to combine have different keys")
@@ -59,6 +70,8 @@ def weighted_average(items: Sequence[tuple[Mapping[str, torch.Tensor], float]]) 
 
 def sub(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> State:
     """a - b, key by key."""
+    if (pair := as_flat(a, b)) is not None:
+        return FlatState(pair[0].vector - pair[1].vector, pair[0].layout)
     return {k: a[k] - b[k] for k in a}
 
 
@@ -69,6 +82,8 @@ def add_scaled(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor], sca
 
 def state_to_vector(state: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """All floating-point entries flattened into one float64 vector."""
+    if isinstance(state, FlatState):
+        return state.vector.to(torch.float64)
     return torch.cat([v.reshape(-1).to(torch.float64) for v in state.values() if torch.is_floating_point(v)])
 
 

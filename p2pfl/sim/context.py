@@ -18,6 +18,7 @@ from torch import nn
 
 from p2pfl.executors.jobs import CallJob, TrainJob, TrainOutcome
 from p2pfl.learning.aggregate import clone_state, sub
+from p2pfl.learning.flat import FlatState
 from p2pfl.learning.state import add_delta_, live_state, load_state_
 from p2pfl.learning.train import BatchLoss, Penalty, TrainResult
 from p2pfl.sim.cost import train_flops
@@ -37,6 +38,8 @@ def _snapshot(payload: Any) -> Any:
     """Deep copy of the tensors in a payload, so the sender can keep training."""
     if isinstance(payload, torch.Tensor):
         return payload.detach().clone()
+    if isinstance(payload, FlatState):
+        return payload.clone()
     if isinstance(payload, dict):
         return {k: _snapshot(v) for k, v in payload.items()}
     if isinstance(payload, (list, tuple)):
@@ -172,7 +175,10 @@ class DeviceContext(NodeContext):
         t0 = time.perf_counter()
         outcome: TrainOutcome = future.result()
         if start is not None:
-            add_delta_(model, sub(outcome.state, start))
+            new = outcome.state
+            if isinstance(start, FlatState) and not (isinstance(new, FlatState) and new.layout == start.layout):
+                new = FlatState(start.layout.pack(new), start.layout)
+            add_delta_(model, sub(new, start))
             self.torch_gen.set_state(outcome.generator_state)
         elif job.samples:
             load_state_(model, outcome.state)

@@ -27,6 +27,7 @@ from p2pfl.errors import ConfigError, UserError
 from p2pfl.executors.base import Done, Executor, Future
 from p2pfl.executors.jobs import EvalJob
 from p2pfl.executors.select import make_executor, resolve_kind
+from p2pfl.learning.state import flatten_live_
 from p2pfl.metrics.recorder import Recorder
 from p2pfl.metrics.summary import build_summary
 from p2pfl.seeding import child_seed, stream, torch_generator
@@ -167,13 +168,17 @@ class Simulation:
     def new_model(self, node: Optional[int] = None) -> nn.Module:
         """The scenario's model; common initial weights, or node-specific ones when ``node`` is given.
 
-        The common model is built once and copied (the same bits; building draws every weight anew).
+        The common model is built once and copied (the same bits; building draws every weight anew),
+        and laid out flat (``p2pfl.learning.flat``) where its state allows.
         """
         if node is not None:
-            return self.run_info.build_model(child_seed(self.seed, "init", node))
-        if self._common is None:
-            self._common = self.run_info.build_model(child_seed(self.seed, "init"))
-        return copy.deepcopy(self._common)
+            model = self.run_info.build_model(child_seed(self.seed, "init", node))
+        else:
+            if self._common is None:
+                self._common = self.run_info.build_model(child_seed(self.seed, "init"))
+            model = copy.deepcopy(self._common)
+        flatten_live_(model)  # state maths in one operation per model (the same bits)
+        return model
 
     def forward_flops(self, model: nn.Module) -> int:
         """Forward FLOPs per sample of ``model`` (cached by architecture)."""

@@ -115,3 +115,21 @@ def test_a_batched_run_is_within_tolerance_of_inline():
     # the modelled history (bytes, compute, times) does not depend on the executor at all
     for key in ("bytes_total", "compute_flops_total", "sim_time_s"):
         assert json.dumps(batched[key]) == json.dumps(inline[key])
+
+
+def test_flat_models_stack_as_one_leaf_with_the_same_bits():
+    """Flat snapshots train as one (k, P) tensor; the result equals the per-layer stacking exactly."""
+    from p2pfl.learning.flat import FlatState
+    from p2pfl.learning.state import flatten_live_
+
+    spec = TrainingSpec(epochs=2, batch_size=16, lr=0.05, momentum=0.9, weight_decay=1e-4)
+    make = lambda: MLP(64, 10, 32)
+    per_layer = _run_all(BatchedExecutor(), _jobs(make, (64,), 3, 40, spec))
+    flat_jobs = _jobs(make, (64,), 3, 40, spec)
+    for j in flat_jobs:
+        assert flatten_live_(j.model)
+    flat = _run_all(BatchedExecutor(), flat_jobs)
+    for a, b in zip(per_layer, flat):
+        assert isinstance(b.state, FlatState)
+        assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
+        assert a.result == b.result
