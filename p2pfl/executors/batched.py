@@ -14,7 +14,8 @@ convolution, whose float reductions are ordered differently. Tolerance (tested):
 one local job every weight is within ``ATOL + RTOL * |w|`` of inline's (1e-5, 1e-4), and
 a whole run's mean accuracy within 0.02. Jobs this cannot stack run as ``inline`` runs
 them: a penalty or custom loss, a model with its own ``loss`` (robot policies), dropout,
-AdamW, gradient clipping, or a group of one.
+AdamW, gradient clipping, a model with state outside its state dict (Conditional's
+statistics, a non-persistent buffer; hooks), or a group of one.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import copy
 import time
 import weakref
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any, Optional, cast
 
 import torch
@@ -33,6 +35,7 @@ from p2pfl.executors.base import Executor, Future
 from p2pfl.executors.inline import InlineExecutor
 from p2pfl.executors.jobs import Job, TrainJob, TrainOutcome
 from p2pfl.learning.aggregate import clone_state
+from p2pfl.learning.clone import clone_module, is_plain
 from p2pfl.learning.flat import FlatState, Layout
 from p2pfl.learning.state import live_state
 from p2pfl.learning.train import TrainResult, task_loss
@@ -47,10 +50,18 @@ _NO_STACK = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropo
 
 def stackable(job: TrainJob) -> bool:
     """Whether ``job`` can train inside a stacked group (see the module docstring)."""
+    return _job_stacks(job) and _model_stacks(job.model)
+
+
+def _job_stacks(job: TrainJob) -> bool:
     spec = job.spec
     return (job.penalty is None and job.loss is None and spec.optimizer == "sgd" and spec.grad_clip is None
-            and not callable(getattr(job.model, "loss", None)) and job.x.shape[0] > 0
-            and not any(isinstance(m, _NO_STACK) for m in job.model.modules()))
+            and job.x.shape[0] > 0)
+
+
+def _model_stacks(model: nn.Module) -> bool:
+    return (not callable(getattr(model, "loss", None)) and is_plain(model)
+            and not any(isinstance(m, _NO_STACK) for m in model.modules()))
 
 
 class _Slot(Future[Any]):
@@ -73,10 +84,12 @@ class BatchedExecutor(Executor):
         self._done: dict[int, TrainOutcome] = {}
         self._next = 0
         self._arch: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
+        self._model_ok: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
+        self._templates: dict[str, nn.Module] = {}  # one structure per architecture, for functional_call
         self.stacked_jobs = 0  # jobs that trained inside a group of two or more (for benchmarks)
 
     def submit(self, job: Job) -> Future[Any]:
-        if not isinstance(job, TrainJob) or not stackable(job):
+        if not isinstance(job, TrainJob) or not self._stacks(job):
             return self._inline.submit(job)
         t0 = time.perf_counter()
         gen = torch.Generator(device=job.generator.device)
@@ -89,6 +102,13 @@ class BatchedExecutor(Executor):
         self._pending[index] = snap
         self.wall_s += time.perf_counter() - t0
         return _Slot(self, index)
+
+    def _stacks(self, job: TrainJob) -> bool:
+        """``stackable``, with the model's part cached per model."""
+        ok = self._model_ok.get(job.model)
+        if ok is None:
+            ok = self._model_ok[job.model] = _model_stacks(job.model)
+        return ok and _job_stacks(job)
 
     def outcome(self, index: int) -> TrainOutcome:
         if index not in self._done:
@@ -103,7 +123,7 @@ class BatchedExecutor(Executor):
         pending, self._pending = self._pending, {}
         for members in groups.values():
             jobs = [pending[i] for i in members]
-            outs = _train_group(jobs) if len(jobs) > 1 else [_train_alone(jobs[0])]
+            outs = _train_group(jobs, self._templates) if len(jobs) > 1 else [_train_alone(jobs[0])]
             if len(jobs) > 1:
                 self.stacked_jobs += len(jobs)
             self._done.update(zip(members, outs))
@@ -112,7 +132,7 @@ class BatchedExecutor(Executor):
     def _group_key(self, job: TrainJob) -> tuple[Any, ...]:
         arch = self._arch.get(job.model)
         if arch is None:
-            arch = self._arch[job.model] = f"{type(job.model).__module__}.{type(job.model).__qualname__}:{job.model!r}"
+            arch = self._arch[job.model] = _arch_key(job.model)
         spec = job.spec
         return (arch, tuple(job.x.shape), job.x.dtype, tuple(job.y.shape), job.y.dtype, job.threads,
                 spec.epochs if job.epochs is None else job.epochs, spec.lr if job.lr is None else job.lr,
@@ -132,7 +152,11 @@ def _train_alone(job: TrainJob) -> TrainOutcome:
     return job.run()
 
 
-def _train_group(jobs: list[TrainJob]) -> list[TrainOutcome]:
+def _arch_key(model: nn.Module) -> str:
+    return f"{type(model).__module__}.{type(model).__qualname__}:{model!r}"
+
+
+def _train_group(jobs: list[TrainJob], templates: dict[str, nn.Module]) -> list[TrainOutcome]:
     """Train ``jobs`` (same architecture, data shape and settings) as one stacked model."""
     first = jobs[0]
     if torch.get_num_threads() != first.threads:
@@ -141,7 +165,9 @@ def _train_group(jobs: list[TrainJob]) -> list[TrainOutcome]:
     epochs = spec.epochs if first.epochs is None else first.epochs
     lr = spec.lr if first.lr is None else first.lr
     momentum = spec.momentum if first.momentum is None else first.momentum
-    template = copy.deepcopy(first.model).train()
+    template = templates.get(key := _arch_key(first.model))
+    if template is None:  # only its structure is used by functional_call, never its own weights
+        template = templates[key] = clone_module(first.model).train()
     trainable = {name for name, p in template.named_parameters() if p.requires_grad}
     names = list(_state(first))
     k, n, bs = len(jobs), int(first.x.shape[0]), spec.batch_size
@@ -194,7 +220,7 @@ def _train_group(jobs: list[TrainJob]) -> list[TrainOutcome]:
             batches += 1
     samples = n * epochs
 
-    def state(i: int) -> dict[str, torch.Tensor]:
+    def state(i: int) -> Mapping[str, torch.Tensor]:
         if layout is not None:
             return FlatState(flat[i].detach().clone(), layout)
         return {name: stacked[name][i].detach().clone() for name in names}

@@ -9,7 +9,7 @@ kernel at the job's completion time (see :mod:`p2pfl.executors.base`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union
 
@@ -33,7 +33,7 @@ __all__ = ["TrainJob", "TrainOutcome", "EvalJob", "CallJob", "Job", "run_job"]
 class TrainOutcome:
     """What a training job returns: the model's new state, the generator's new state, the result."""
 
-    state: dict[str, torch.Tensor]
+    state: Mapping[str, torch.Tensor]
     generator_state: torch.Tensor
     result: TrainResult
 

@@ -11,7 +11,8 @@ from p2pfl.learning.flat import FlatState, as_flat
 
 __all__ = ["State", "weighted_sum", "weighted_average", "clone_state", "add_scaled", "sub", "squared_distance", "state_to_vector"]
 
-State = dict[str, torch.Tensor]
+#: A model state: a state dict, or a FlatState (read-only views of one vector).
+State = Mapping[str, torch.Tensor]
 
 
 def clone_state(state: Mapping[str, torch.Tensor]) -> State:
@@ -40,7 +41,7 @@ def weighted_sum(items: Sequence[tuple[Mapping[str, torch.Tensor], float]]) -> S
     for state, _ in items[1:]:
         if list(state.keys()) != keys:
             raise ValueError("states to combine have different keys")
-    out: State = {}
+    out: dict[str, torch.Tensor] = {}
     for k in keys:
         ref = items[0][0][k]
         if not torch.is_floating_point(ref):

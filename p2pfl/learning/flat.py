@@ -11,7 +11,7 @@ Models whose state mixes dtypes (e.g. BatchNorm's integer counter) stay as they 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Optional
 
@@ -38,21 +38,38 @@ class Layout:
         return torch.cat([state[n].detach().reshape(-1).to(self.dtype) for n in self.names])
 
 
-class FlatState(dict[str, torch.Tensor]):
-    """A state dict whose tensors are views of ``vector`` (laid out by ``layout``)."""
+class FlatState(Mapping[str, torch.Tensor]):
+    """A read-only state dict whose tensors are views of ``vector`` (laid out by ``layout``).
+
+    The views are made on first access: most state maths never needs them.
+    """
+
+    __slots__ = ("_views", "layout", "vector")
 
     def __init__(self, vector: torch.Tensor, layout: Layout) -> None:
-        super().__init__(layout.views(vector))
         self.vector = vector
         self.layout = layout
+        self._views: Optional[dict[str, torch.Tensor]] = None
+
+    def _entries(self) -> dict[str, torch.Tensor]:
+        if self._views is None:
+            self._views = self.layout.views(self.vector)
+        return self._views
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._entries()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.layout.names)
+
+    def __len__(self) -> int:
+        return len(self.layout.names)
+
+    def __repr__(self) -> str:
+        return f"FlatState({len(self)} entries, {self.vector.numel()} values)"
 
     def clone(self) -> FlatState:
         return FlatState(self.vector.detach().clone(), self.layout)
-
-    def _frozen(self, *args: object, **kwargs: object) -> None:
-        raise TypeError("a FlatState's entries are views of one vector; change a copy: dict(state)")
-
-    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _frozen  # type: ignore[assignment]
 
     def __reduce__(self) -> tuple[type[FlatState], tuple[torch.Tensor, Layout]]:
         return (FlatState, (self.vector, self.layout))

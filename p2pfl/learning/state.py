@@ -12,10 +12,10 @@ from p2pfl.learning.flat import as_flat, flatten_
 
 __all__ = ["live_state", "add_delta_", "load_state_", "flatten_live_"]
 
-_LIVE: weakref.WeakKeyDictionary[nn.Module, dict[str, torch.Tensor]] = weakref.WeakKeyDictionary()
+_LIVE: weakref.WeakKeyDictionary[nn.Module, Mapping[str, torch.Tensor]] = weakref.WeakKeyDictionary()
 
 
-def live_state(model: nn.Module) -> dict[str, torch.Tensor]:
+def live_state(model: nn.Module) -> Mapping[str, torch.Tensor]:
     """``model.state_dict()``, cached: its tensors alias the live parameters and buffers.
 
     Valid as long as parameters are updated in place (as everything here does);

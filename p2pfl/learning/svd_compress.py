@@ -10,6 +10,8 @@ tensors, so the network charges exactly the factors' bytes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 __all__ = ["energy_rank", "compress_update", "decompress_update", "energy_threshold"]
@@ -32,7 +34,7 @@ def energy_rank(s: torch.Tensor, threshold: float) -> int:
     return int(min(int((cum < threshold - 1e-12).sum()) + 1, s.numel()))
 
 
-def compress_update(update: State, threshold: float) -> dict[str, dict[str, torch.Tensor]]:
+def compress_update(update: Mapping[str, torch.Tensor], threshold: float) -> dict[str, dict[str, torch.Tensor]]:
     """{name: {"us": U_k diag(s_k), "v": V_k}} for 2-D float tensors, {name: {"dense": t}} otherwise.
 
     A matrix is factored only when the factors are smaller than the matrix itself.

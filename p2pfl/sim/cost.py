@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from p2pfl.learning.flat import FlatState
+
 __all__ = [
     "HEADER_BYTES",
     "SCALAR_BYTES",
@@ -50,6 +52,8 @@ def payload_bytes(payload: Any) -> int:
         return 0
     if isinstance(payload, torch.Tensor):
         return payload.numel() * payload.element_size()
+    if isinstance(payload, FlatState):  # the sum over its entries, without making their views
+        return payload.vector.numel() * payload.vector.element_size()
     if isinstance(payload, np.ndarray):
         return int(payload.nbytes)
     if isinstance(payload, (bool, int, float, np.integer, np.floating)):

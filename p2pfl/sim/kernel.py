@@ -9,7 +9,6 @@ only through node contexts.
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 import weakref
@@ -27,6 +26,7 @@ from p2pfl.errors import ConfigError, UserError
 from p2pfl.executors.base import Done, Executor, Future
 from p2pfl.executors.jobs import EvalJob
 from p2pfl.executors.select import make_executor, resolve_kind
+from p2pfl.learning.clone import clone_module
 from p2pfl.learning.state import flatten_live_
 from p2pfl.metrics.recorder import Recorder
 from p2pfl.metrics.summary import build_summary
@@ -176,7 +176,7 @@ class Simulation:
         else:
             if self._common is None:
                 self._common = self.run_info.build_model(child_seed(self.seed, "init"))
-            model = copy.deepcopy(self._common)
+            model = clone_module(self._common)
         flatten_live_(model)  # state maths in one operation per model (the same bits)
         return model
 

@@ -133,3 +133,13 @@ def test_flat_models_stack_as_one_leaf_with_the_same_bits():
         assert isinstance(b.state, FlatState)
         assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
         assert a.result == b.result
+
+
+def test_models_with_state_outside_their_state_dict_are_not_stacked():
+    """Conditional's statistics are a non-persistent buffer: stacking would give every model the first one's."""
+    raw = digits_scenario({"name": "conditional", "rounds": 2, "components": 3}, n=6, servers=True)
+    raw["devices"] = {"flops_per_s": 1.0e6}
+    inline = Simulation(load_dict({**raw, "executor": "inline"}))
+    batched = Simulation(load_dict({**raw, "executor": "batched"}))
+    assert json.dumps(batched.run(), sort_keys=True) == json.dumps(inline.run(), sort_keys=True)
+    assert batched.executor.stacked_jobs == 0

@@ -62,7 +62,7 @@ class FedDRManParams(FedAvgParams):
 def aggregate_clusters(cluster_states: list[State], updates: dict[int, tuple[State, float]], groups: list[list[int]],
                        cluster_ids: list[int], *, srb: bool, beta: float, eligible) -> list[State]:
     """Eq. 12-14: sample-weighted average within each group, SRB on its update, new cluster states."""
-    out = [dict(s) for s in cluster_states]
+    out: list[State] = [dict(s) for s in cluster_states]
     for members, cid in zip(groups, cluster_ids):
         avg = weighted_average([updates[k] for k in members])
         base = cluster_states[cid]

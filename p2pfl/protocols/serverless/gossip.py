@@ -27,6 +27,7 @@ time all devices have finished a round.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Literal, Optional, TypeVar
 
 import numpy as np
@@ -61,7 +62,7 @@ def select_peer(neighbors: tuple[int, ...], rng: np.random.Generator) -> Optiona
     return int(neighbors[int(rng.integers(len(neighbors)))])
 
 
-def consensus_distance(states: list[State]) -> float:
+def consensus_distance(states: Sequence[State]) -> float:
     """Mean squared distance of the models to their average: (1/n) sum_i ||x_i - x_bar||^2."""
     vecs = torch.stack([state_to_vector(s) for s in states])
     return float(((vecs - vecs.mean(dim=0)) ** 2).sum(dim=1).mean())
