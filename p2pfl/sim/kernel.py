@@ -141,7 +141,9 @@ class Simulation:
 
     def _run_info(self) -> RunInfo:
         fed = self.federation
-        graph = nx.freeze(nx.Graph(self.topology.graph.subgraph(range(self.n_devices))))
+        graph = self.topology.graph.copy()  # a copy: the protocol's view cannot change the network
+        graph.remove_nodes_from(self.server_ids)
+        nx.freeze(graph)
         servers = tuple(ServerInfo(sid, spec.name, tuple(spec.attached))
                         for sid, spec in zip(self.server_ids, self.topology.servers))
         return RunInfo(seed=self.seed, n_devices=self.n_devices, servers=servers, graph=graph,
@@ -158,8 +160,7 @@ class Simulation:
             up[sid] = down[sid] = math.inf  # a server is limited by its links only
             for d in server.attached:
                 links[(d, sid)] = server.link
-        loss_rngs = {i: stream(self.seed, "loss", i) for i in up}
-        return Network(self.env, links, up, down, loss_rngs,
+        return Network(self.env, links, up, down, lambda i: stream(self.seed, "loss", i),
                        lambda what, msg, lost, u, v, t0: self.recorder.message(what, self.env.now, msg, lost, u, v, t0),
                        no_relay=frozenset(self.server_ids))
 

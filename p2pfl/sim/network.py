@@ -46,7 +46,7 @@ class Network:
         links: dict[tuple[int, int], Link],
         uplink_bps: dict[int, float],
         downlink_bps: dict[int, float],
-        loss_rngs: dict[int, np.random.Generator],
+        loss_rng: Callable[[int], np.random.Generator],
         on_event: Callable[..., None],
         no_relay: frozenset[int] = frozenset(),
     ) -> None:
@@ -54,13 +54,20 @@ class Network:
         self._links = links
         self._up = uplink_bps
         self._down = downlink_bps
-        self._loss_rngs = loss_rngs
+        self._loss_rng = loss_rng  # a node's stream, made when it first sends over a lossy link
+        self._loss_rngs: dict[int, np.random.Generator] = {}
         self._on_event = on_event
         self._uplinks = {n: simpy.Resource(env, capacity=1) for n in uplink_bps}
         self._inboxes: dict[tuple[int, str], simpy.Store] = {}
         self._seq = 0
         self._adj: dict[int, list[int]] | None = None
         self._no_relay = frozenset(no_relay)  # endpoints only (servers): never a hop inside a route
+
+    def _loss_stream(self, u: int) -> np.random.Generator:
+        rng = self._loss_rngs.get(u)
+        if rng is None:
+            rng = self._loss_rngs[u] = self._loss_rng(u)
+        return rng
 
     def link(self, u: int, v: int) -> Link:
         """The link between ``u`` and ``v``; ValueError if they are not adjacent."""
@@ -137,7 +144,7 @@ class Network:
             if hop == 0:
                 msg.sent_t = start
             yield self.env.timeout(tx_time_s(msg.size_bytes, self.bandwidth_bps(u, v)))
-        lost = link.loss > 0 and self._loss_rngs[u].random() < link.loss
+        lost = link.loss > 0 and self._loss_stream(u).random() < link.loss
         self._on_event("send", msg, lost, u, v, start)
         if not lost:
             self.env.process(self._propagate(msg, path, hop, link.latency_s))

@@ -17,8 +17,7 @@ def _net(env, links, up=None, down=None, seed=0, log=None):
     nodes = sorted({n for e in links for n in e})
     up = up or {n: float("inf") for n in nodes}
     down = down or {n: float("inf") for n in nodes}
-    rngs = {n: np.random.default_rng(seed + n) for n in nodes}
-    return Network(env, links, up, down, rngs, (lambda *a: log.append(a)) if log is not None else (lambda *a: None))
+    return Network(env, links, up, down, lambda n: np.random.default_rng(seed + n), (lambda *a: log.append(a)) if log is not None else (lambda *a: None))
 
 
 def _payload(nbytes: int) -> dict:
