@@ -141,8 +141,10 @@ class Simulation:
 
     def _run_info(self) -> RunInfo:
         fed = self.federation
-        graph = self.topology.graph.copy()  # a copy: the protocol's view cannot change the network
-        graph.remove_nodes_from(self.server_ids)
+        graph = self.topology.graph  # frozen: the protocol's view cannot change the network
+        if self.server_ids:
+            graph = graph.copy()
+            graph.remove_nodes_from(self.server_ids)
         nx.freeze(graph)
         servers = tuple(ServerInfo(sid, spec.name, tuple(spec.attached))
                         for sid, spec in zip(self.server_ids, self.topology.servers))
