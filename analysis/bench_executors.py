@@ -58,6 +58,8 @@ def child_main(spec: dict[str, Any]) -> None:
     """Run one configuration and print its figures as one tagged JSON line on stdout."""
     if spec.get("needs_module") and not _importable(spec["needs_module"]):
         out: dict[str, Any] = {"na": "not built"}
+    elif spec["kind"] == "family":
+        out = family_throughput(spec["family"], spec["executor"], spec["jobs"])
     elif spec["kind"] == "bare":
         out = bare_loop(spec["scenario"], spec["overrides"], spec["threads"], spec.get("part", (0, 1)))
     else:
@@ -94,6 +96,62 @@ def p2pfl_run(scenario: str | dict[str, Any], overrides: list[str]) -> dict[str,
     t = r.timing
     return {"run_s": t["run_wall_s"], "build_s": t["build_wall_s"], "train_s": t["train_wall_s"],
             "accuracy": r.summary.get("accuracy_mean"), "executor": chosen[0] if chosen else "?"}
+
+
+FAMILIES = ("mlp", "cnn28", "rnd_predictor", "robot_policy")
+
+
+def _family_jobs(family: str, k: int) -> tuple[list[Any], int]:
+    """``k`` independent training jobs of one model family, as its protocols submit them; samples per job."""
+    import torch
+
+    from p2pfl.clustering.rnd import fitted_predictor, make_predictor, make_target
+    from p2pfl.executors.jobs import CallJob, TrainJob
+    from p2pfl.learning.models import CNN28, MLP
+    from p2pfl.learning.train import TrainingSpec
+
+    g = torch.Generator().manual_seed(0)
+    if family == "rnd_predictor":  # the RND paper's predictor fit (Adam, its own loop) on 28x28 images
+        target = make_target((1, 28, 28), seed=0)
+        x = torch.rand(k, 200, 1, 28, 28, generator=g)
+        return [CallJob(i, fitted_predictor, (make_predictor((1, 28, 28), seed=i), target, x[i], 2, 64, 1e-3,
+                                              torch.Generator().manual_seed(i))) for i in range(k)], 400
+    if family == "robot_policy":  # FedDRMan's policy with its own GMM loss, AdamW
+        from p2pfl.robotics.policy import ObsLayout, ResNetTPolicy
+
+        lay = ObsLayout()
+        spec = TrainingSpec(batch_size=32, lr=1e-3, optimizer="adamw")
+        return [TrainJob(i, ResNetTPolicy(lay), torch.rand(64, lay.width, generator=g),
+                         torch.rand(64, lay.action, generator=g) * 2 - 1, spec, torch.Generator().manual_seed(i))
+                for i in range(k)], 64
+    make, shape, n, bs = {"mlp": (lambda: MLP(64, 10, 64), (64,), 40, 16),
+                          "cnn28": (lambda: CNN28(10), (1, 28, 28), 200, 64)}[family]
+    spec = TrainingSpec(batch_size=bs, lr=0.05)
+    return [TrainJob(i, make(), torch.rand(n, *shape, generator=g), torch.randint(0, 10, (n,), generator=g), spec,
+                     torch.Generator().manual_seed(i)) for i in range(k)], n
+
+
+def family_throughput(family: str, executor: str, k: int) -> dict[str, Any]:
+    """Training samples per second of ``k`` jobs of ``family`` submitted together, then awaited."""
+    import torch
+
+    from p2pfl.executors.select import make_executor
+    from p2pfl.executors.spec import ExecutorSpec
+
+    torch.set_num_threads(1)
+    ex = make_executor(executor, ExecutorSpec(kind=executor), threads=1)
+    try:
+        warm, _ = _family_jobs(family, 2)
+        for f in [ex.submit(j) for j in warm]:
+            f.result()  # workers started and warm (imports, first kernels), as in a run
+        jobs, per_job = _family_jobs(family, k)
+        t0 = time.perf_counter()
+        for f in [ex.submit(j) for j in jobs]:
+            f.result()
+        seconds = time.perf_counter() - t0
+    finally:
+        ex.close()
+    return {"run_s": seconds, "samples_per_s": k * per_job / seconds}
 
 
 def bare_loop(scenario: str, overrides: list[str], threads: int, part: Sequence[int] = (0, 1)) -> dict[str, Any]:
@@ -312,6 +370,33 @@ def w_configs(overrides: list[str]) -> list[Config]:
             sim("p2pfl auto (default)", [])]
 
 
+def family_rows(k: int, timeout: float) -> list[dict[str, Any]]:
+    """Samples/s per model family and executor (``k`` jobs at once)."""
+    rows = []
+    for family in FAMILIES:
+        for ex in ("inline", "process", "batched"):
+            o = measure(f"{family} x {k} jobs, {ex}", {"kind": "family", "family": family, "executor": ex, "jobs": k},
+                        timeout)
+            rows.append({"table": "families", "family": family, "executor": ex, "status": o.status,
+                         "samples_per_s": o.data.get("samples_per_s")})
+    return rows
+
+
+def print_families(rows: list[dict[str, Any]], k: int) -> None:
+    print(f"\nTraining throughput per model family ({k} jobs submitted together, then awaited; 1 thread per job)\n")
+    print("| family | inline samples/s | process (2 workers) samples/s | batched samples/s |")
+    print("|---|---:|---:|---:|")
+    for family in FAMILIES:
+        cells = []
+        for ex in ("inline", "process", "batched"):
+            r = next(r for r in rows if r["family"] == family and r["executor"] == ex)
+            cells.append(fmt(r["samples_per_s"], 0) if r["status"] == "ok" else _cell(r["status"]))
+        print(f"| {family} | {' | '.join(cells)} |")
+    print("\nmlp: 64 inputs, 64 hidden, 40 samples per job, batch 16; cnn28: 200 samples, batch 64; rnd_predictor: "
+          "the RND predictor's own fit (Adam), 200 images x 2 epochs; robot_policy: FedDRMan's policy, its GMM loss, "
+          "AdamW, 64 samples. batched stacks only jobs with the task loss and SGD (the others run as inline).")
+
+
 def gossip_scenario(n: int, rounds: int, executor: str) -> dict[str, Any]:
     """Large-N gossip: sync push-pull, MLP(64), synthetic logistic data, a connected geometric neighbourhood."""
     radius = 1.6 * math.sqrt(math.log(n) / (math.pi * n))  # comfortably above the connectivity threshold
@@ -408,10 +493,10 @@ def print_w(rows: list[dict[str, Any]], title: str) -> None:
           "the bare loop scores its averaged model the same way). Peak PSS: the whole process tree.")
 
 
-def gossip_rows(sizes: list[tuple[int, int]], executors: list[str], timeout: float) -> list[dict[str, Any]]:
-    """Measure gossip at each (N, rounds) with each executor."""
+def gossip_rows(sizes: list[tuple[int, int, list[str]]], timeout: float) -> list[dict[str, Any]]:
+    """Measure gossip at each (N, rounds) with each of its executors."""
     rows = []
-    for n, rounds in sizes:
+    for n, rounds, executors in sizes:
         for ex in executors:
             spec: dict[str, Any] = {"kind": "p2pfl", "scenario": gossip_scenario(n, rounds, ex), "overrides": [],
                     "needs_module": BATCHED_MODULE if ex == "batched" else None}
@@ -421,6 +506,9 @@ def gossip_rows(sizes: list[tuple[int, int]], executors: list[str], timeout: flo
             rows.append({"table": "gossip", "n": n, "rounds": rounds, "executor": d.get("executor", ex),
                          "status": o.status, "wall_s": o.wall_s, "build_s": d.get("build_s"), "run_s": d.get("run_s"),
                          "peak_pss_mib": o.peak_pss_mib, "overhead_ms": overhead})
+            if o.ok:
+                progress(f"  build {d['build_s']:.1f} s, run {d['run_s']:.1f} s, outside training "
+                         f"{overhead:.3f} ms per device-round")
     return rows
 
 
@@ -481,23 +569,30 @@ def header(quick: bool) -> str:
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="W on 2 devices x 200 samples, 2 rounds; gossip N=200")
-    ap.add_argument("--only", choices=("w", "gossip"), help="run one table only")
+    ap.add_argument("--only", choices=("w", "gossip", "families"), help="run one table only")
+    ap.add_argument("--family-jobs", type=int, default=40, help="jobs per model-family measurement")
     ap.add_argument("--sizes", default="1000,10000", help="gossip device counts, 10 rounds each")
     ap.add_argument("--huge", type=int, nargs="?", const=100_000, default=None,
                     help="also gossip with this many devices (default 100000), 2 rounds")
     ap.add_argument("--gossip-executors", default="inline,process,batched",
                     help="executors for the gossip table (inline, process, ray, batched, auto)")
+    ap.add_argument("--huge-executors", default="batched", help="executors for the --huge size")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per configuration")
     ap.add_argument("--csv", type=Path, help="also write every row to this CSV file")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
 
-def gossip_sizes(args: argparse.Namespace) -> list[tuple[int, int]]:
+def gossip_sizes(args: argparse.Namespace) -> list[tuple[int, int, list[str]]]:
+    """(N, rounds, executors) for each gossip size."""
+    def names(text: str) -> list[str]:
+        return [e.strip() for e in text.split(",") if e.strip()]
+
+    executors = names(args.gossip_executors)
     if args.quick:
-        return [(200, 10)]
-    sizes = [(int(s), 10) for s in args.sizes.split(",") if s.strip()]
-    return sizes + ([(args.huge, 2)] if args.huge else [])
+        return [(200, 10, executors)]
+    sizes = [(int(s), 10, executors) for s in args.sizes.split(",") if s.strip()]
+    return sizes + ([(args.huge, 2, names(args.huge_executors))] if args.huge else [])
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -513,10 +608,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         print_w(w, f"Workload W (FedAvg, Fashion-MNIST, cnn28; {what})")
         rows += w
     if args.only in (None, "gossip"):
-        g = gossip_rows(gossip_sizes(args), [e.strip() for e in args.gossip_executors.split(",") if e.strip()],
-                        args.timeout)
+        g = gossip_rows(gossip_sizes(args), args.timeout)
         print_gossip(g)
         rows += g
+    if args.only in (None, "families"):
+        k = 4 if args.quick else args.family_jobs
+        fam = family_rows(k, args.timeout)
+        print_families(fam, k)
+        rows += fam
     if args.csv:
         write_csv(args.csv, rows)
 
