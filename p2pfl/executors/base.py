@@ -77,7 +77,7 @@ def pool_shards(shards: Sequence[Shard]) -> tuple[dict[str, torch.Tensor], dict[
     """Lay every shard tensor end to end, one pool per field, dtype and sample shape; rebind the shards to views.
 
     Returns the pools ``{name: tensor}`` and the keys of the shards' new tensors
-    ``{id(view): "name@start:stop"}`` (see :func:`view_of`). The shards hold the
+    ``{id(view): "name@start:stop"}`` (resolved by :class:`SharedViews`). The shards hold the
     same values as before, so a worker maps a few large buffers instead of four
     per device.
     """
