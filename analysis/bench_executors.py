@@ -18,7 +18,7 @@ training, ``(run_wall_s - train_wall_s) / (N * rounds)``.
 Every configuration runs in its own fresh subprocess (this script with ``--child``), so its wall time
 includes interpreter start, imports and set-up, and its memory is its own: peak memory is the largest sum of
 PSS (proportional set size: a page shared by k processes, such as torch's libraries or the shards in
-shared memory, counts 1/k in each) over the subprocess and all its descendants, sampled every 50 ms; a sum
+shared memory, counts 1/k in each) over the subprocess and all its descendants, sampled every 0.5 s; a sum
 of RSS would count torch's libraries once per worker. A configuration that times out
 or fails becomes a row saying so. ``--quick`` (W on 2 devices x 200 samples for 2 rounds; gossip N=200)
 checks that the script works in about a minute or two; its figures are not the benchmark.
@@ -48,7 +48,7 @@ W_SCENARIO = ROOT / "scenarios" / "bench" / "workload_w.yaml"
 RESULT_TAG = "BENCH_RESULT "
 QUICK_W = ["topology.n=2", "data.samples_per_client=200", "protocol.rounds=2", "protocol.eval_every=2"]
 BATCHED_MODULE = "p2pfl.executors.batched"
-SAMPLE_EVERY_S = 0.05
+SAMPLE_EVERY_S = 0.5  # reading smaps_rollup takes the process's mmap lock: sampling often slows it down
 FLOOR_CORES = 2
 
 # --- the child: one configuration, measured inside a fresh interpreter ---------------------------------
@@ -570,6 +570,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="W on 2 devices x 200 samples, 2 rounds; gossip N=200")
     ap.add_argument("--only", choices=("w", "gossip", "families"), help="run one table only")
+    ap.add_argument("--w-rows", help="W rows whose label contains one of these comma-separated words "
+                                     "(the bare 1-thread loop always runs: it is the baseline)")
     ap.add_argument("--family-jobs", type=int, default=40, help="jobs per model-family measurement")
     ap.add_argument("--sizes", default="1000,10000", help="gossip device counts, 10 rounds each")
     ap.add_argument("--huge", type=int, nargs="?", const=100_000, default=None,
@@ -603,7 +605,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     print(header(args.quick))
     rows: list[dict[str, Any]] = []
     if args.only in (None, "w"):
-        w = w_rows(w_configs(QUICK_W if args.quick else []), args.timeout)
+        configs = w_configs(QUICK_W if args.quick else [])
+        if args.w_rows:
+            words = [w.strip() for w in args.w_rows.split(",") if w.strip()]
+            configs = configs[:1] + [c for c in configs[1:] if any(w in c.label for w in words)]
+        w = w_rows(configs, args.timeout)
         what = "2 devices x 200 samples, 2 rounds (quick)" if args.quick else "20 devices x 1,000 samples, 10 rounds"
         print_w(w, f"Workload W (FedAvg, Fashion-MNIST, cnn28; {what})")
         rows += w
