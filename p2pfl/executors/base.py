@@ -12,7 +12,7 @@ whether jobs ran one by one here or overlapped on many cores.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.data import Shard
     from p2pfl.executors.jobs import Job
 
-__all__ = ["Executor", "Future", "Done", "ExecutorError", "SHARD_FIELDS", "pool_shards", "SharedViews"]
+__all__ = ["Executor", "Future", "Done", "Deferred", "ExecutorError", "SHARD_FIELDS", "pool_shards", "SharedViews"]
 
 T = TypeVar("T")
 
@@ -48,6 +48,16 @@ class Done(Future[T]):
 
     def result(self) -> T:
         return self.value
+
+
+class Deferred(Future[T]):
+    """An outcome fetched when it is asked for (``fetch`` blocks until it is there)."""
+
+    def __init__(self, fetch: Callable[[], T]) -> None:
+        self._fetch = fetch
+
+    def result(self) -> T:
+        return self._fetch()
 
 
 class Executor(ABC):

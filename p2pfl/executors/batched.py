@@ -21,6 +21,7 @@ statistics, a non-persistent buffer; hooks), or a group of one.
 from __future__ import annotations
 
 import copy
+import functools
 import time
 import weakref
 from collections import defaultdict
@@ -31,7 +32,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from p2pfl.executors.base import Executor, Future
+from p2pfl.executors.base import Deferred, Executor, Future
 from p2pfl.executors.inline import InlineExecutor
 from p2pfl.executors.jobs import Job, TrainJob, TrainOutcome
 from p2pfl.learning.aggregate import clone_state
@@ -64,14 +65,6 @@ def _model_stacks(model: nn.Module) -> bool:
             and not any(isinstance(m, _NO_STACK) for m in model.modules()))
 
 
-class _Slot(Future[Any]):
-    def __init__(self, executor: BatchedExecutor, index: int) -> None:
-        self.executor, self.index = executor, index
-
-    def result(self) -> Any:
-        return self.executor.outcome(self.index)
-
-
 class BatchedExecutor(Executor):
     """Trains pending same-architecture jobs as stacked models (see the module docstring)."""
 
@@ -101,7 +94,7 @@ class BatchedExecutor(Executor):
         index, self._next = self._next, self._next + 1
         self._pending[index] = snap
         self.wall_s += time.perf_counter() - t0
-        return _Slot(self, index)
+        return Deferred(functools.partial(self.outcome, index))
 
     def _stacks(self, job: TrainJob) -> bool:
         """``stackable``, with the model's part cached per model."""

@@ -12,6 +12,7 @@ process at the same count.
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing as mp
 import os
 import queue
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from p2pfl.executors.base import Executor, ExecutorError, Future, SharedViews, pool_shards
+from p2pfl.executors.base import Deferred, Executor, ExecutorError, Future, SharedViews, pool_shards
 from p2pfl.executors.jobs import Job, run_job
 from p2pfl.executors.wire import Packed, pack, unpack
 
@@ -34,14 +35,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["ProcessExecutor"]
 
 _POLL_S = 1.0
-
-
-class _Pending(Future[Any]):
-    def __init__(self, executor: ProcessExecutor, job_id: int) -> None:
-        self.executor, self.job_id = executor, job_id
-
-    def result(self) -> Any:
-        return self.executor.await_job(self.job_id)
 
 
 class ProcessExecutor(Executor):
@@ -92,7 +85,7 @@ class ProcessExecutor(Executor):
         self._where[job_id] = (w, cost)
         self._inboxes[w].put(("job", job_id, pack(job, self._shared)))
         self.wall_s += time.perf_counter() - t0
-        return _Pending(self, job_id)
+        return Deferred(functools.partial(self.await_job, job_id))
 
     def await_job(self, job_id: int) -> Any:
         """Block until ``job_id`` is back; its outcome (or the worker's error)."""

@@ -17,6 +17,7 @@ versions as here: tasks import it by name, nothing is shipped.
 from __future__ import annotations
 
 import collections
+import functools
 import time
 import warnings
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 
 from p2pfl.errors import ConfigError
-from p2pfl.executors.base import SHARD_FIELDS, Executor, ExecutorError, Future, SharedViews, pool_shards
+from p2pfl.executors.base import SHARD_FIELDS, Deferred, Executor, ExecutorError, Future, SharedViews, pool_shards
 from p2pfl.executors.jobs import Job, run_job
 from p2pfl.executors.spec import available_cores
 from p2pfl.executors.wire import Packed, pack, unpack
@@ -43,14 +44,6 @@ def _run_packed(packed: Packed, names: Sequence[str], *pools: np.ndarray) -> Pac
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         shared = SharedViews({n: torch.from_numpy(a) for n, a in zip(names, pools)})
     return pack(run_job(unpack(packed, shared)))
-
-
-class _RayFuture(Future[Any]):
-    def __init__(self, executor: RayExecutor, ref: Any) -> None:
-        self.executor, self.ref = executor, ref
-
-    def result(self) -> Any:
-        return self.executor.await_ref(self.ref)
 
 
 class RayExecutor(Executor):
@@ -99,7 +92,7 @@ class RayExecutor(Executor):
         if self.workers is not None:
             self._in_flight.append(ref)
         self.wall_s += time.perf_counter() - t0
-        return _RayFuture(self, ref)
+        return Deferred(functools.partial(self.await_ref, ref))
 
     def await_ref(self, ref: Any) -> Any:
         """Block until the task ``ref`` is done; its outcome (or ``ExecutorError`` with the task's traceback)."""
