@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from p2pfl.executors.base import Deferred, Executor, ExecutorError, Future, SharedViews, pool_shards
+from p2pfl.executors.base import SHARD_FIELDS, Deferred, Executor, ExecutorError, Future, SharedViews, pool_shards
 from p2pfl.executors.jobs import Job, run_job
 from p2pfl.executors.wire import Packed, pack, unpack
 
@@ -70,7 +70,7 @@ class ProcessExecutor(Executor):
             t.share_memory_()
         self._shared.clear()  # a new run: the workers drop the previous run's pools
         self._keep = list(pools.values())
-        self._keep.extend(getattr(s, f) for s in shards for f in ("train_x", "train_y", "test_x", "test_y"))
+        self._keep.extend(getattr(s, f) for s in shards for f in SHARD_FIELDS)
         self._shared.update(keys)
         for inbox in self._inboxes:
             inbox.put(("pools", pools))

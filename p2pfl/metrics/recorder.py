@@ -105,10 +105,7 @@ class Recorder:
 
     def evaluation(self, t: float, node: int, score: float, round: Optional[int]) -> None:
         """Record a device's test score (field named by the run's metric); the latest per device is final."""
-        self.scores[node] = score
-        entry = {"t": t, "kind": "eval", "node": node, "round": round, self.metric: score}
-        self.evaluations.append(entry)
-        self._append(entry)
+        self.fill_evaluation(self.evaluation_later(t, node, round), score)
 
     def evaluation_later(self, t: float, node: int, round: Optional[int]) -> dict[str, Any]:
         """Record an evaluation whose score is not known yet; ``fill_evaluation`` sets it (in submit order)."""

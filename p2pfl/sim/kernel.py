@@ -109,9 +109,10 @@ class Simulation:
         self.protocol: Protocol = cls(scenario.protocol, self.run_info)
         if self.protocol.requires_server() and not self.topology.servers:
             raise ConfigError(f"protocol {cls.name!r} needs a server; add 'servers: [{{attach: all}}]' to the topology")
+        self._common: Optional[nn.Module] = None
         self._owns_executor = executor is None
         if executor is None:
-            model = self.run_info.build_model(0)
+            model = self._common_model()  # built now for the estimate, copied for every device later
             kind = resolve_kind(scenario.executor, threads=scenario.threads, torch_device=self.torch_device,
                                 train_flops=self._estimated_train_flops(model), model=model)
             if kind in ("process", "ray"):  # they start workers
@@ -121,7 +122,6 @@ class Simulation:
         if self.executor.name != "inline":
             self.executor.share(self.federation.shards)
         self._evals: deque[tuple[Future[float], dict[str, Any]]] = deque()
-        self._common: Optional[nn.Module] = None
         self._flops: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
         self.train_wall_s = 0.0  # submitting and awaiting training jobs (contexts add to it)
         self.eval_wall_s = 0.0
@@ -177,11 +177,15 @@ class Simulation:
         if node is not None:
             model = self.run_info.build_model(child_seed(self.seed, "init", node))
         else:
-            if self._common is None:
-                self._common = self.run_info.build_model(child_seed(self.seed, "init"))
-            model = clone_module(self._common)
+            model = clone_module(self._common_model())
         flatten_live_(model)  # state maths in one operation per model (the same bits)
         return model
+
+    def _common_model(self) -> nn.Module:
+        """The common initial model, built once (``new_model`` hands out copies)."""
+        if self._common is None:
+            self._common = self.run_info.build_model(child_seed(self.seed, "init"))
+        return self._common
 
     def forward_flops(self, model: nn.Module) -> int:
         """Forward FLOPs per sample of ``model`` (cached by architecture)."""
