@@ -61,12 +61,9 @@ class Deferred(Future[T]):
 
 
 class Executor(ABC):
-    """Runs jobs. ``wall_s`` adds up the seconds this process spent running or awaiting them."""
+    """Runs jobs (the kernel measures the seconds spent handing them over and awaiting them)."""
 
     name = "executor"
-
-    def __init__(self) -> None:
-        self.wall_s = 0.0
 
     def share(self, shards: Sequence[Shard]) -> None:  # noqa: B027 - optional hook
         """Make the shards' tensors available to the workers once (inline needs nothing)."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import time
 import weakref
 from collections import defaultdict
 from collections.abc import Mapping
@@ -84,7 +83,6 @@ class BatchedExecutor(Executor):
     def submit(self, job: Job) -> Future[Any]:
         if not isinstance(job, TrainJob) or not self._stacks(job):
             return self._inline.submit(job)
-        t0 = time.perf_counter()
         gen = torch.Generator(device=job.generator.device)
         gen.set_state(job.generator.get_state())
         snap = copy.copy(job)
@@ -93,7 +91,6 @@ class BatchedExecutor(Executor):
         snap.__dict__["state"] = clone_state(live_state(job.model))  # one clone for a flat model
         index, self._next = self._next, self._next + 1
         self._pending[index] = snap
-        self.wall_s += time.perf_counter() - t0
         return Deferred(functools.partial(self.outcome, index))
 
     def _stacks(self, job: TrainJob) -> bool:
@@ -109,7 +106,6 @@ class BatchedExecutor(Executor):
         return self._done.pop(index)
 
     def _flush(self) -> None:
-        t0 = time.perf_counter()
         groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
         for i, job in self._pending.items():
             groups[self._group_key(job)].append(i)
@@ -120,7 +116,6 @@ class BatchedExecutor(Executor):
             if len(jobs) > 1:
                 self.stacked_jobs += len(jobs)
             self._done.update(zip(members, outs))
-        self.wall_s += time.perf_counter() - t0
 
     def _group_key(self, job: TrainJob) -> tuple[Any, ...]:
         arch = self._arch.get(job.model)

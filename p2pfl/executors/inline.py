@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import time
 from typing import Any
 
 import torch
@@ -27,12 +26,10 @@ class InlineExecutor(Executor):
     name = "inline"
 
     def submit(self, job: Job) -> Future[Any]:
-        t0 = time.perf_counter()
         if isinstance(job, TrainJob):
             gen = torch.Generator(device=job.generator.device)
             gen.set_state(job.generator.get_state())
             job = copy.copy(job)
             job.model, job.generator = copy.deepcopy(job.model), gen
         out = run_job(job)
-        self.wall_s += time.perf_counter() - t0
         return Done(out)

@@ -18,7 +18,6 @@ import os
 import queue
 import signal
 import sys
-import time
 import traceback
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -76,7 +75,6 @@ class ProcessExecutor(Executor):
             inbox.put(("pools", pools))
 
     def submit(self, job: Job) -> Future[Any]:
-        t0 = time.perf_counter()
         self._drain()
         job_id, self._next = self._next, self._next + 1
         cost = job.flops or 1.0
@@ -84,12 +82,10 @@ class ProcessExecutor(Executor):
         self._load[w] += cost
         self._where[job_id] = (w, cost)
         self._inboxes[w].put(("job", job_id, pack(job, self._shared)))
-        self.wall_s += time.perf_counter() - t0
         return Deferred(functools.partial(self.await_job, job_id))
 
     def await_job(self, job_id: int) -> Any:
         """Block until ``job_id`` is back; its outcome (or the worker's error)."""
-        t0 = time.perf_counter()
         while job_id not in self._done:
             try:
                 self._receive(self._results.get(timeout=_POLL_S))
@@ -99,7 +95,6 @@ class ProcessExecutor(Executor):
                     raise ExecutorError(f"worker process {', '.join(dead)} died (out of memory?); "
                                         "rerun with fewer workers or executor: inline") from None
         ok, payload = self._done.pop(job_id)
-        self.wall_s += time.perf_counter() - t0
         if not ok:
             raise ExecutorError(f"a job failed in a worker process:\n{payload}")
         return unpack(payload)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import time
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
@@ -84,19 +83,16 @@ class RayExecutor(Executor):
         self._keep.extend(getattr(s, f) for s in shards for f in SHARD_FIELDS)
 
     def submit(self, job: Job) -> Future[Any]:
-        t0 = time.perf_counter()
         if self.workers is not None:
             while len(self._in_flight) >= self.workers:
                 self._ray.wait([self._in_flight.popleft()])
         ref = self._task.remote(pack(job, self._keys), self._names, *self._pools)
         if self.workers is not None:
             self._in_flight.append(ref)
-        self.wall_s += time.perf_counter() - t0
         return Deferred(functools.partial(self.await_ref, ref))
 
     def await_ref(self, ref: Any) -> Any:
         """Block until the task ``ref`` is done; its outcome (or ``ExecutorError`` with the task's traceback)."""
-        t0 = time.perf_counter()
         try:
             return unpack(self._ray.get(ref))
         except self._ray.exceptions.RayTaskError as err:
@@ -104,8 +100,6 @@ class RayExecutor(Executor):
         except self._ray.exceptions.RayError as err:
             raise ExecutorError(f"a Ray task was lost ({type(err).__name__}: {err}); "
                                 "rerun with fewer workers or executor: inline") from None
-        finally:
-            self.wall_s += time.perf_counter() - t0
 
     def close(self) -> None:
         if self._closed:
