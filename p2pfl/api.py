@@ -121,7 +121,7 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, seed: Optional[i
             sim.close()
         timing = {"wall_s": time.perf_counter() - t0, **sim.timing()}
         if out_path is not None:
-            artifacts = sim.protocol.artifacts()
+            artifacts = sim.artifacts()
             _check_extra_names(extra_files, tuple(artifacts))
             write_run_dir(out_path, scenario=sc.model_dump(mode="json"), summary=summary, events=None,
                           timing=timing, manifest=manifest(argv), extra={**artifacts, **extra_files}, tmp=tmp)

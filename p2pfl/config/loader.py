@@ -463,6 +463,8 @@ def _validate(raw: dict, source: str, base: Path, sets: Sequence[tuple[str, Any]
     params = _protocol_params(raw, source, original, ext)
     raw["topology"], raw["protocol"] = topology, params
     sc = parse_model(Scenario, raw, source)
+    if sc.dynamics is not None:  # trace files are found relative to the scenario's folder
+        sc = sc.model_copy(update={"dynamics": sc.dynamics.with_base_dir(base)})
     _check_sizes(sc, source)
     return sc
 

@@ -14,13 +14,16 @@ YAML layout (every block but ``topology``, ``data`` and ``protocol`` has default
 
 from __future__ import annotations
 
-from pydantic import Field, SerializeAsAny, field_validator
+from typing import Optional
+
+from pydantic import Field, SerializeAsAny, field_validator, model_validator
 
 from p2pfl.data import DataSpec
 from p2pfl.executors.spec import ExecutorSpec
 from p2pfl.learning.models import ModelSpec
 from p2pfl.learning.train import TrainingSpec
 from p2pfl.protocols.base import ProtocolParams
+from p2pfl.sim.dynamics.schema import DynamicsSpec
 from p2pfl.sim.profiles import DeviceProfilesSpec
 from p2pfl.topology import TopologySpec
 from p2pfl.validation import Strict
@@ -43,6 +46,16 @@ class Scenario(Strict):
     executor: ExecutorSpec = ExecutorSpec()
     torch_device: str = "cpu"
     threads: int = Field(1, ge=1, description="torch intra-op threads for the real compute")
+    dynamics: Optional[DynamicsSpec] = Field(None, description="churn, link failures, partitions, mobility, "
+                                                                "stragglers (absent: a static fleet)")
+
+    @model_validator(mode="after")
+    def _dynamics_fit_topology(self) -> Scenario:
+        dyn = self.dynamics
+        if dyn is not None and dyn.mobility is not None and self.topology.kind != "random_geometric":
+            raise ValueError(f"dynamics.mobility needs topology kind random_geometric (devices with positions "
+                             f"and a radius); got kind {self.topology.kind}")
+        return self
 
     @field_validator("torch_device")
     @classmethod

@@ -44,6 +44,8 @@ class Recorder:
         self.bytes_received = [0] * n_nodes
         self.messages_sent = [0] * n_nodes
         self.messages_dropped = 0
+        self.dropped_by_reason: dict[str, int] = defaultdict(int)
+        self.bytes_dropped_by_reason: dict[str, int] = defaultdict(int)
         self.bytes_by_kind: dict[str, int] = defaultdict(int)
         self.compute_flops = [0] * n_nodes
         self.compute_sim_s = [0.0] * n_nodes
@@ -82,20 +84,28 @@ class Recorder:
                 raise RuntimeError(f"{len(self._pending)} evaluations still await their scores")
             self._write_ready()
 
-    def message(self, what: str, t: float, msg: Any, lost: bool, u: int, v: int, t_start: float) -> None:
-        """Count one hop u->v of a message: a finished transmission (``send``) or an arrival (``deliver``)."""
+    def message(self, what: str, msg: Any, u: int, v: int, t: float, reason: str = "", transmitted: bool = True,
+                t_start: float = 0.0) -> None:
+        """Count one hop u->v of a message: transmitted (``send``, its bytes counted here and only
+        here), arrived at its destination (``deliver``) or dropped (``drop``, with a ``reason``).
+        Events carry the message's ``id`` (its sequence number), so a message can be followed hop by hop."""
+        if what == "deliver":
+            self.bytes_received[v] += msg.size_bytes
+            self.event(t, "deliver", src=msg.src, dst=msg.dst, msg=msg.kind, bytes=msg.size_bytes, id=msg.seq)
+            return
         relayed = {"origin": msg.src, "target": msg.dst} if (u, v) != (msg.src, msg.dst) else {}
         if what == "send":
             self.bytes_sent[u] += msg.size_bytes
             self.messages_sent[u] += 1
             self.bytes_by_kind[msg.kind] += msg.size_bytes
-            if lost:
-                self.messages_dropped += 1
-            self.event(t, "drop" if lost else "send", src=u, dst=v, msg=msg.kind, bytes=msg.size_bytes,
-                       t_start=t_start, **relayed)
-        else:
-            self.bytes_received[v] += msg.size_bytes
-            self.event(t, "deliver", src=msg.src, dst=msg.dst, msg=msg.kind, bytes=msg.size_bytes)
+            self.event(t, "send", src=u, dst=v, msg=msg.kind, bytes=msg.size_bytes, t_start=t_start, id=msg.seq,
+                       **relayed)
+            return
+        self.messages_dropped += 1
+        self.dropped_by_reason[reason] += 1
+        self.bytes_dropped_by_reason[reason] += msg.size_bytes
+        self.event(t, "drop", src=u, dst=v, msg=msg.kind, bytes=msg.size_bytes, reason=reason,
+                   transmitted=transmitted, id=msg.seq, **relayed)
 
     def compute(self, t: float, node: int, flops: int, sim_s: float, what: str) -> None:
         """Count modelled compute charged to ``node``."""

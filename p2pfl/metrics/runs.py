@@ -228,7 +228,7 @@ def load_runs(*dirs: str | Path) -> pd.DataFrame:
 
 
 def _send_bytes(path: Path) -> Optional[tuple[list[float], list[int]]]:
-    """(time, cumulative bytes) of every send and drop in ``events.jsonl``; None without the file."""
+    """(time, cumulative bytes) of every transmission in ``events.jsonl``; None without the file."""
     events = path / "events.jsonl"
     if not events.is_file():
         return None
@@ -236,7 +236,7 @@ def _send_bytes(path: Path) -> Optional[tuple[list[float], list[int]]]:
     with open(events, encoding="utf-8") as fh:
         for line in fh:
             e = json.loads(line)
-            if e["kind"] in ("send", "drop"):
+            if e["kind"] == "send" or (e["kind"] == "drop" and "reason" not in e):  # older logs: a drop was the send
                 total += e["bytes"]
                 times.append(e["t"])
                 cum.append(total)

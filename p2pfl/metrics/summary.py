@@ -64,6 +64,8 @@ def build_summary(rec: Recorder, *, metric: str, n_devices: int, server_ids: tup
         "bytes_total": sum(rec.bytes_sent),
         "messages_total": sum(rec.messages_sent),
         "messages_dropped": rec.messages_dropped,
+        "messages_dropped_by_reason": dict(sorted(rec.dropped_by_reason.items())),
+        "bytes_dropped_by_reason": dict(sorted(rec.bytes_dropped_by_reason.items())),
         "bytes_per_node": rec.bytes_sent[:n],
         "bytes_received_per_node": rec.bytes_received[:n],
         "bytes_per_server": {name: rec.bytes_sent[sid] for sid, name in zip(server_ids, server_names)},

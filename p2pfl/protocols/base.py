@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import Field
 
+from p2pfl.errors import ConfigError
 from p2pfl.validation import Strict
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,10 +52,14 @@ class Protocol(ABC, Generic[P]):
     #: True when some parameter settings run without a server (``p2pfl list protocols`` says so)
     serverless_option: ClassVar[bool] = False
     summary: ClassVar[str] = ""
+    #: Runs under ``dynamics:`` (it chooses live peers and never awaits a message without a deadline).
+    supports_dynamics: ClassVar[bool] = False
 
     def __init__(self, params: P, run: RunInfo) -> None:
         self.params = params
         self.run = run
+        #: True when the run has a ``dynamics:`` block (set by ``check_dynamics``).
+        self.dynamic = False
 
     @classmethod
     def implementation(cls, params: ProtocolParams) -> type[Protocol[Any]]:
@@ -73,6 +78,22 @@ class Protocol(ABC, Generic[P]):
         """SimPy process body of one server (only when ``needs_server``)."""
         raise NotImplementedError(f"protocol {self.name!r} has no server process")
         yield  # pragma: no cover
+
+    def deadline_fields(self) -> tuple[str, ...]:
+        """Params fields (timeouts) that must be set under dynamics, where any message may be dropped."""
+        return ()
+
+    def check_dynamics(self) -> None:
+        """Refuse, with a one-line fix, to run under dynamics when this protocol cannot."""
+        if not self.supports_dynamics:
+            raise ConfigError(f"field 'dynamics': protocol {self.name!r} does not run under dynamics yet (it would "
+                              "await dropped messages forever); remove dynamics or use gossip, dsgd, dac, rnd_gossip, "
+                              "fedavg, fedprox, oracle, ifca or local")
+        self.dynamic = True
+        for name in self.deadline_fields():
+            if getattr(self.params, name, None) is None:
+                raise ConfigError(f"field 'protocol.{name}': required under dynamics (a dropped message would be "
+                                  f"awaited forever); set it, e.g. protocol.{name}: 30")
 
     def progress_total(self) -> int:
         """How many ``ctx.round_done`` calls a full run makes (for the progress bar)."""

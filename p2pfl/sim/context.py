@@ -86,6 +86,14 @@ class NodeContext:
             return get
         return self._env.process(self._recv_until(get, timeout))
 
+    def newest(self, msg: Any, kind: str) -> Any:
+        """``msg`` or, if later ``kind`` messages are already waiting in the inbox, the last of them
+        (taken out): a device that was away catches up with the current round."""
+        store = self._sim.network.inbox(self.id, kind)
+        while store.items:
+            msg = store.items.pop(0)
+        return msg
+
     def _recv_until(self, get: simpy.resources.store.StoreGet, timeout: float) -> Generator[Any, Any, Any]:
         result = yield get | self._env.timeout(timeout)
         if get in result:
@@ -94,8 +102,54 @@ class NodeContext:
         return None
 
     def sleep(self, seconds: float) -> simpy.Event:
-        """Idle for ``seconds`` of simulated time."""
-        return self._env.timeout(seconds)
+        """Idle for ``seconds`` of simulated time (under dynamics, and then until this node is online)."""
+        fleet = self._sim.fleet
+        if fleet is None:
+            return self._env.timeout(seconds)
+        return self._env.process(self._sleep_online(seconds))
+
+    def _sleep_online(self, seconds: float) -> Generator[Any, Any, None]:
+        yield self._env.timeout(seconds)
+        assert self._sim.fleet is not None
+        yield from self._sim.fleet.wait_online(self.id)
+
+    @property
+    def live_neighbors(self) -> tuple[int, ...]:
+        """The neighbours reachable now: online, link up, not cut off by a partition (sorted ids).
+
+        What a device's radio or link layer reports (beacons); ``neighbors`` stays the static graph.
+        Under mobility these are the devices within radio range. Without dynamics: ``neighbors``.
+        """
+        fleet = self._sim.fleet
+        return self.neighbors if fleet is None else fleet.live_neighbors(self.id)
+
+    def neighborhood_change(self) -> simpy.Event:
+        """An event that fires when ``live_neighbors`` next changes (never, for a static fleet)."""
+        fleet = self._sim.fleet
+        return self._env.event() if fleet is None else fleet.neighborhood_change(self.id)
+
+    def live_within(self, hops: int) -> tuple[int, ...]:
+        """Devices within ``hops`` hops over live links now, this node excluded (sorted); the static
+        graph's for a static fleet. What a routing layer knows, as ``live_neighbors`` is what the radio knows."""
+        fleet = self._sim.fleet
+        graph = self.run.graph
+        seen = {self.id}
+        frontier = [self.id]
+        for _ in range(hops):
+            nxt = []
+            for u in frontier:
+                for v in (fleet.live_neighbors(u) if fleet is not None else graph.neighbors(u)):
+                    if v not in seen:
+                        seen.add(v)
+                        nxt.append(v)
+            frontier = nxt
+        seen.discard(self.id)
+        return tuple(sorted(int(v) for v in seen))
+
+    @property
+    def dynamic(self) -> bool:
+        """Does the fleet change during the run (a ``dynamics:`` block)?"""
+        return self._sim.fleet is not None
 
     def spawn(self, generator: Generator[Any, Any, Any]) -> simpy.Process:
         """Run a helper process of this node (e.g. a responder) alongside its main loop."""
@@ -163,17 +217,23 @@ class DeviceContext(NodeContext):
         trains); the model's train/eval mode is then left alone.
         """
         sim = self._sim
+        while True:
+            t0 = time.perf_counter()
+            job = TrainJob(self.id, model, self.shard.train_x if x is None else x,
+                           self.shard.train_y if y is None else y, sim.training, self.torch_gen,
+                           threads=sim.scenario.threads, epochs=epochs, lr=lr, momentum=momentum, penalty=penalty,
+                           loss=loss)
+            job.flops = flops = train_flops(sim.forward_flops(model), job.samples)
+            start = clone_state(live_state(model)) if delta and job.samples else None
+            future = sim.executor.submit(job)
+            sim.train_wall_s += time.perf_counter() - t0
+            done = yield from self._compute(flops, "train")
+            t0 = time.perf_counter()
+            outcome: TrainOutcome = future.result()
+            sim.train_wall_s += time.perf_counter() - t0
+            if done:
+                break  # else: lost by going offline; back online, train again from the model as it is now
         t0 = time.perf_counter()
-        job = TrainJob(self.id, model, self.shard.train_x if x is None else x, self.shard.train_y if y is None else y,
-                       sim.training, self.torch_gen, threads=sim.scenario.threads, epochs=epochs, lr=lr,
-                       momentum=momentum, penalty=penalty, loss=loss)
-        job.flops = flops = train_flops(sim.forward_flops(model), job.samples)
-        start = clone_state(live_state(model)) if delta and job.samples else None
-        future = sim.executor.submit(job)
-        sim.train_wall_s += time.perf_counter() - t0
-        yield from self.compute(flops, "train")
-        t0 = time.perf_counter()
-        outcome: TrainOutcome = future.result()
         if start is not None:
             new = outcome.state
             if isinstance(start, FlatState) and not (isinstance(new, FlatState) and new.layout == start.layout):
@@ -200,20 +260,54 @@ class DeviceContext(NodeContext):
         (not changes to the arguments, which stay in a worker).
         """
         sim = self._sim
-        t0 = time.perf_counter()
-        future = sim.executor.submit(CallJob(self.id, fn, args, threads=sim.scenario.threads, flops=flops))
-        sim.train_wall_s += time.perf_counter() - t0
-        yield from self.compute(flops, what)
-        t0 = time.perf_counter()
-        value: T = future.result()
-        sim.train_wall_s += time.perf_counter() - t0
-        return value
+        while True:
+            t0 = time.perf_counter()
+            future = sim.executor.submit(CallJob(self.id, fn, args, threads=sim.scenario.threads, flops=flops))
+            sim.train_wall_s += time.perf_counter() - t0
+            done = yield from self._compute(flops, what)
+            t0 = time.perf_counter()
+            value: T = future.result()
+            sim.train_wall_s += time.perf_counter() - t0
+            if done:
+                return value
 
     def compute(self, flops: int, what: str) -> Generator[Any, Any, None]:
-        """Charge ``flops`` of modelled compute to this device (time = FLOPs / FLOP rate)."""
-        sim_s = flops / self.profile.flops_per_s
-        self._sim.recorder.compute(self.now, self.id, flops, sim_s, what)
-        yield self._env.timeout(sim_s)
+        """Charge ``flops`` of modelled compute to this device (time = FLOPs / FLOP rate).
+
+        Under dynamics the rate follows the device's straggler factor, and going offline pauses
+        the compute (``interrupted_training: resumed``) or wastes it and starts over when the
+        device is back (``lost``; the wasted FLOPs are charged as ``lost:<what>``).
+        """
+        while not (yield from self._compute(flops, what)):
+            pass
+
+    def _compute(self, flops: int, what: str) -> Generator[Any, Any, bool]:
+        """``compute``, but return False (once back online) when the work was lost by going offline."""
+        fleet = self._sim.fleet
+        rate = self.profile.flops_per_s
+        if fleet is None:
+            sim_s = flops / rate
+            self._sim.recorder.compute(self.now, self.id, flops, sim_s, what)
+            yield self._env.timeout(sim_s)
+            return True
+        me, rec = self.id, self._sim.recorder
+        yield from fleet.wait_online(me)
+        left, busy = float(flops), 0.0
+        while left > 0:
+            speed = rate * float(fleet.rate_factor[me])
+            t = self.now
+            change = fleet.state_change(me)
+            yield self._env.timeout(left / speed) | change
+            busy += self.now - t
+            left = max(left - (self.now - t) * speed, 0.0) if change.triggered else 0.0
+            if left > 0 and not fleet.is_online(me):
+                if self._sim.interrupted_training == "lost":
+                    rec.compute(self.now, me, int(flops - left), busy, f"lost:{what}")
+                    yield from fleet.wait_online(me)
+                    return False
+                yield from fleet.wait_online(me)
+        rec.compute(self.now, me, flops, busy, what)  # under dynamics: recorded when done (its time is known then)
+        return True
 
     def evaluate(self, model: nn.Module, round: Optional[int] = None) -> None:
         """Score ``model`` on this device's local test set (the run's metric), recorded for this device

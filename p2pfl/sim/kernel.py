@@ -9,6 +9,7 @@ only through node contexts.
 
 from __future__ import annotations
 
+import io
 import math
 import time
 import weakref
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import networkx as nx
+import numpy as np
 import simpy
 import torch
 from torch import nn
@@ -33,6 +35,9 @@ from p2pfl.metrics.summary import build_summary
 from p2pfl.seeding import child_seed, stream, torch_generator
 from p2pfl.sim.context import DeviceContext, ServerContext
 from p2pfl.sim.cost import forward_flops_per_sample, train_flops
+from p2pfl.sim.dynamics import Fleet
+from p2pfl.sim.dynamics.mobility import Mover
+from p2pfl.sim.dynamics.schedule import start_dynamics
 from p2pfl.sim.network import Network
 from p2pfl.sim.profiles import draw_profiles
 from p2pfl.sim.runinfo import RunInfo, ServerInfo
@@ -103,12 +108,18 @@ class Simulation:
         self.recorder = Recorder(n + len(self.server_ids), metric=self.metric, on_round=on_round)
         setup("network")
         self.profiles = draw_profiles(scenario.devices, n, stream(seed, "profiles"))
+        self.fleet = self._build_fleet()
         self.network = self._build_network()
         self.run_info = self._run_info()
         setup("protocol")
         self.protocol: Protocol = cls(scenario.protocol, self.run_info)
         if self.protocol.requires_server() and not self.topology.servers:
             raise ConfigError(f"protocol {cls.name!r} needs a server; add 'servers: [{{attach: all}}]' to the topology")
+        if scenario.dynamics is not None:
+            self.protocol.check_dynamics()
+        self.mover: Optional[Mover] = None
+        self.interrupted_training = "resumed" if scenario.dynamics is None else scenario.dynamics.interrupted_training
+        self.left_fleet: tuple[int, ...] = ()  # devices offline for good when the run ended (dynamics)
         self._common: Optional[nn.Module] = None
         self._owns_executor = executor is None
         if executor is None:
@@ -163,8 +174,31 @@ class Simulation:
             for d in server.attached:
                 links[(d, sid)] = server.link
         return Network(self.env, links, up, down, lambda i: stream(self.seed, "loss", i),
-                       lambda what, msg, lost, u, v, t0: self.recorder.message(what, self.env.now, msg, lost, u, v, t0),
-                       no_relay=frozenset(self.server_ids))
+                       lambda what, msg, u, v, **kw: self.recorder.message(what, msg, u, v, self.env.now, **kw),
+                       no_relay=frozenset(self.server_ids), fleet=self.fleet)
+
+    def _build_fleet(self) -> Optional[Fleet]:
+        """The live fleet under ``dynamics:`` (None for a static one)."""
+        dyn = self.scenario.dynamics
+        if dyn is None:
+            return None
+        topo = self.scenario.topology
+        server_links = {(d, sid): server.link for sid, server in zip(self.server_ids, self.topology.servers)
+                        for d in server.attached}
+        default = Link(latency_s=topo.link.latency_s, bandwidth_bps=topo.link.bandwidth_bps, loss=topo.link.loss)
+        mob = dyn.mobility
+        return Fleet(self.env, self.topology.graph, server_links, default,
+                     lambda kind, **fields: self.recorder.event(self.env.now, kind, **fields),
+                     radius=topo.radius if mob is not None else None,
+                     latency_s_per_unit=mob.latency_s_per_unit if mob is not None else 0.0)
+
+    @property
+    def dynamics_seed(self) -> int:
+        """The seed of the dynamics' streams: ``dynamics.seed``, else one derived from the scenario's."""
+        dyn = self.scenario.dynamics
+        if dyn is not None and dyn.seed is not None:
+            return child_seed(dyn.seed, "dynamics")
+        return child_seed(self.seed, "dynamics")
 
     # --- services for contexts and protocols -------------------------------------------------
 
@@ -262,12 +296,22 @@ class Simulation:
 
     def _run(self, t0: float) -> dict[str, Any]:
         devices, servers = self._contexts()
+        dyn = self.scenario.dynamics
+        if dyn is not None and self.fleet is not None:  # first: changes at t=0 come before any device acts
+            self.mover = start_dynamics(self.env, self.fleet, dyn, self.dynamics_seed, self.topology.graph,
+                                        len(self.server_ids))
         dev_procs = [self.env.process(self.protocol.device(c)) for c in devices]
         with_server = self.protocol.requires_server()
         srv_procs = [self.env.process(self.protocol.server(c)) for c in servers] if with_server else []
         main = srv_procs if with_server else dev_procs
+        done = simpy.AllOf(self.env, main)
+        if dyn is not None:
+            finish = self.env.event()
+            done.callbacks.append(lambda _: finish.triggered or finish.succeed())
+            self.env.process(self._watchdog(finish, main, with_server, dyn.stall_after_s))
+            done = finish
         try:
-            self.env.run(until=simpy.AllOf(self.env, main))
+            self.env.run(until=done)
         except RuntimeError as err:
             if "No scheduled events left" not in str(err):
                 raise
@@ -282,15 +326,64 @@ class Simulation:
         self.run_wall_s = time.perf_counter() - t0
         return self.summary()
 
+    def _watchdog(self, finish: simpy.Event, main: list[simpy.Process], with_server: bool,
+                  stall_after_s: float) -> Any:
+        """Under dynamics the clock never runs out of events (churn goes on), so a stall shows as
+        ``stall_after_s`` of simulated time without a protocol event. If every unfinished device is
+        offline then, the run ends (they left the fleet: ``left_fleet``); otherwise it is a stall."""
+        assert self.fleet is not None
+        seen = -1
+        while True:
+            yield self.env.timeout(stall_after_s)
+            count = self.recorder.n_events - self.fleet.n_events
+            if count != seen:
+                seen = count
+                continue
+            stuck = [i for i, p in enumerate(main) if p.is_alive]
+            if not with_server and all(not self.fleet.is_online(i) for i in stuck):
+                self.left_fleet = tuple(stuck)
+                finish.succeed()
+                return
+            raise SimulationStalled(
+                f"simulation stalled at t={self.env.now:.6g}s: no protocol event for {stall_after_s:g} simulated "
+                f"seconds while {len(stuck)} nodes still run (a message awaited without a deadline?); "
+                "set the protocol's timeout, or dynamics.stall_after_s if the protocol idles that long")
+
     def summary(self) -> dict[str, Any]:
         """The deterministic summary.json content (built in ``p2pfl.metrics.summary``)."""
         head = {"scenario": self.scenario.name, "protocol": self.protocol.name, "seed": self.seed,
                 "rounds": self.scenario.protocol.rounds}
         tail = {"true_clusters": list(self.federation.true_clusters), "partition": self.federation.stats(),
+                "messages_in_flight": len(self.network.in_flight), **self.dynamics_summary(),
                 **self.protocol.result()}
         return build_summary(self.recorder, metric=self.metric, n_devices=self.n_devices, server_ids=self.server_ids,
                              server_names=tuple(s.name for s in self.topology.servers), head=head,
                              sim_time_s=self.env.now, tail=tail)
+
+    def dynamics_summary(self) -> dict[str, Any]:
+        """``dynamics``: per-device availability (share of the run online), offline periods, link
+        failures and devices that left for good (empty for a static fleet)."""
+        fleet = self.fleet
+        if fleet is None:
+            return {}
+        avail = fleet.availability()
+        return {"dynamics": {
+            "availability_mean": float(avail.mean()),
+            "availability_per_node": [float(a) for a in avail],
+            "offline_periods_per_node": [int(k) for k in fleet.offline_periods],
+            "link_down_events": fleet.link_down_events,
+            "left_fleet": list(self.left_fleet),
+        }}
+
+    def artifacts(self) -> dict[str, bytes]:
+        """Extra files of the run: the protocol's, and under mobility ``positions.npz`` (``t``: frame
+        times, ``pos``: (frames, devices, 2) positions)."""
+        out = dict(self.protocol.artifacts())
+        if self.mover is not None:
+            buf = io.BytesIO()
+            np.savez_compressed(buf, t=np.asarray(self.mover.frame_times), pos=np.stack(self.mover.frames))
+            out["positions.npz"] = buf.getvalue()
+        return out
 
     def timing(self) -> dict[str, float]:
         """Measured wall-clock figures (never steer the simulation); with workers, ``train_wall_s`` and

@@ -4,13 +4,22 @@ A message of S bytes from u to v starts when u's uplink is free, occupies it
 for 8S/B seconds and arrives L seconds later, where L is the link latency and
 B = min(link bandwidth, u's uplink, v's downlink) (SimPy's ``latency.py`` Cable).
 Lost messages still occupy the uplink and count as sent; the drop is recorded.
+
+Every message ends in exactly one way: delivered, dropped with a reason, or still in flight when
+the run ends (``in_flight``). Reasons: ``loss`` (the link's loss draw), and under dynamics
+(``p2pfl.sim.dynamics``) ``link_down`` (the link is down, out of radio range, or went down while
+the message was on it), ``partition`` (the hop crosses a partition, or did while in flight) and
+``offline`` (the receiver, or the relay, is offline when the message arrives). A hop over a link
+that is down when its turn on the uplink comes is dropped without being transmitted (no bytes);
+a sender that is offline holds its messages until it is back. A transmission under way when its
+sender goes offline is finished (its bytes are spent).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import simpy
@@ -18,6 +27,7 @@ import simpy
 from p2pfl.sim.cost import message_bytes, tx_time_s
 
 if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.sim.dynamics import Fleet
     from p2pfl.topology import Link
 
 __all__ = ["Message", "Network"]
@@ -38,7 +48,11 @@ class Message:
 
 
 class Network:
-    """Links between node ids, per-node uplink resources and per-(node, kind) inboxes."""
+    """Links between node ids, per-node uplink resources and per-(node, kind) inboxes.
+
+    ``on_event(what, msg, u, v, **fields)`` is told of every hop transmitted (``send``), every
+    delivery (``deliver``) and every drop (``drop``, with ``reason`` and ``transmitted``).
+    """
 
     def __init__(
         self,
@@ -49,6 +63,7 @@ class Network:
         loss_rng: Callable[[int], np.random.Generator],
         on_event: Callable[..., None],
         no_relay: frozenset[int] = frozenset(),
+        fleet: Optional[Fleet] = None,
     ) -> None:
         self.env = env
         self._links = links
@@ -62,12 +77,20 @@ class Network:
         self._seq = 0
         self._adj: dict[int, list[int]] | None = None
         self._no_relay = frozenset(no_relay)  # endpoints only (servers): never a hop inside a route
+        self.fleet = fleet
+        #: Messages sent and not yet delivered or dropped, by sequence number.
+        self.in_flight: dict[int, Message] = {}
 
     def _loss_stream(self, u: int) -> np.random.Generator:
         rng = self._loss_rngs.get(u)
         if rng is None:
             rng = self._loss_rngs[u] = self._loss_rng(u)
         return rng
+
+    @property
+    def messages_created(self) -> int:
+        """Messages handed to ``send`` so far."""
+        return self._seq
 
     def link(self, u: int, v: int) -> Link:
         """The link between ``u`` and ``v``; ValueError if they are not adjacent."""
@@ -92,14 +115,21 @@ class Network:
         ``kind`` and ``round`` travel in the fixed header (see ``cost.HEADER_BYTES``).
         With ``routed`` a message to a non-neighbour is relayed hop by hop along a
         shortest path (store and forward): every hop costs its own uplink time,
-        latency, loss draw and bytes.
+        latency, loss draw and bytes. Under dynamics the path is a shortest one over the
+        live links when the message leaves.
         """
-        path = self.route(src, dst) if routed else [src, dst]
-        if not routed:
-            self.link(src, dst)  # raises for a non-neighbour
+        if src == dst:
+            raise ValueError(f"node {src} cannot send to itself")
+        fleet = self.fleet
+        if not routed and (fleet is None or fleet.pos is None):
+            self.link(src, dst)  # raises for a non-neighbour (under mobility any two devices may meet)
+        path = self.route(src, dst) if routed and fleet is None else [src, dst]
         self._seq += 1
         msg = Message(src, dst, kind, payload, message_bytes(payload), round=round, seq=self._seq)
-        return self.env.process(self._transmit(msg, path, 0))
+        self.in_flight[msg.seq] = msg
+        if fleet is None:
+            return self.env.process(self._transmit(msg, path, 0))
+        return self.env.process(self._transmit_live(msg, routed))
 
     def route(self, src: int, dst: int) -> list[int]:
         """A shortest path src -> dst in hops (deterministic: BFS over sorted neighbours).
@@ -110,12 +140,22 @@ class Network:
         """
         if src == dst:
             raise ValueError(f"node {src} cannot send to itself")
+        path = self._bfs(src, dst, self._static_adj)
+        if path is None:
+            raise ValueError(f"no route from node {src} to node {dst}")
+        return path
+
+    def _static_adj(self, u: int) -> Iterable[int]:
         if self._adj is None:
             adj: dict[int, list[int]] = {}
-            for u, v in self._links:
-                adj.setdefault(u, []).append(v)
-                adj.setdefault(v, []).append(u)
-            self._adj = {u: sorted(vs) for u, vs in adj.items()}
+            for a, b in self._links:
+                adj.setdefault(a, []).append(b)
+                adj.setdefault(b, []).append(a)
+            self._adj = {a: sorted(bs) for a, bs in adj.items()}
+        return self._adj.get(u, ())
+
+    def _bfs(self, src: int, dst: int, neighbours: Callable[[int], Iterable[int]]) -> Optional[list[int]]:
+        """Shortest hop path src -> dst over ``neighbours`` (sorted ids: deterministic), or None."""
         parent = {src: src}
         frontier = [src]
         while frontier and dst not in parent:
@@ -123,13 +163,13 @@ class Network:
             for u in frontier:
                 if u != src and u in self._no_relay:
                     continue
-                for v in self._adj.get(u, ()):
+                for v in neighbours(u):
                     if v not in parent:
                         parent[v] = u
                         nxt.append(v)
             frontier = nxt
         if dst not in parent:
-            raise ValueError(f"no route from node {src} to node {dst}")
+            return None
         path = [dst]
         while path[-1] != src:
             path.append(parent[path[-1]])
@@ -145,14 +185,85 @@ class Network:
                 msg.sent_t = start
             yield self.env.timeout(tx_time_s(msg.size_bytes, self.bandwidth_bps(u, v)))
         lost = link.loss > 0 and self._loss_stream(u).random() < link.loss
-        self._on_event("send", msg, lost, u, v, start)
-        if not lost:
+        self._on_event("send", msg, u, v, t_start=start)
+        if lost:
+            self._drop(msg, u, v, "loss")
+        else:
             self.env.process(self._propagate(msg, path, hop, link.latency_s))
 
     def _propagate(self, msg: Message, path: list[int], hop: int, latency_s: float):
         yield self.env.timeout(latency_s)
         if hop + 2 == len(path):
-            self._on_event("deliver", msg, False, path[hop], path[hop + 1], self.env.now)
-            self.inbox(msg.dst, msg.kind).put(msg)
+            self._deliver(msg, path[hop], path[hop + 1])
         else:
             self.env.process(self._transmit(msg, path, hop + 1))
+
+    def _deliver(self, msg: Message, u: int, v: int) -> None:
+        del self.in_flight[msg.seq]
+        self._on_event("deliver", msg, u, v)
+        self.inbox(msg.dst, msg.kind).put(msg)
+
+    def _drop(self, msg: Message, u: int, v: int, reason: str, transmitted: bool = True) -> None:
+        del self.in_flight[msg.seq]
+        self._on_event("drop", msg, u, v, reason=reason, transmitted=transmitted)
+
+    # --- under dynamics: the live fleet decides every hop ------------------------------------
+
+    def _live_route(self, src: int, dst: int) -> tuple[Optional[list[int]], str]:
+        """A shortest path over the live links now, or (None, why there is none)."""
+        fleet = self.fleet
+        assert fleet is not None
+        if not fleet.is_online(dst):
+            return None, "offline"
+        path = self._bfs(src, dst, fleet.live_hops)
+        if path is not None:
+            return path, ""
+        static = self._bfs(src, dst, self._static_adj)
+        if fleet.group is not None and (static is None or any(
+                max(a, b) < fleet.n_devices and fleet.group[a] != fleet.group[b] for a, b in zip(static, static[1:]))):
+            return None, "partition"
+        return None, "link_down"
+
+    def _transmit_live(self, msg: Message, routed: bool):
+        """A message under dynamics: the sender waits to be online; every hop asks the fleet."""
+        fleet = self.fleet
+        assert fleet is not None
+        yield from fleet.wait_online(msg.src)
+        path = [msg.src, msg.dst]
+        if routed:
+            found, why = self._live_route(msg.src, msg.dst)
+            if found is None:
+                self._drop(msg, msg.src, msg.dst, why, transmitted=False)
+                return
+            path = found
+        for hop in range(len(path) - 1):
+            u, v = path[hop], path[hop + 1]
+            if hop:
+                yield from fleet.wait_online(u)
+            with self._uplinks[u].request() as slot:
+                yield slot
+                why = fleet.blocked(u, v)
+                if why is not None and why != "offline":  # a sender cannot tell that the receiver is off
+                    self._drop(msg, u, v, why, transmitted=False)
+                    return
+                link = fleet.link(u, v)
+                since = fleet.generation(u, v)
+                start = self.env.now
+                if hop == 0:
+                    msg.sent_t = start
+                yield self.env.timeout(tx_time_s(msg.size_bytes, min(link.bandwidth_bps, self._up[u], self._down[v])))
+            self._on_event("send", msg, u, v, t_start=start)
+            why = fleet.blocked(u, v, since)
+            if why == "offline":
+                why = None  # decided on arrival
+            if why is None and link.loss > 0 and self._loss_stream(u).random() < link.loss:
+                why = "loss"
+            if why is not None:
+                self._drop(msg, u, v, why)
+                return
+            yield self.env.timeout(link.latency_s)
+            why = fleet.blocked(u, v, since)
+            if why is not None:
+                self._drop(msg, u, v, why)
+                return
+        self._deliver(msg, path[-2], path[-1])

@@ -28,7 +28,7 @@ def _bytes_by(run_dir: Path, t: float) -> int:
     with open(run_dir / "events.jsonl", encoding="utf-8") as fh:
         for line in fh:
             e = json.loads(line)
-            if e["kind"] in ("send", "drop") and e["t"] <= t:
+            if e["kind"] == "send" and e["t"] <= t:
                 total += e["bytes"]
     return total
 

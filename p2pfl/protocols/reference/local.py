@@ -18,6 +18,7 @@ class Local(Protocol[ProtocolParams]):
     name = "local"
     Params = ProtocolParams
     summary = "local training only, no communication (lower bound)"
+    supports_dynamics = True
 
     def device(self, ctx: DeviceContext) -> Process:
         model = ctx.new_model()

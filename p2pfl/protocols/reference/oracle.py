@@ -41,19 +41,24 @@ class Oracle(FedAvgBase[FedAvgParams]):
     def server(self, ctx: ServerContext) -> Process:
         p = self.params
         cluster_of: dict[int, int] = {}
+        deadline = None if not self.dynamic else ctx.now + (p.round_timeout_s or 0.0)
         while len(cluster_of) < len(ctx.devices):
-            msg = yield ctx.recv("join")
+            msg = yield ctx.recv("join", timeout=None if deadline is None else max(deadline - ctx.now, 0.0))
+            if msg is None:  # under dynamics some joins were dropped: the reference knows the clusters anyway
+                cluster_of.update({d: self.run.true_clusters[d] for d in ctx.devices if d not in cluster_of})
+                break
             cluster_of[msg.src] = int(msg.payload["cluster"])
         for d in sorted(cluster_of):
             self.groups.setdefault(cluster_of[d], []).append(d)
         self.groups = dict(sorted(self.groups.items()))
         models = {c: self.make_model(ctx) for c in self.groups}
         for r in range(1, p.rounds + 1):
-            selected = select_clients(ctx.devices, p.client_fraction, ctx.rng)
+            selected = select_clients(ctx.live_neighbors, p.client_fraction, ctx.rng) if ctx.live_neighbors else []
             states = {c: clone_state(live_state(m)) for c, m in models.items()}
             for d in selected:
                 ctx.send(d, "model", {"state": states[cluster_of[d]]}, round=r)
             got = yield from collect_round(ctx, "update", r, selected, p.round_timeout_s)
+            self.updates_missing += len(selected) - len(got)
             updates = {d: (m.payload["state"], float(m.payload["n_samples"])) for d, m in got.items()}
             for c, members in self.groups.items():
                 ups = [updates[d] for d in members if d in updates]

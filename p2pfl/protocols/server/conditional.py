@@ -160,6 +160,7 @@ class Conditional(FedAvgBase[ConditionalParams]):
     """One shared model conditioned on each device's local PCA eigenvalues."""
 
     name = "conditional"
+    supports_dynamics = False  # phases without deadlines (not yet ported to dynamics)
     Params = ConditionalParams
     # needs_server (True, from FedAvg) is narrowed per instance: only federated + server transport runs one.
     needs_server = True

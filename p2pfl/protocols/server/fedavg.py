@@ -5,11 +5,15 @@ sends them the global model, each trains locally and uploads its model with
 its sample count (8 bytes), the server averages the uploads weighted by
 samples. With ``round_timeout_s`` the server stops waiting after that long
 and averages what arrived (lost or late updates are skipped).
+
+Under dynamics (``round_timeout_s`` required) the server picks among the devices reachable now
+(online, link up: devices check in), and a device that was away takes the newest model waiting
+for it, rejoining at the server's current round.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Generic, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Optional, TypeVar
 
 import numpy as np
 from pydantic import Field
@@ -23,6 +27,7 @@ from p2pfl.protocols.server.collect import collect_round
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.context import DeviceContext, NodeContext, ServerContext
+    from p2pfl.sim.runinfo import RunInfo
 
 __all__ = ["FedAvg", "FedAvgBase", "FedAvgParams", "select_clients"]
 
@@ -47,12 +52,21 @@ class FedAvgBase(Protocol[F], Generic[F]):
     """Server-side FedAvg over the devices attached to the (single) server; variants subclass this."""
 
     needs_server = True
+    supports_dynamics = True
+
+    def __init__(self, params: F, run: RunInfo) -> None:
+        super().__init__(params, run)
+        #: Selected devices whose update did not arrive by the deadline (reported under dynamics).
+        self.updates_missing = 0
+
+    def deadline_fields(self) -> tuple[str, ...]:
+        return ("round_timeout_s",)
 
     def server(self, ctx: ServerContext) -> Process:
         p = self.params
         model = self.make_model(ctx)
         for r in range(1, p.rounds + 1):
-            selected = select_clients(ctx.devices, p.client_fraction, ctx.rng)
+            selected = select_clients(ctx.live_neighbors, p.client_fraction, ctx.rng) if ctx.live_neighbors else []
             state = clone_state(model.state_dict())
             for d in selected:
                 ctx.send(d, "model", {"state": state}, round=r)
@@ -75,6 +89,7 @@ class FedAvgBase(Protocol[F], Generic[F]):
     def collect(self, ctx: ServerContext, r: int, selected: list[int]) -> Process:
         """This round's ``(state, n_samples)`` uploads in arrival order (until all came or the round timeout)."""
         got = yield from collect_round(ctx, "update", r, selected, self.params.round_timeout_s)
+        self.updates_missing += len(selected) - len(got)
         return [(m.payload["state"], float(m.payload["n_samples"])) for m in got.values()]
 
     def aggregate(self, updates: list[tuple[State, float]]) -> State:
@@ -87,10 +102,13 @@ class FedAvgBase(Protocol[F], Generic[F]):
         model = self.make_model(ctx)
         server = ctx.servers[0]
         while True:
-            msg = yield ctx.recv("model")
+            msg = ctx.newest((yield ctx.recv("model")), "model")
             load_state_(model, msg.payload["state"])
             yield from self.local_update(ctx, model, msg.round)
             yield ctx.send(server, "update", {"state": model.state_dict(), "n_samples": ctx.n_samples}, round=msg.round)
+
+    def result(self) -> dict[str, Any]:
+        return {"updates_missing": self.updates_missing} if self.dynamic else {}
 
     def local_update(self, ctx: DeviceContext, model: nn.Module, r: int, penalty: Optional[Penalty] = None) -> Process:
         """Device step of round ``r``: local training from the global model (variants add a penalty)."""

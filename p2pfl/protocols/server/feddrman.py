@@ -77,6 +77,7 @@ class FedDRMan(FedAvgBase[FedDRManParams]):
     """Server-guided subspace/action distillation with compatible, spectrally rebalanced aggregation."""
 
     name = "feddrman"
+    supports_dynamics = False  # phases without deadlines (not yet ported to dynamics)
     Params = FedDRManParams
     needs_server = True
     summary = "FedDRMan: subspace + action distillation, compatible update aggregation, spectral rebalancing"

@@ -86,6 +86,7 @@ class FedKD(FedAvgBase[FedKDParams]):
     """Mentor/mentee mutual distillation; only the SVD-compressed mentee update is exchanged."""
 
     name = "fedkd"
+    supports_dynamics = False  # phases without deadlines (not yet ported to dynamics)
     Params = FedKDParams
     needs_server = True
     summary = "FedKD-A: private mentor + shared mentee, adaptive mutual distillation, SVD-compressed updates"

@@ -70,11 +70,16 @@ class IFCA(Protocol[IFCAParams]):
     name = "ifca"
     Params = IFCAParams
     needs_server = True
+    supports_dynamics = True
     summary = "IFCA: K cluster models broadcast, devices pick the lowest-loss one (K x download)"
 
     def __init__(self, params: IFCAParams, run: RunInfo) -> None:
         super().__init__(params, run)
         self.assignment: list[int] = []
+        self.updates_missing = 0
+
+    def deadline_fields(self) -> tuple[str, ...]:
+        return ("round_timeout_s",)
 
     def init_models(self, draw: int) -> list[nn.Module]:
         """K independently initialised cluster models (draw ``draw`` of the init stream)."""
@@ -89,8 +94,11 @@ class IFCA(Protocol[IFCAParams]):
                 for d in ctx.devices:
                     ctx.send(d, "probe", {"states": states})
                 picks: dict[int, int] = {}
+                deadline = ctx.now + p.round_timeout_s if self.dynamic and p.round_timeout_s else None
                 while len(picks) < n:
-                    msg = yield ctx.recv("probe_reply")
+                    msg = yield ctx.recv("probe_reply", timeout=None if deadline is None else max(deadline - ctx.now, 0))
+                    if msg is None:
+                        break  # under dynamics: judge the balance on the replies that came
                     picks[msg.src] = int(msg.payload["cluster"])
                 balanced = is_balanced([picks[d] for d in sorted(picks)], p.n_clusters)
                 ctx.log("ifca_init_balanced", balanced, draw=draw)
@@ -99,9 +107,11 @@ class IFCA(Protocol[IFCAParams]):
                 models = self.init_models(draw + 1)
         for r in range(1, p.rounds + 1):
             states = [clone_state(live_state(m)) for m in models]
-            for d in ctx.devices:
+            selected = ctx.live_neighbors
+            for d in selected:
                 ctx.send(d, "models", {"states": states}, round=r)
-            got = yield from collect_round(ctx, "update", r, ctx.devices, p.round_timeout_s)
+            got = yield from collect_round(ctx, "update", r, selected, p.round_timeout_s)
+            self.updates_missing += len(selected) - len(got)
             updates = {d: (m.payload["state"], float(m.payload["n_samples"]), int(m.payload["cluster"]))
                        for d, m in got.items()}
             for k in range(p.n_clusters):
@@ -126,7 +136,7 @@ class IFCA(Protocol[IFCAParams]):
         if self.params.balanced_init:
             ctx.spawn(self.answer_probes(ctx, server))
         while True:
-            msg = yield ctx.recv("models")
+            msg = ctx.newest((yield ctx.recv("models")), "models")
             k = yield from self.estep(ctx, work, msg.payload["states"])
             load_state_(work, msg.payload["states"][k])
             yield from ctx.train(work)
@@ -156,4 +166,8 @@ class IFCA(Protocol[IFCAParams]):
     def result(self) -> dict[str, Any]:
         if not self.assignment:
             return {}
-        return {"clusters": clusters_from_assignment(self.assignment, self.params.n_clusters), "ari": self.ari()}
+        out: dict[str, Any] = {"clusters": clusters_from_assignment(self.assignment, self.params.n_clusters),
+                               "ari": self.ari()}
+        if self.dynamic:
+            out["updates_missing"] = self.updates_missing
+        return out

@@ -40,7 +40,7 @@ components of the last round's "i aggregated j" graph.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional
 
 import numpy as np
 from pydantic import Field
@@ -69,6 +69,8 @@ class DACParams(ProtocolParams):
     n_sampled: int = Field(3, ge=1, description="original: peers sampled per round")
     tau: float = Field(30.0, gt=0, description="original: softmax temperature (inverse) on similarities")
     tau_schedule: Literal["constant", "linear"] = "constant"
+    round_timeout_s: Optional[float] = Field(None, gt=0, description="stop waiting for peers' models after this "
+                                                                     "long (required under dynamics)")
 
 
 # --------------------------------------------------------------------------- pure decisions
@@ -145,12 +147,14 @@ class _DACBase(Protocol[DACParams]):
     summary = "DAC: similarity-weighted decentralized collaboration (cosine top-k, or original loss-based priors)"
     #: The ``variant`` this class runs.
     variant: ClassVar[str]
+    supports_dynamics = True
 
     def __init__(self, params: DACParams, run: RunInfo) -> None:
         super().__init__(params, run)
         #: Whom each device aggregated in its last round (scoring: ``selection_components``).
         self.chosen: dict[int, list[int]] = {}
         self.similarity_flops = 0
+        self.replies_missing = 0
 
     @classmethod
     def implementation(cls, params: ProtocolParams) -> type[Protocol[Any]]:
@@ -161,15 +165,21 @@ class _DACBase(Protocol[DACParams]):
         return DACOriginal if variant == "original" else DACCosine
 
     def candidates(self, ctx: DeviceContext) -> tuple[int, ...]:
-        """Topology neighbours, or every other device (``candidates: all``, reached by routed sends)."""
+        """Live topology neighbours (all of them for a static fleet), or every other device
+        (``candidates: all``, reached by routed sends)."""
         if self.params.candidates == "all":
             return tuple(j for j in self.run.device_ids if j != ctx.id)
-        return ctx.neighbors
+        return ctx.live_neighbors
+
+    def deadline_fields(self) -> tuple[str, ...]:
+        return ("round_timeout_s",)
 
     def result(self) -> dict[str, Any]:
         clusters = selection_components(self.run.n_devices, self.chosen)
         out = clustering_scores(self.run.true_clusters, clusters)
         out["clustering_flops"] = self.similarity_flops
+        if self.dynamic and self.variant == "original":
+            out["replies_missing"] = self.replies_missing
         return out
 
 
@@ -189,10 +199,14 @@ class DACCosine(NeighbourAveraging[DACParams], _DACBase):
     def routed(self) -> bool:
         return self.params.candidates == "all"
 
-    def mix(self, ctx: DeviceContext, mine: State, received: dict[int, State]) -> State:
+    def mix(self, ctx: DeviceContext, mine: State, received: dict[int, State],
+            payloads: dict[int, dict[str, Any]]) -> State:
         top = cosine_top_k(mine, received, self.params.top_k)
         self.chosen[ctx.id] = top
         return weighted_average([(mine, 1.0)] + [(received[j], 1.0) for j in top])
+
+    def result(self) -> dict[str, Any]:
+        return {**_DACBase.result(self), **NeighbourAveraging.result(self)}
 
 
 class DACOriginal(_DACBase):
@@ -208,7 +222,6 @@ class DACOriginal(_DACBase):
     def device(self, ctx: DeviceContext) -> Process:
         p, n, me = self.params, self.run.n_devices, ctx.id
         model = ctx.new_model()
-        peers = self.candidates(ctx)
         routed = p.candidates == "all"
         sims = np.zeros(n)
         sampled_ever = np.zeros(n, dtype=bool)
@@ -219,6 +232,7 @@ class DACOriginal(_DACBase):
         for r in range(1, p.rounds + 1):
             yield from ctx.train(model)
             shared["state"] = clone_state(live_state(model))
+            peers = self.candidates(ctx)
             if not peers:
                 self._finish_round(ctx, model, r)
                 continue
@@ -227,7 +241,9 @@ class DACOriginal(_DACBase):
             sampled = sorted(int(j) for j in ctx.rng.choice(np.asarray(peers), size=size, replace=False, p=prior))
             for j in sampled:
                 yield ctx.send(j, "dac_request", {}, round=r, routed=routed)
-            got = yield from gather_round(ctx, "dac_reply", r, tuple(sampled), pending)
+            got = yield from gather_round(ctx, "dac_reply", r, tuple(sampled), pending, p.round_timeout_s)
+            self.replies_missing += len(sampled) - len(set(sampled) & set(got))
+            sampled = [j for j in sampled if j in got]  # a peer's reply lost or late: aggregate without it
             states = {j: got[j].payload["state"] for j in sampled}
             for j in sampled:
                 probe = ctx.new_model()

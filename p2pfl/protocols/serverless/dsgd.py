@@ -13,13 +13,22 @@ by the mixing step. Each device needs its neighbours' degrees, which the
 topology gives once at start (no per-round bytes). The loop (train, send,
 gather, mix) is :class:`~p2pfl.protocols.serverless.neighbour_averaging.NeighbourAveraging`;
 the mix is :func:`p2pfl.learning.aggregate.weighted_sum` over the sorted ids.
+
+Under dynamics (our extension; the paper assumes a fixed graph): each round a device sends to its
+*live* neighbours, with its live degree d_i (8 bytes more), and waits until ``round_timeout_s``;
+the weights are Metropolis-Hastings over the live degrees, w_ij = 1 / (1 + max(d_i, d_j)) for
+the neighbours whose model arrived, and the weight of those that did not goes to the device itself
+(w_ii = 1 - sum of the arrived w_ij). When both ends of a link get each other's model, or neither
+does, the matrix stays symmetric and doubly stochastic, so mixing still preserves the fleet's mean
+(a link failing while only one direction is in flight breaks that symmetry for that round).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import networkx as nx
+from pydantic import Field
 
 from p2pfl.learning.aggregate import State, weighted_sum
 from p2pfl.protocols.base import ProtocolParams
@@ -29,7 +38,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.context import DeviceContext
     from p2pfl.sim.runinfo import RunInfo
 
-__all__ = ["DSGD", "metropolis_weights", "metropolis_mix"]
+__all__ = ["DSGD", "DSGDParams", "metropolis_weights", "metropolis_mix", "live_metropolis_row"]
+
+
+class DSGDParams(ProtocolParams):
+    init: Literal["common", "independent"] = Field("common", description="initial weights shared or per device")
+    round_timeout_s: Optional[float] = Field(None, gt=0, description="stop waiting for neighbours' models "
+                                                                     "after this long (required under dynamics)")
 
 
 def metropolis_weights(graph: nx.Graph, node: int) -> dict[int, float]:
@@ -40,6 +55,14 @@ def metropolis_weights(graph: nx.Graph, node: int) -> dict[int, float]:
     return row
 
 
+def live_metropolis_row(node: int, degree: int, arrived: dict[int, int]) -> dict[int, float]:
+    """The row under dynamics: w_ij = 1 / (1 + max(d_i, d_j)) over the arrived neighbours j (their
+    degrees in ``arrived``), the rest of the row's mass on ``node`` itself."""
+    row = {j: 1.0 / (1.0 + max(degree, d_j)) for j, d_j in sorted(arrived.items())}
+    row[node] = 1.0 - sum(row.values())
+    return row
+
+
 def metropolis_mix(states: dict[int, State], weights: dict[int, float]) -> State:
     """x_i <- sum_j w_ij x_j: ``weighted_sum`` over the nodes in id order (the row already sums to one)."""
     if set(states) != set(weights):
@@ -47,19 +70,34 @@ def metropolis_mix(states: dict[int, State], weights: dict[int, float]) -> State
     return weighted_sum([(states[j], weights[j]) for j in sorted(states)])
 
 
-class DSGD(NeighbourAveraging[ProtocolParams]):
+class DSGD(NeighbourAveraging[DSGDParams]):
     """Synchronous decentralized SGD (Lian et al. 2017, D-PSGD) with Metropolis-Hastings weights
     (Xiao & Boyd 2004): train, send to every neighbour, mix (module docstring)."""
 
     name = "dsgd"
-    Params = ProtocolParams
+    Params = DSGDParams
     summary = "decentralized SGD: train, exchange with all neighbours, Metropolis-Hastings mixing (synchronous)"
     message_kind = "dsgd_model"
 
-    def __init__(self, params: ProtocolParams, run: RunInfo) -> None:
+    def __init__(self, params: DSGDParams, run: RunInfo) -> None:
         super().__init__(params, run)
         #: Each device's row of the mixing matrix, from the topology known at start.
         self.weights = {i: metropolis_weights(run.graph, i) for i in run.device_ids}
+        self._degree: dict[int, int] = {}  # under dynamics: each device's live degree this round
 
-    def mix(self, ctx: DeviceContext, mine: State, received: dict[int, State]) -> State:
-        return metropolis_mix({**received, ctx.id: mine}, self.weights[ctx.id])
+    def payload(self, ctx: DeviceContext, mine: State, peers: tuple[int, ...]) -> dict[str, Any]:
+        if not self.dynamic:
+            return {"state": mine}
+        self._degree[ctx.id] = len(peers)
+        return {"state": mine, "degree": len(peers)}
+
+    def mix(self, ctx: DeviceContext, mine: State, received: dict[int, State],
+            payloads: dict[int, dict[str, Any]]) -> State:
+        if self.dynamic:
+            row = live_metropolis_row(ctx.id, self._degree[ctx.id], {j: int(p["degree"]) for j, p in payloads.items()})
+        else:
+            row = self.weights[ctx.id]
+            if len(received) + 1 < len(row):  # a round timeout passed: the missing weight stays with the device
+                row = {j: w for j, w in row.items() if j in received}
+                row[ctx.id] = 1.0 - sum(row.values())
+        return metropolis_mix({**received, ctx.id: mine}, row)

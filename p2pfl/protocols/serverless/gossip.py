@@ -28,7 +28,7 @@ time all devices have finished a round.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar, Literal, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional, TypeVar
 
 import numpy as np
 import torch
@@ -83,11 +83,17 @@ class Gossip(Protocol[GP]):
     #: Relay pushes and replies over shortest paths (for candidate peers that are not neighbours).
     routed: ClassVar[bool] = False
     summary = "serverless randomized gossip: pairwise push-pull (or push) averaging, sync or async"
+    supports_dynamics = True
 
     def __init__(self, params: GP, run: RunInfo) -> None:
         super().__init__(params, run)
         self.models: dict[int, nn.Module] = {}
         self._finished: dict[int, int] = {}
+        #: Exchanges that found no live peer or got no reply in time (reported under dynamics).
+        self.exchanges_failed = 0
+
+    def deadline_fields(self) -> tuple[str, ...]:
+        return ("reply_timeout_s",) if self.params.exchange == "push_pull" else ()
 
     def device(self, ctx: DeviceContext) -> Process:
         p = self.params
@@ -107,19 +113,25 @@ class Gossip(Protocol[GP]):
             self._finished[r] = self._finished.get(r, 0) + 1
             if self._finished[r] == self.run.n_devices:
                 self._log_consensus(ctx, r)
+            self.round_finished(ctx, r)
+
+    def round_finished(self, ctx: DeviceContext, r: int) -> None:
+        """Called when a device ends round ``r`` (variants log fleet-wide figures)."""
 
     def local_step(self, ctx: DeviceContext, model: nn.Module) -> Process:
         """Train from the model as it is now; add the change to the live model when the compute time is over."""
         yield from ctx.train(model, delta=True)
 
     def candidate_peers(self, ctx: DeviceContext) -> tuple[int, ...]:
-        """Whom this device may gossip with: its topology neighbours (variants restrict or extend this)."""
-        return ctx.neighbors
+        """Whom this device may gossip with: its live neighbours (the topology's, for a static fleet;
+        variants restrict or extend this)."""
+        return ctx.live_neighbors
 
     def exchange(self, ctx: DeviceContext, model: nn.Module, r: int) -> Process:
         """Initiate one exchange with a random candidate peer."""
         peer = select_peer(self.candidate_peers(ctx), ctx.rng)
         if peer is None:
+            self.exchanges_failed += 1
             return
         yield ctx.send(peer, "gossip_push", {"state": live_state(model)}, round=r, routed=self.routed)  # a snapshot
         if self.params.exchange == "push":
@@ -127,6 +139,7 @@ class Gossip(Protocol[GP]):
         while True:
             reply: Optional[Message] = yield ctx.recv("gossip_reply", timeout=self.params.reply_timeout_s)
             if reply is None:
+                self.exchanges_failed += 1
                 return  # lost or too late: keep our model
             if reply.src == peer and reply.round == r:
                 break
@@ -141,6 +154,9 @@ class Gossip(Protocol[GP]):
             if self.params.exchange == "push_pull":  # the reply is a snapshot, taken before we move
                 ctx.send(msg.src, "gossip_reply", {"state": mine}, round=msg.round, routed=self.routed)
             add_delta_(model, sub(msg.payload["state"], mine), 0.5)
+
+    def result(self) -> dict[str, Any]:
+        return {"exchanges_failed": self.exchanges_failed} if self.dynamic else {}
 
     def _log_consensus(self, ctx: DeviceContext, r: int) -> None:
         states = [live_state(self.models[i]) for i in sorted(self.models)]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from torch import nn
 
@@ -31,21 +31,26 @@ __all__ = ["NeighbourAveraging", "gather_round"]
 
 
 def gather_round(ctx: DeviceContext, kind: str, r: int, sources: tuple[int, ...],
-                 pending: dict[int, dict[int, Message]]) -> Generator[Any, Any, dict[int, Message]]:
+                 pending: dict[int, dict[int, Message]],
+                 timeout_s: Optional[float] = None) -> Generator[Any, Any, dict[int, Message]]:
     """Receive one ``kind`` message of round ``r`` from each of ``sources``; keep later rounds in ``pending``.
 
-    Returns ``{src: message}``. Messages for earlier rounds cannot arrive in a
-    synchronous protocol; they would be a bug and raise.
+    Returns ``{src: message}``. With ``timeout_s`` it returns what came when the deadline
+    passes, and a late message of an earlier round is dropped; without, an earlier round's
+    message cannot arrive in a synchronous protocol: it would be a bug and raises.
     """
-    got = pending.pop(r, {})
+    got = {src: m for src, m in pending.pop(r, {}).items()}
     want = set(sources)
+    deadline = None if timeout_s is None else ctx.now + timeout_s
     while not want <= set(got):
-        msg: Message = yield ctx.recv(kind)
+        msg: Optional[Message] = yield ctx.recv(kind, timeout=None if deadline is None else max(deadline - ctx.now, 0.0))
+        if msg is None:
+            break
         if msg.round == r:
             got[msg.src] = msg
         elif msg.round > r:
             pending.setdefault(msg.round, {})[msg.src] = msg
-        else:
+        elif deadline is None:
             raise RuntimeError(f"device {ctx.id} got a round-{msg.round} {kind!r} message in round {r}")
     return got
 
@@ -63,33 +68,62 @@ class NeighbourAveraging(Protocol[P]):
     def __init__(self, params: P, run: RunInfo) -> None:
         super().__init__(params, run)
         self.models: dict[int, nn.Module] = {}
+        #: Peers' round models that did not arrive by the deadline (reported under dynamics).
+        self.models_missing = 0
+
+    supports_dynamics = True
 
     def peers(self, ctx: DeviceContext) -> tuple[int, ...]:
-        """Whom this device sends its model to and waits for each round: its topology neighbours by default."""
-        return ctx.neighbors
+        """Whom this device sends its model to and waits for this round: its live neighbours by default
+        (the topology's, for a static fleet)."""
+        return ctx.live_neighbors
+
+    def deadline_fields(self) -> tuple[str, ...]:
+        return ("round_timeout_s",)
+
+    def initial_model(self, ctx: DeviceContext) -> nn.Module:
+        """The device's model at start: the common initial weights (or its own with ``init: independent``)."""
+        return ctx.new_model(independent=getattr(self.params, "init", "common") == "independent")
+
+    def payload(self, ctx: DeviceContext, mine: State, peers: tuple[int, ...]) -> dict[str, Any]:
+        """What a round's model message carries (subclasses add fields)."""
+        return {"state": mine}
 
     def routed(self) -> bool:
         """Relay the model messages over shortest paths (peers that are not neighbours)?"""
         return False
 
     @abstractmethod
-    def mix(self, ctx: DeviceContext, mine: State, received: dict[int, State]) -> State:
-        """The device's new model from its own (``mine``) and its peers' round models (``received``)."""
+    def mix(self, ctx: DeviceContext, mine: State, received: dict[int, State],
+            payloads: dict[int, dict[str, Any]]) -> State:
+        """The device's new model from its own (``mine``) and its peers' round models (``received``;
+        ``payloads`` are their whole messages' payloads, see ``payload``)."""
 
     def device(self, ctx: DeviceContext) -> Process:
-        model = ctx.new_model()
+        model = self.initial_model(ctx)
         self.models[ctx.id] = model
-        peers = self.peers(ctx)
         routed = self.routed()
+        timeout_s = getattr(self.params, "round_timeout_s", None)
         pending: dict[int, dict[int, Message]] = {}
         for r in range(1, self.params.rounds + 1):
             yield from ctx.train(model)
             mine = clone_state(live_state(model))
+            peers = self.peers(ctx)
+            payload = self.payload(ctx, mine, peers)
             for j in peers:
-                yield ctx.send(j, self.message_kind, {"state": mine}, round=r, routed=routed)
-            got = yield from gather_round(ctx, self.message_kind, r, peers, pending)
+                yield ctx.send(j, self.message_kind, payload, round=r, routed=routed)
+            got = yield from gather_round(ctx, self.message_kind, r, peers, pending, timeout_s)
+            got = {j: m for j, m in got.items() if j in peers}  # mix only with whom we also sent to
+            self.models_missing += len(peers) - len(got)
             received = {j: m.payload["state"] for j, m in got.items()}
-            load_state_(model, self.mix(ctx, mine, received))
+            load_state_(model, self.mix(ctx, mine, received, {j: m.payload for j, m in got.items()}))
             if self.should_eval(r):
                 ctx.evaluate(model, r)
             ctx.round_done(r)
+            self.round_finished(ctx, r)
+
+    def round_finished(self, ctx: DeviceContext, r: int) -> None:
+        """Called when a device ends round ``r`` (subclasses log fleet-wide figures)."""
+
+    def result(self) -> dict[str, Any]:
+        return {"models_missing": self.models_missing} if self.dynamic else {}

@@ -25,6 +25,17 @@ evaluates the predictors of nearby peers". No server anywhere:
    device's mutually compatible peers, routed when they are not adjacent.
    A device with no compatible peer trains alone.
 
+Under dynamics (our extension of the paper's remark): discovery is event-driven. A device sends
+its predictor to the devices within ``hops`` live hops, and again to every device that later comes
+within reach (mobility, a device back online, a link back up). Whoever receives a predictor it has
+not scored scores it (s_ij, one novelty job), answers with its verdict, and sends its own predictor
+back if it has not yet, so both ends judge each other. A device starts training once it has every
+initial verdict or after ``reply_timeout_s``. Its gossip peers are its mutually compatible peers
+*within live reach now*: departed ones are forgotten (kept scored, in case they return), new ones
+join once judged. No label propagation runs (labels never grow back when links go); the reported
+federations are the components of the mutually compatible links in reach at the end, and the ARI
+of those components is logged whenever every device has finished a round.
+
 What the rule can and cannot do: federations are the connected components of
 the mutually compatible links within ``hops``; two members of a true group
 that are not linked through same-group devices within that reach end up in
@@ -34,7 +45,7 @@ common when the groups are scattered in space).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import networkx as nx
 import numpy as np
@@ -43,6 +54,7 @@ from torch import nn
 
 from p2pfl.clustering import clustering_scores, compatibility_clusters
 from p2pfl.clustering.novelty import RNDProbe, heatmap_png, npy_bytes
+from p2pfl.protocols.serverless.dac import selection_components
 from p2pfl.protocols.base import Process
 from p2pfl.protocols.serverless.gossip import Gossip, GossipParams
 
@@ -108,9 +120,15 @@ class RNDGossip(Gossip[RNDGossipParams]):
         self.peers: dict[int, tuple[int, ...]] = {}
         self.labels: dict[int, int] = {}
         self.label_settled_t = 0.0
+        self._mine: dict[int, dict[str, Any]] = {}  # under dynamics: each device's predictor state
+        self._sent: dict[int, set[int]] = {}  # ... whom it sent its predictor to
+        self._theirs: dict[int, dict[int, bool]] = {}  # ... the verdicts it received
 
     def device(self, ctx: DeviceContext) -> Process:
-        yield from self.discover(ctx)
+        if self.dynamic:
+            yield from self.discover_live(ctx)
+        else:
+            yield from self.discover(ctx)
         yield from super().device(ctx)
 
     def discover(self, ctx: DeviceContext) -> Process:
@@ -153,15 +171,100 @@ class RNDGossip(Gossip[RNDGossipParams]):
                     if j != msg.src:
                         ctx.send(j, "rnd_label", {"label": label}, round=1, routed=True)
 
+    # ---- under dynamics: event-driven discovery that follows the neighbourhood ---------
+
+    def discover_live(self, ctx: DeviceContext) -> Process:
+        """Train the predictor, score it, offer it to the live reach, answer offers in the background."""
+        me, n = ctx.id, self.run.n_devices
+        predictor: nn.Module = yield from self.probe.train(ctx, 1)
+        own = yield from self.probe.score(ctx, {me: predictor}, n)
+        self.rows[me, me] = own[me]
+        self._mine[me] = predictor.state_dict()
+        self._sent[me] = set()
+        self._theirs[me] = {}
+        self.peers[me] = ()
+        ctx.spawn(self.answer_predictors(ctx))
+        reach = ctx.live_within(self.params.hops)
+        yield from self.offer(ctx, reach)
+        ctx.spawn(self.follow(ctx))
+        deadline = ctx.now + (self.params.reply_timeout_s or 0.0)
+        while not set(reach) <= self._theirs[me].keys():
+            msg: Optional[Message] = yield ctx.recv("rnd_verdict", timeout=max(deadline - ctx.now, 0.0))
+            if msg is None:
+                break  # start training; later verdicts still count
+            self._theirs[me][msg.src] = bool(msg.payload["compatible"])
+        self._update_peers(ctx)
+        ctx.spawn(self.take_verdicts(ctx))
+
+    def offer(self, ctx: DeviceContext, to: tuple[int, ...]) -> Process:
+        """Send our predictor to the devices in ``to`` that do not have it yet."""
+        sent = self._sent[ctx.id]
+        for j in to:
+            if j not in sent:
+                sent.add(j)
+                yield ctx.send(j, "rnd_predictor", {"state": self._mine[ctx.id]}, round=1, routed=True)
+
+    def answer_predictors(self, ctx: DeviceContext) -> Process:
+        """Score each new predictor, send our verdict on it, and offer ours back."""
+        me, n = ctx.id, self.run.n_devices
+        while True:
+            msg: Message = yield ctx.recv("rnd_predictor")
+            j = msg.src
+            if not np.isnan(self.rows[me, j]):
+                continue  # already judged (it sent again after coming back): our verdict stands
+            row = yield from self.probe.score(ctx, {j: self.probe.predictor_from(msg.payload["state"])}, n)
+            self.rows[me, j] = row[j]
+            ok = bool(compatible_row(self.rows[me], me, self.params.alpha)[j])
+            ctx.send(j, "rnd_verdict", {"compatible": ok}, round=1, routed=True)
+            self._update_peers(ctx)
+            yield from self.offer(ctx, (j,))
+
+    def take_verdicts(self, ctx: DeviceContext) -> Process:
+        """Record what each peer decided about us."""
+        while True:
+            msg: Message = yield ctx.recv("rnd_verdict")
+            self._theirs[ctx.id][msg.src] = bool(msg.payload["compatible"])
+            self._update_peers(ctx)
+
+    def follow(self, ctx: DeviceContext) -> Process:
+        """Offer our predictor to whoever comes within reach; refresh the peers when the reach changes."""
+        while True:
+            yield ctx.neighborhood_change()
+            self._update_peers(ctx)
+            yield from self.offer(ctx, ctx.live_within(self.params.hops))
+
+    def _update_peers(self, ctx: DeviceContext) -> None:
+        """Peers = mutually compatible devices within live reach now."""
+        me = ctx.id
+        ok = compatible_row(self.rows[me], me, self.params.alpha)
+        theirs = self._theirs[me]
+        self.peers[me] = tuple(j for j in ctx.live_within(self.params.hops) if ok[j] and theirs.get(j, False))
+
+    def live_federations(self) -> list[list[int]]:
+        """Components of the mutually compatible links in reach now (scoring)."""
+        return selection_components(self.run.n_devices, {i: list(p) for i, p in self.peers.items()})
+
+    def round_finished(self, ctx: DeviceContext, r: int) -> None:
+        if self.dynamic and self._finished.get(r) == self.run.n_devices:
+            ctx.log("ari", clustering_scores(self.run.true_clusters, self.live_federations())["ari"], round=r)
+
     # ---- gossip restricted to compatible peers (Gossip's push-pull, routed) ----------
 
     def candidate_peers(self, ctx: DeviceContext) -> tuple[int, ...]:
-        """The device's mutually compatible peers (reached over routes when not adjacent)."""
+        """The device's mutually compatible peers (reached over routes when not adjacent); under
+        dynamics those within live reach now."""
+        if self.dynamic:
+            self._update_peers(ctx)
         return tuple(self.peers[ctx.id])
 
     # ---- outputs ----------------------------------------------------------------------
 
     def result(self) -> dict[str, Any]:
+        if self.dynamic:
+            out = clustering_scores(self.run.true_clusters, self.live_federations())
+            out.update({"exchanges_failed": self.exchanges_failed, "clustering_flops": self.probe.flops,
+                        "scored_pairs": int((~np.isnan(self.rows)).sum() - np.isfinite(np.diag(self.rows)).sum())})
+            return out
         if len(self.labels) < self.run.n_devices:
             return {}
         clusters = components_from_labels(self.labels)
