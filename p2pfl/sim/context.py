@@ -102,16 +102,9 @@ class NodeContext:
         return None
 
     def sleep(self, seconds: float) -> simpy.Event:
-        """Idle for ``seconds`` of simulated time (under dynamics, and then until this node is online)."""
-        fleet = self._sim.fleet
-        if fleet is None:
-            return self._env.timeout(seconds)
-        return self._env.process(self._sleep_online(seconds))
-
-    def _sleep_online(self, seconds: float) -> Generator[Any, Any, None]:
-        yield self._env.timeout(seconds)
-        assert self._sim.fleet is not None
-        yield from self._sim.fleet.wait_online(self.id)
+        """Idle for ``seconds`` of simulated time (an offline device's next send or compute waits
+        until it is back, so sleeping needs no gate)."""
+        return self._env.timeout(seconds)
 
     @property
     def live_neighbors(self) -> tuple[int, ...]:
@@ -296,10 +289,16 @@ class DeviceContext(NodeContext):
         while left > 0:
             speed = rate * float(fleet.rate_factor[me])
             t = self.now
-            change = fleet.state_change(me)
-            yield self._env.timeout(left / speed) | change
+            proc = self._env.active_process
+            fleet.computing.setdefault(me, []).append(proc)  # going offline or a new rate interrupts it
+            try:
+                yield self._env.timeout(left / speed)
+                left = 0.0
+            except simpy.Interrupt:
+                left = max(left - (self.now - t) * speed, 0.0)
+            finally:
+                fleet.computing[me].remove(proc)
             busy += self.now - t
-            left = max(left - (self.now - t) * speed, 0.0) if change.triggered else 0.0
             if left > 0 and not fleet.is_online(me):
                 if self._sim.interrupted_training == "lost":
                     rec.compute(self.now, me, int(flops - left), busy, f"lost:{what}")

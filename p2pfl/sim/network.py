@@ -123,13 +123,11 @@ class Network:
         fleet = self.fleet
         if not routed and (fleet is None or fleet.pos is None):
             self.link(src, dst)  # raises for a non-neighbour (under mobility any two devices may meet)
-        path = self.route(src, dst) if routed and fleet is None else [src, dst]
+        path = None if routed and fleet is not None else self.route(src, dst) if routed else [src, dst]
         self._seq += 1
         msg = Message(src, dst, kind, payload, message_bytes(payload), round=round, seq=self._seq)
         self.in_flight[msg.seq] = msg
-        if fleet is None:
-            return self.env.process(self._transmit(msg, path, 0))
-        return self.env.process(self._transmit_live(msg, routed))
+        return self.env.process(self._transmit(msg, path, 0))
 
     def route(self, src: int, dst: int) -> list[int]:
         """A shortest path src -> dst in hops (deterministic: BFS over sorted neighbours).
@@ -175,24 +173,62 @@ class Network:
             path.append(parent[path[-1]])
         return path[::-1]
 
-    def _transmit(self, msg: Message, path: list[int], hop: int):
+    def _transmit(self, msg: Message, path: Optional[list[int]], hop: int):
+        """Hop ``hop`` of ``path``: wait for the uplink, transmit, then propagate (``_propagate``).
+
+        Under dynamics (same events, so an empty ``dynamics:`` block changes nothing) the sender
+        first waits to be online, a routed message's path (``None``) is found over the live links
+        when it leaves, and the fleet may drop the hop before, after or during transmission.
+        """
+        fleet = self.fleet
+        if fleet is not None:
+            if path is None:
+                yield from fleet.wait_online(msg.src)
+                path, why = self._live_route(msg.src, msg.dst)
+                if path is None:
+                    self._drop(msg, msg.src, msg.dst, why, transmitted=False)
+                    return
+            else:
+                yield from fleet.wait_online(path[hop])
+        assert path is not None
         u, v = path[hop], path[hop + 1]
-        link = self.link(u, v)
+        since = None
         with self._uplinks[u].request() as slot:
             yield slot
+            if fleet is None:
+                link = self.link(u, v)
+                bandwidth = self.bandwidth_bps(u, v)
+            else:
+                why = fleet.blocked(u, v)
+                if why is not None and why != "offline":  # a sender cannot tell that the receiver is off
+                    self._drop(msg, u, v, why, transmitted=False)
+                    return
+                link = fleet.link(u, v)
+                bandwidth = min(link.bandwidth_bps, self._up[u], self._down[v])
+                since = fleet.generation(u, v)
             start = self.env.now
             if hop == 0:
                 msg.sent_t = start
-            yield self.env.timeout(tx_time_s(msg.size_bytes, self.bandwidth_bps(u, v)))
-        lost = link.loss > 0 and self._loss_stream(u).random() < link.loss
+            yield self.env.timeout(tx_time_s(msg.size_bytes, bandwidth))
+        why = None
+        if fleet is not None:
+            why = fleet.blocked(u, v, since)
+            why = None if why == "offline" else why  # decided on arrival
+        lost = why is None and link.loss > 0 and self._loss_stream(u).random() < link.loss
         self._on_event("send", msg, u, v, t_start=start)
-        if lost:
-            self._drop(msg, u, v, "loss")
+        if why is not None or lost:
+            self._drop(msg, u, v, why or "loss")
         else:
-            self.env.process(self._propagate(msg, path, hop, link.latency_s))
+            self.env.process(self._propagate(msg, path, hop, link.latency_s, since))
 
-    def _propagate(self, msg: Message, path: list[int], hop: int, latency_s: float):
+    def _propagate(self, msg: Message, path: list[int], hop: int, latency_s: float,
+                   since: Optional[tuple[int, int]] = None):
         yield self.env.timeout(latency_s)
+        if self.fleet is not None:
+            why = self.fleet.blocked(path[hop], path[hop + 1], since)
+            if why is not None:
+                self._drop(msg, path[hop], path[hop + 1], why)
+                return
         if hop + 2 == len(path):
             self._deliver(msg, path[hop], path[hop + 1])
         else:
@@ -223,47 +259,3 @@ class Network:
                 max(a, b) < fleet.n_devices and fleet.group[a] != fleet.group[b] for a, b in zip(static, static[1:]))):
             return None, "partition"
         return None, "link_down"
-
-    def _transmit_live(self, msg: Message, routed: bool):
-        """A message under dynamics: the sender waits to be online; every hop asks the fleet."""
-        fleet = self.fleet
-        assert fleet is not None
-        yield from fleet.wait_online(msg.src)
-        path = [msg.src, msg.dst]
-        if routed:
-            found, why = self._live_route(msg.src, msg.dst)
-            if found is None:
-                self._drop(msg, msg.src, msg.dst, why, transmitted=False)
-                return
-            path = found
-        for hop in range(len(path) - 1):
-            u, v = path[hop], path[hop + 1]
-            if hop:
-                yield from fleet.wait_online(u)
-            with self._uplinks[u].request() as slot:
-                yield slot
-                why = fleet.blocked(u, v)
-                if why is not None and why != "offline":  # a sender cannot tell that the receiver is off
-                    self._drop(msg, u, v, why, transmitted=False)
-                    return
-                link = fleet.link(u, v)
-                since = fleet.generation(u, v)
-                start = self.env.now
-                if hop == 0:
-                    msg.sent_t = start
-                yield self.env.timeout(tx_time_s(msg.size_bytes, min(link.bandwidth_bps, self._up[u], self._down[v])))
-            self._on_event("send", msg, u, v, t_start=start)
-            why = fleet.blocked(u, v, since)
-            if why == "offline":
-                why = None  # decided on arrival
-            if why is None and link.loss > 0 and self._loss_stream(u).random() < link.loss:
-                why = "loss"
-            if why is not None:
-                self._drop(msg, u, v, why)
-                return
-            yield self.env.timeout(link.latency_s)
-            why = fleet.blocked(u, v, since)
-            if why is not None:
-                self._drop(msg, u, v, why)
-                return
-        self._deliver(msg, path[-2], path[-1])

@@ -17,7 +17,7 @@ def _net(env, links, up=None, down=None, seed=0, log=None):
     nodes = sorted({n for e in links for n in e})
     up = up or {n: float("inf") for n in nodes}
     down = down or {n: float("inf") for n in nodes}
-    return Network(env, links, up, down, lambda n: np.random.default_rng(seed + n), (lambda *a: log.append(a)) if log is not None else (lambda *a: None))
+    return Network(env, links, up, down, lambda n: np.random.default_rng(seed + n), (lambda *a, **kw: log.append((*a, kw))) if log is not None else (lambda *a, **kw: None))
 
 
 def _payload(nbytes: int) -> dict:
@@ -114,10 +114,12 @@ def test_loss_drops_with_seeded_probability_and_is_recorded(env):
         net.send(0, 1, "m", {"v": 1.0})
     env.run()
     sends = [a for a in log if a[0] == "send"]
-    lost = sum(1 for a in sends if a[2])
+    drops = [a for a in log if a[0] == "drop"]
+    lost = len(drops)
     delivered = len(net.inbox(1, "m").items)
-    assert len(sends) == 2000
-    assert lost + delivered == 2000
+    assert len(sends) == 2000  # a lost message was transmitted (bytes spent), then dropped
+    assert all(a[4] == {"reason": "loss", "transmitted": True} for a in drops)
+    assert lost + delivered == 2000 and not net.in_flight
     assert 0.25 < lost / 2000 < 0.35
     # Same seed, same drops.
     env2 = type(env)()
@@ -126,7 +128,7 @@ def test_loss_drops_with_seeded_probability_and_is_recorded(env):
     for _ in range(2000):
         net2.send(0, 1, "m", {"v": 1.0})
     env2.run()
-    assert [a[2] for a in log2 if a[0] == "send"] == [a[2] for a in sends]
+    assert [a[1].seq for a in log2 if a[0] == "drop"] == [a[1].seq for a in drops]
 
 
 def test_sending_to_a_non_neighbour_is_an_error(env):
@@ -157,7 +159,7 @@ def test_routed_message_is_stored_and_forwarded_hop_by_hop(env):
     net.send(0, 2, "m", _payload(MB), routed=True)
     env.run()
     assert arrived == [(pytest.approx(2.3, abs=1e-12), 0, 2)]
-    hops = [(a[3], a[4]) for a in log if a[0] == "send"]
+    hops = [(a[2], a[3]) for a in log if a[0] == "send"]
     assert hops == [(0, 1), (1, 2)]  # bytes are charged to each relaying node
 
 

@@ -30,7 +30,7 @@ its predictor to the devices within ``hops`` live hops, and again to every devic
 within reach (mobility, a device back online, a link back up). Whoever receives a predictor it has
 not scored scores it (s_ij, one novelty job), answers with its verdict, and sends its own predictor
 back if it has not yet, so both ends judge each other. A device starts training once it has every
-initial verdict or after ``reply_timeout_s``. Its gossip peers are its mutually compatible peers
+initial verdict or after ``discovery_timeout_s`` (default ``reply_timeout_s``). Its gossip peers are its mutually compatible peers
 *within live reach now*: departed ones are forgotten (kept scored, in case they return), new ones
 join once judged. No label propagation runs (labels never grow back when links go); the reported
 federations are the components of the mutually compatible links in reach at the end, and the ARI
@@ -72,6 +72,9 @@ class RNDGossipParams(GossipParams):
     rnd_epochs: int = Field(10, ge=1)
     rnd_batch_size: int = Field(128, ge=1)
     rnd_lr: float = Field(1e-3, gt=0)
+    discovery_timeout_s: Optional[float] = Field(
+        None, gt=0, description="under dynamics: how long a device waits for its first verdicts before it "
+                                "starts training (default reply_timeout_s; scoring a predictor takes time)")
 
 
 # --------------------------------------------------------------------------- pure decisions
@@ -187,7 +190,7 @@ class RNDGossip(Gossip[RNDGossipParams]):
         reach = ctx.live_within(self.params.hops)
         yield from self.offer(ctx, reach)
         ctx.spawn(self.follow(ctx))
-        deadline = ctx.now + (self.params.reply_timeout_s or 0.0)
+        deadline = ctx.now + (self.params.discovery_timeout_s or self.params.reply_timeout_s or 0.0)
         while not set(reach) <= self._theirs[me].keys():
             msg: Optional[Message] = yield ctx.recv("rnd_verdict", timeout=max(deadline - ctx.now, 0.0))
             if msg is None:
@@ -246,7 +249,13 @@ class RNDGossip(Gossip[RNDGossipParams]):
 
     def round_finished(self, ctx: DeviceContext, r: int) -> None:
         if self.dynamic and self._finished.get(r) == self.run.n_devices:
-            ctx.log("ari", clustering_scores(self.run.true_clusters, self.live_federations())["ari"], round=r)
+            federations = self.live_federations()
+            ctx.log("ari", clustering_scores(self.run.true_clusters, federations)["ari"], round=r)
+            labels = [0] * self.run.n_devices
+            for f in federations:
+                for d in f:
+                    labels[d] = f[0]
+            ctx.log("federation_labels", labels, round=r)
 
     # ---- gossip restricted to compatible peers (Gossip's push-pull, routed) ----------
 

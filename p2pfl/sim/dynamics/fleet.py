@@ -4,7 +4,7 @@ The dynamics processes (``p2pfl.sim.dynamics.schedule``) change it; the network 
 hop may go through (``blocked``) and contexts read the live neighbourhood from it. Every change is
 an event in the run's log (``offline``, ``online``, ``link_down``, ``link_up``, ``partition``,
 ``heal``, ``move``) and wakes the processes waiting for it (a device coming back online, a compute
-that must pause, a protocol waiting for its neighbourhood to change).
+that must pause (a SimPy interrupt), a protocol waiting for its neighbourhood to change).
 
 Partitions cut device-to-device links only: a server's links are infrastructure (a cellular or
 wired uplink), not part of the neighbourhood mesh. Servers never go offline.
@@ -73,7 +73,8 @@ class Fleet:
         self._live: dict[int, tuple[int, ...]] = {}
         self._changed: dict[int, simpy.Event] = {}  # node -> fires at the next change of its neighbourhood
         self._back: dict[int, simpy.Event] = {}  # device -> fires when it comes back online
-        self._state: dict[int, simpy.Event] = {}  # device -> fires when it goes offline or its rate changes
+        #: device -> its processes computing now (going offline or a new FLOP rate interrupts them)
+        self.computing: dict[int, list[simpy.Process]] = {}
 
     # ------------------------------------------------------------------ queries
 
@@ -157,13 +158,6 @@ class Fleet:
             ev = self._changed[node] = self.env.event()
         return ev
 
-    def state_change(self, device: int) -> simpy.Event:
-        """Fires when ``device`` goes offline or its FLOP-rate factor changes (a compute re-plans)."""
-        ev = self._state.get(device)
-        if ev is None:
-            ev = self._state[device] = self.env.event()
-        return ev
-
     def wait_online(self, node: int) -> Iterator[simpy.Event]:
         """Sub-generator: return at once if ``node`` is online, else when it comes back."""
         while not self.is_online(node):
@@ -214,9 +208,8 @@ class Fleet:
         self._touch(self._around(device))
 
     def _wake_state(self, device: int) -> None:
-        ev = self._state.pop(device, None)
-        if ev is not None:
-            ev.succeed()
+        for proc in self.computing.get(device, ()):
+            proc.interrupt("fleet")
 
     def set_rate_factor(self, device: int, factor: float) -> None:
         """Set ``device``'s FLOP-rate multiplier (stragglers)."""

@@ -64,11 +64,11 @@ def start_dynamics(env: simpy.Environment, fleet: Fleet, spec: DynamicsSpec, see
         rows = read_churn_trace(churn.trace, n)
         env.process(_timeline(env, [(t, k, (lambda d=d, on=on: fleet.set_online(d, on, "trace")))
                                      for k, (t, d, on) in enumerate(rows)]))
-    elif churn is not None:
+    elif churn is not None and not churn.inert:
         for d in affected(stream(seed, "churn"), n, churn.fraction):
             env.process(_renewal(env, stream(seed, "churn", d), churn,
                                  lambda up, d=d: fleet.set_online(d, up, "churn")))
-    if spec.link_failures is not None:
+    if spec.link_failures is not None and not spec.link_failures.inert:
         edges = sorted((min(u, v), max(u, v)) for u, v in graph.edges)
         law = spec.link_failures
         for k in affected(stream(seed, "link"), len(edges), law.fraction):

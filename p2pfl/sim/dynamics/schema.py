@@ -35,7 +35,8 @@ class _Durations(Strict):
     shape: float = Field(1.5, gt=0, le=100, description="Weibull shape k (weibull only)")
     mean_up_s: Optional[float] = Field(None, gt=0, description="mean time a device/link stays up")
     mean_down_s: Optional[float] = Field(None, gt=0, description="mean time it stays down")
-    offline: Optional[float] = Field(None, gt=0, lt=1, description="fraction of time down (with cycle_s)")
+    offline: Optional[float] = Field(None, ge=0, lt=1, description="fraction of time down (with cycle_s); "
+                                                                   "0: never (a study's static cell)")
     cycle_s: Optional[float] = Field(None, gt=0, description="mean up + down time (with offline)")
 
     @model_validator(mode="after")
@@ -49,6 +50,11 @@ class _Durations(Strict):
         if by_fraction and (self.offline is None or self.cycle_s is None):
             raise ValueError("offline and cycle_s go together; give both (e.g. offline: 0.3, cycle_s: 200)")
         return self
+
+    @property
+    def inert(self) -> bool:
+        """``offline: 0``: nothing ever goes down."""
+        return self.offline == 0
 
     def means(self) -> tuple[float, float]:
         """(mean up time, mean down time) in seconds."""
@@ -112,7 +118,7 @@ class EventSpec(Strict):
     event: Literal["off", "on", "link_down", "link_up", "partition", "heal"]
     devices: Optional[list[int]] = Field(None, min_length=1, description="off/on: device ids")
     links: Optional[list[tuple[int, int]]] = Field(None, min_length=1, description="link_down/link_up: [u, v] pairs")
-    groups: Optional[list[list[int]]] = Field(None, min_length=2,
+    groups: Optional[list[list[int]]] = Field(None, min_length=1,
                                               description="partition: node sets (devices in none form one more set)")
     half_plane: Optional[HalfPlane] = Field(None, description="partition: cut the layout by a line")
     until: Optional[float] = Field(None, description="undo the change at this time (off, link_down, partition)")
