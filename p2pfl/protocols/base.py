@@ -86,9 +86,9 @@ class Protocol(ABC, Generic[P]):
     def check_dynamics(self) -> None:
         """Refuse, with a one-line fix, to run under dynamics when this protocol cannot."""
         if not self.supports_dynamics:
-            raise ConfigError(f"field 'dynamics': protocol {self.name!r} does not run under dynamics yet (it would "
-                              "await dropped messages forever); remove dynamics or use gossip, dsgd, dac, rnd_gossip, "
-                              "fedavg, fedprox, oracle, ifca or local")
+            raise ConfigError(f"field 'dynamics': protocol {self.name!r} does not run under dynamics (it would "
+                              "await or misapply dropped messages); remove dynamics or use another protocol "
+                              "(p2pfl list protocols)")
         self.dynamic = True
         for name in self.deadline_fields():
             if getattr(self.params, name, None) is None:

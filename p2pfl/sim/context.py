@@ -290,6 +290,7 @@ class DeviceContext(NodeContext):
             speed = rate * float(fleet.rate_factor[me])
             t = self.now
             proc = self._env.active_process
+            assert proc is not None
             fleet.computing.setdefault(me, []).append(proc)  # going offline or a new rate interrupts it
             try:
                 yield self._env.timeout(left / speed)

@@ -304,10 +304,15 @@ class Simulation:
         with_server = self.protocol.requires_server()
         srv_procs = [self.env.process(self.protocol.server(c)) for c in servers] if with_server else []
         main = srv_procs if with_server else dev_procs
-        done = simpy.AllOf(self.env, main)
+        done: simpy.Event = simpy.AllOf(self.env, main)
         if dyn is not None:
             finish = self.env.event()
-            done.callbacks.append(lambda _: finish.triggered or finish.succeed())
+
+            def finished(_: simpy.Event) -> None:
+                if not finish.triggered:
+                    finish.succeed()
+
+            done.callbacks.append(finished)
             self.env.process(self._watchdog(finish, main, with_server, dyn.stall_after_s))
             done = finish
         try:

@@ -17,6 +17,7 @@ sender goes offline is finished (its bytes are spent).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
@@ -184,9 +185,9 @@ class Network:
         if fleet is not None:
             if path is None:
                 yield from fleet.wait_online(msg.src)
-                path, why = self._live_route(msg.src, msg.dst)
+                path, no_route = self._live_route(msg.src, msg.dst)
                 if path is None:
-                    self._drop(msg, msg.src, msg.dst, why, transmitted=False)
+                    self._drop(msg, msg.src, msg.dst, no_route, transmitted=False)
                     return
             else:
                 yield from fleet.wait_online(path[hop])
@@ -199,9 +200,9 @@ class Network:
                 link = self.link(u, v)
                 bandwidth = self.bandwidth_bps(u, v)
             else:
-                why = fleet.blocked(u, v)
-                if why is not None and why != "offline":  # a sender cannot tell that the receiver is off
-                    self._drop(msg, u, v, why, transmitted=False)
+                cut = fleet.blocked(u, v)
+                if cut is not None and cut != "offline":  # a sender cannot tell that the receiver is off
+                    self._drop(msg, u, v, cut, transmitted=False)
                     return
                 link = fleet.link(u, v)
                 bandwidth = min(link.bandwidth_bps, self._up[u], self._down[v])
@@ -210,7 +211,7 @@ class Network:
             if hop == 0:
                 msg.sent_t = start
             yield self.env.timeout(tx_time_s(msg.size_bytes, bandwidth))
-        why = None
+        why: Optional[str] = None
         if fleet is not None:
             why = fleet.blocked(u, v, since)
             why = None if why == "offline" else why  # decided on arrival
@@ -225,9 +226,9 @@ class Network:
                    since: Optional[tuple[int, int]] = None):
         yield self.env.timeout(latency_s)
         if self.fleet is not None:
-            why = self.fleet.blocked(path[hop], path[hop + 1], since)
-            if why is not None:
-                self._drop(msg, path[hop], path[hop + 1], why)
+            cut = self.fleet.blocked(path[hop], path[hop + 1], since)
+            if cut is not None:
+                self._drop(msg, path[hop], path[hop + 1], cut)
                 return
         if hop + 2 == len(path):
             self._deliver(msg, path[hop], path[hop + 1])
@@ -256,6 +257,6 @@ class Network:
             return path, ""
         static = self._bfs(src, dst, self._static_adj)
         if fleet.group is not None and (static is None or any(
-                max(a, b) < fleet.n_devices and fleet.group[a] != fleet.group[b] for a, b in zip(static, static[1:]))):
+                max(a, b) < fleet.n_devices and fleet.group[a] != fleet.group[b] for a, b in itertools.pairwise(static))):
             return None, "partition"
         return None, "link_down"

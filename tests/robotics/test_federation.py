@@ -209,3 +209,32 @@ def test_data_builds_no_robot_federation_and_world_dispatches_to_robotics(tmp_pa
     digits = DataSpec(dataset="digits", partition={"kind": "iid"})
     a, b = build_any_federation(digits, 3, 0), build_federation(digits, 3, seed=0)
     assert all(torch.equal(x.train_x, y.train_x) for x, y in zip(a.shards, b.shards))
+
+
+@needs_mujoco
+def test_feddrman_under_churn_conserves_messages_and_replays(tmp_path_factory):
+    """FedDRMan (rollout-scored robot policies) under churn: every message accounted for, same bytes twice."""
+    from p2pfl.config import load_dict
+    from p2pfl.sim.kernel import Simulation
+    from tests.sim.test_dynamics_conservation import check_log
+
+    root = tmp_path_factory.mktemp("demos")
+    sc = {
+        "name": "robot-churn", "seed": 0,
+        "topology": {"kind": "complete", "n": 4, "servers": [{"name": "server", "attach": "all"}]},
+        "data": {"dataset": "robotics", "root": str(root), "test_fraction": 0.2,
+                 "partition": {"kind": "robot_suites", "suites": ["object", "goal"], "clients_per_suite": 2,
+                               "reference_clients": 2, "alpha": 0.5, "demos_per_task": 3, "eval_episodes": 1,
+                               "horizon": 4}},
+        "training": {"batch_size": 32, "lr": 0.001, "optimizer": "adamw"},
+        "protocol": {"name": "feddrman", "rounds": 3, "n_clusters": 2, "rank": 4, "round_timeout_s": 30.0},
+        "dynamics": {"churn": {"offline": 0.4, "cycle_s": 20.0}},
+    }
+    runs = []
+    for _ in range(2):
+        sim = Simulation(load_dict(sc))
+        summary = sim.run()
+        check_log(sim, summary)
+        runs.append((summary, sim.recorder.events))
+    assert runs[0] == runs[1]
+    assert sum(runs[0][0]["dynamics"]["offline_periods_per_node"]) > 0

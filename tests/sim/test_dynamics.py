@@ -262,11 +262,22 @@ def test_gossip_push_needs_no_deadline_and_static_runs_are_unchanged_by_an_empty
         assert static[key] == empty[key]
 
 
+class _Static(Protocol):
+    """A protocol that never declared it copes with dynamics."""
+
+    name = "static_only"
+
+    def device(self, ctx) -> Process:
+        yield ctx.sleep(1.0)
+
+
 def test_a_protocol_without_dynamics_support_is_refused():
-    sc = digits_scenario({"name": "conditional", "rounds": 2}, n=4, servers=True,
-                         dynamics={"churn": {"offline": 0.2, "cycle_s": 1.0}})
-    with pytest.raises(ConfigError, match="protocol 'conditional' does not run under dynamics yet"):
-        Simulation(load_dict(sc))
+    sc = digits_scenario({"name": "gossip", "rounds": 2}, n=4, dynamics={"churn": {"offline": 0.2, "cycle_s": 1.0}})
+    with pytest.raises(ConfigError, match="protocol 'static_only' does not run under dynamics"):
+        Simulation(load_dict(sc), protocol=_Static)
+    from p2pfl.protocols.server.fedkd import FedKD
+
+    assert not FedKD.supports_dynamics  # its compressed deltas cannot be applied after a missed one
 
 
 @pytest.mark.parametrize("dynamics,message", [

@@ -26,6 +26,7 @@ class Centralized(Protocol[ProtocolParams]):
     name = "centralized"
     Params = ProtocolParams
     summary = "reference: one model trained on all devices' pooled data (no network)"
+    supports_dynamics = True  # no messages; the data centre (device 0) pauses while offline
 
     def progress_total(self) -> int:
         return self.params.rounds

@@ -65,6 +65,7 @@ from p2pfl.conditioning import (
     zscore_normalize,
 )
 from p2pfl.errors import ConfigError
+from p2pfl.learning.aggregate import State
 from p2pfl.learning.train import train_local
 from p2pfl.protocols.base import Process
 from p2pfl.protocols.server.fedavg import FedAvgBase, FedAvgParams
@@ -86,6 +87,9 @@ class ConditionalParams(FedAvgParams):
     oversample: int = Field(10, ge=0, description="randomized SVD oversampling")
     power_iterations: int = Field(4, ge=0, description="randomized SVD subspace iterations")
     moment_rounds: int = Field(10, ge=1, description="gossip + zscore: pairwise averaging rounds of [s, s^2]")
+    moments_timeout_s: Optional[float] = Field(
+        None, gt=0, description="under dynamics, server + zscore: how long the server collects the devices' "
+                                "moments (from the start; default round_timeout_s)")
     encoder: Optional[str] = Field(None, description="phi for 32x32 RGB data: a 'p2pfl encoder train' checkpoint "
                                    "(relative to the working directory), or 'identity' for raw pixels")
 
@@ -160,7 +164,7 @@ class Conditional(FedAvgBase[ConditionalParams]):
     """One shared model conditioned on each device's local PCA eigenvalues."""
 
     name = "conditional"
-    supports_dynamics = False  # phases without deadlines (not yet ported to dynamics)
+    supports_dynamics = True
     Params = ConditionalParams
     # needs_server (True, from FedAvg) is narrowed per instance: only federated + server transport runs one.
     needs_server = True
@@ -180,7 +184,18 @@ class Conditional(FedAvgBase[ConditionalParams]):
         if self.encoder is not None:
             self.encoder_flops = forward_flops_per_sample(self.encoder, _RGB)
             self.encoder = self.encoder.to(run.torch_device)
-        self._gossip = Gossip(GossipParams(name="gossip", rounds=params.rounds, eval_every=params.eval_every), run)
+        self._gossip = Gossip(GossipParams(name="gossip", rounds=params.rounds, eval_every=params.eval_every,
+                                           reply_timeout_s=params.round_timeout_s), run)
+        self._moments: Optional[dict[str, torch.Tensor]] = None  # the server's mean and std (zscore)
+
+    def deadline_fields(self) -> tuple[str, ...]:
+        return () if self.params.mode == "pooled" else ("round_timeout_s",)
+
+    def check_dynamics(self) -> None:
+        """Under dynamics (module docstring): moments and gossip replies have deadlines; the server's
+        round message carries the moments, so a device that missed them normalizes late."""
+        super().check_dynamics()
+        self._gossip.dynamic = True
 
     def requires_server(self) -> bool:
         """Only the federated mode over the server transport runs a server."""
@@ -224,6 +239,8 @@ class Conditional(FedAvgBase[ConditionalParams]):
         elif p.transport == "server":
             yield ctx.send(ctx.servers[0], "moments", {"sum": torch.tensor(raw, dtype=torch.float32),
                                                        "sumsq": torch.tensor(raw**2, dtype=torch.float32)})
+            if self.dynamic:
+                return None  # the first round message carries the moments (``receive_model``)
             msg = yield ctx.recv("moments_reply")
             s = zscore_normalize(raw, msg.payload["mean"].double().numpy(), msg.payload["std"].double().numpy())
         else:
@@ -236,17 +253,21 @@ class Conditional(FedAvgBase[ConditionalParams]):
         """Push-pull averaging of m = [s, s^2] with random neighbours; mean and std from the average."""
         m = torch.tensor(np.concatenate([raw, raw**2]), dtype=torch.float32)
         ctx.spawn(self._moment_responder(ctx, m))
+        timeout = self.params.round_timeout_s if self.dynamic else None
         for t in range(self.params.moment_rounds):
-            peer = select_peer(ctx.neighbors, ctx.rng)
+            peer = select_peer(ctx.live_neighbors, ctx.rng)
             if peer is None:
-                break
+                if not self.dynamic:
+                    break
+                continue  # nobody reachable now (dynamics): this averaging round is skipped
             sent = m.clone()
             yield ctx.send(peer, "moment_push", {"m": sent}, round=t)
             while True:
-                reply = yield ctx.recv("moment_reply")
-                if reply.src == peer and reply.round == t:
+                reply = yield ctx.recv("moment_reply", timeout=timeout)
+                if reply is None or (reply.src == peer and reply.round == t):
                     break
-            m += 0.5 * (reply.payload["m"] - sent)
+            if reply is not None:
+                m += 0.5 * (reply.payload["m"] - sent)
         l = raw.shape[0]
         mean = m[:l].double().numpy()
         return mean, np.sqrt(np.clip(m[l:].double().numpy() - mean**2, 0.0, None))
@@ -262,15 +283,25 @@ class Conditional(FedAvgBase[ConditionalParams]):
     def server(self, ctx: ServerContext) -> Process:
         if self.params.normalization == "zscore":
             got: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+            p = self.params
+            wait = (p.moments_timeout_s or p.round_timeout_s) if self.dynamic else None
+            deadline = None if wait is None else ctx.now + wait
             while len(got) < len(ctx.devices):
-                msg = yield ctx.recv("moments")
+                msg = yield ctx.recv("moments", timeout=None if deadline is None else max(deadline - ctx.now, 0.0))
+                if msg is None:
+                    break  # under dynamics: the moments of whoever reported by the deadline
                 got[msg.src] = (msg.payload["sum"], msg.payload["sumsq"])
+            if not got:
+                raise ConfigError("protocol 'conditional': no device reported its statistics by "
+                                  "protocol.moments_timeout_s; raise it")
             sums = reduce(operator.add, [got[d][0].double() for d in sorted(got)])
             sumsqs = reduce(operator.add, [got[d][1].double() for d in sorted(got)])
             mean, std = population_moments(sums.numpy(), sumsqs.numpy(), len(got))
             reply = {"mean": torch.tensor(mean, dtype=torch.float32), "std": torch.tensor(std, dtype=torch.float32)}
-            for d in sorted(got):
-                ctx.send(d, "moments_reply", reply)
+            self._moments = reply
+            if not self.dynamic:
+                for d in sorted(got):
+                    ctx.send(d, "moments_reply", reply)
         yield from super().server(ctx)
 
     def device(self, ctx: DeviceContext) -> Process:
@@ -286,11 +317,32 @@ class Conditional(FedAvgBase[ConditionalParams]):
         else:
             yield from super().device(ctx)
 
+    def model_payload(self, state: State) -> dict[str, Any]:
+        if self.dynamic and self._moments is not None:
+            return {"state": state, **self._moments}
+        return {"state": state}
+
+    def receive_model(self, ctx: DeviceContext, model: nn.Module, payload: dict[str, Any]) -> None:
+        super().receive_model(ctx, model, payload)
+        if ctx.id not in self.stats and "mean" in payload:  # under dynamics: normalize with the first message
+            s = zscore_normalize(self.raw[ctx.id], payload["mean"].double().numpy(), payload["std"].double().numpy())
+            self.stats[ctx.id] = s
+            cast(ConditionedModel, model).set_statistics(s)
+
     def evaluate_global(self, ctx: ServerContext, model: nn.Module, r: int) -> None:
-        """Each device scores the global model with its own statistics (a measurement: s does not travel)."""
+        """Each device scores the global model with its own statistics (a measurement: s does not travel).
+
+        Under dynamics a device that has not yet heard the moments is scored with its raw
+        statistics normalized by the server's moments (a measurement, not a message)."""
         conditioned = cast(ConditionedModel, model)
         for d in self.run.device_ids:
-            conditioned.set_statistics(self.stats[d])
+            s = self.stats.get(d)
+            if s is None and d in self.raw and self._moments is not None:
+                s = zscore_normalize(self.raw[d], self._moments["mean"].double().numpy(),
+                                     self._moments["std"].double().numpy())
+            if s is None:
+                continue  # it never computed its statistics (offline since the start)
+            conditioned.set_statistics(s)
             ctx.evaluate_device(d, conditioned, r)
 
     def pooled_device(self, ctx: DeviceContext) -> Process:

@@ -67,15 +67,23 @@ class FedAvgBase(Protocol[F], Generic[F]):
         model = self.make_model(ctx)
         for r in range(1, p.rounds + 1):
             selected = select_clients(ctx.live_neighbors, p.client_fraction, ctx.rng) if ctx.live_neighbors else []
-            state = clone_state(model.state_dict())
+            payload = self.model_payload(clone_state(model.state_dict()))
             for d in selected:
-                ctx.send(d, "model", {"state": state}, round=r)
+                ctx.send(d, "model", payload, round=r)
             updates = yield from self.collect(ctx, r, selected)
             if updates:
                 load_state_(model, self.aggregate(updates))
             if self.should_eval(r):
                 self.evaluate_global(ctx, model, r)
             ctx.round_done(r)
+
+    def model_payload(self, state: State) -> dict[str, Any]:
+        """What the server's round message carries (variants add fields)."""
+        return {"state": state}
+
+    def receive_model(self, ctx: DeviceContext, model: nn.Module, payload: dict[str, Any]) -> None:
+        """A device takes the server's round message (variants read more of it)."""
+        load_state_(model, payload["state"])
 
     def make_model(self, ctx: NodeContext) -> nn.Module:
         """The model a node holds (variants change the architecture here)."""
@@ -103,7 +111,7 @@ class FedAvgBase(Protocol[F], Generic[F]):
         server = ctx.servers[0]
         while True:
             msg = ctx.newest((yield ctx.recv("model")), "model")
-            load_state_(model, msg.payload["state"])
+            self.receive_model(ctx, model, msg.payload)
             yield from self.local_update(ctx, model, msg.round)
             yield ctx.send(server, "update", {"state": model.state_dict(), "n_samples": ctx.n_samples}, round=msg.round)
 

@@ -77,7 +77,6 @@ class FedDRMan(FedAvgBase[FedDRManParams]):
     """Server-guided subspace/action distillation with compatible, spectrally rebalanced aggregation."""
 
     name = "feddrman"
-    supports_dynamics = False  # phases without deadlines (not yet ported to dynamics)
     Params = FedDRManParams
     needs_server = True
     summary = "FedDRMan: subspace + action distillation, compatible update aggregation, spectral rebalancing"
@@ -85,6 +84,7 @@ class FedDRMan(FedAvgBase[FedDRManParams]):
     def __init__(self, params: FedDRManParams, run: RunInfo) -> None:
         super().__init__(params, run)
         self.groups: list[list[int]] = []
+        self.assignment: dict[int, int] = {}
 
     # --- server ------------------------------------------------------------------------------
     def server(self, ctx: ServerContext) -> Process:
@@ -100,10 +100,11 @@ class FedDRMan(FedAvgBase[FedDRManParams]):
         omega = [k for k in init if k.startswith(p.omega)] or None
         eligible = getattr(probe, "srb_eligible", lambda k, v: v.ndim == 2)
         for r in range(1, p.rounds + 1):
-            selected = select_clients(ctx.devices, p.client_fraction, ctx.rng)
+            selected = select_clients(ctx.live_neighbors, p.client_fraction, ctx.rng) if ctx.live_neighbors else []
             for d in selected:
                 ctx.send(d, "model", {"state": clusters[assign[d]]}, round=r)
             got = yield from collect_round(ctx, "update", r, selected, p.round_timeout_s)
+            self.updates_missing += len(selected) - len(got)
             updates = {d: (m.payload["state"], float(m.payload["n_samples"])) for d, m in got.items()}
             if updates:
                 ids = sorted(updates)
@@ -121,6 +122,7 @@ class FedDRMan(FedAvgBase[FedDRManParams]):
                     for d in g:
                         assign[d] = cid
                 self.groups = [sorted(g) for g in groups]
+                self.assignment = dict(assign)
                 ctx.log("cua_groups", [sorted(g) for g in groups], round=r)
             if self.should_eval(r):
                 for cid, m in enumerate(scratch):
@@ -138,7 +140,7 @@ class FedDRMan(FedAvgBase[FedDRManParams]):
         teacher.eval()
         server = ctx.servers[0]
         while True:
-            msg = yield ctx.recv("model")
+            msg = ctx.newest((yield ctx.recv("model")), "model")
             load_state_(model, msg.payload["state"])
             load_state_(teacher, msg.payload["state"])  # Eq. 3: frozen teacher = this round's server model
             gen = torch.Generator()
@@ -159,7 +161,16 @@ class FedDRMan(FedAvgBase[FedDRManParams]):
     def result(self) -> dict[str, Any]:
         if not self.groups:
             return {}
-        return {"clusters": self.groups, "ari": adjusted_rand_index(list(self.run.true_clusters), self.groups)}
+        groups = self.groups
+        if sum(len(g) for g in groups) < self.run.n_devices:  # the last round heard from some devices only:
+            by: dict[int, list[int]] = {}  # every device in the cluster it was last assigned to
+            for d in self.run.device_ids:
+                by.setdefault(self.assignment.get(d, 0), []).append(d)
+            groups = sorted(by.values())
+        out: dict[str, Any] = {"clusters": groups, "ari": adjusted_rand_index(list(self.run.true_clusters), groups)}
+        if self.dynamic:
+            out["updates_missing"] = self.updates_missing
+        return out
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,9 @@ class FedKD(FedAvgBase[FedKDParams]):
     """Mentor/mentee mutual distillation; only the SVD-compressed mentee update is exchanged."""
 
     name = "fedkd"
-    supports_dynamics = False  # phases without deadlines (not yet ported to dynamics)
+    #: The downlink sends compressed deltas of the global mentee: a device that misses one (offline,
+    #: a dropped message) cannot apply the next, so FedKD refuses to run under dynamics.
+    supports_dynamics = False
     Params = FedKDParams
     needs_server = True
     summary = "FedKD-A: private mentor + shared mentee, adaptive mutual distillation, SVD-compressed updates"

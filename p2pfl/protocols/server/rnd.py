@@ -59,6 +59,10 @@ class RNDParams(ProtocolParams):
     rnd_lr: float = Field(1e-3, gt=0)
     round_timeout_s: Optional[float] = Field(None, gt=0, description="training rounds: stop waiting for updates "
                                              "after this long (a clustering event waits for every row)")
+    discovery_timeout_s: Optional[float] = Field(
+        None, gt=0, description="under dynamics: how long a clustering event waits for predictors and rows "
+                                "(server: after the first one came; devices: after sending theirs); "
+                                "default round_timeout_s")
 
 
 # --------------------------------------------------------------------------- pure decisions
@@ -99,6 +103,7 @@ class RND(Protocol[RNDParams]):
     name = "rnd"
     Params = RNDParams
     needs_server = True
+    supports_dynamics = True
     summary = "RND novelty clustering (all-to-all predictors, server builds the matrix) + FedAvg per federation"
 
     def __init__(self, params: RNDParams, run: RunInfo) -> None:
@@ -111,12 +116,23 @@ class RND(Protocol[RNDParams]):
         self.events = clustering_rounds(params.rounds, params.recluster_every)
         self.history: list[dict[str, Any]] = []
         self.novelty: Optional[np.ndarray] = None
+        self.updates_missing = 0
+
+    def deadline_fields(self) -> tuple[str, ...]:
+        return ("round_timeout_s",)
+
+    def _discovery_wait(self) -> Optional[float]:
+        """Under dynamics, how long a clustering event waits (None: for everyone, the static protocol)."""
+        return (self.params.discovery_timeout_s or self.params.round_timeout_s) if self.dynamic else None
 
     # ---- device -----------------------------------------------------------------------
 
     def device(self, ctx: DeviceContext) -> Process:
         model = ctx.new_model()
         server = ctx.servers[0]
+        if self.dynamic:
+            yield from self.device_live(ctx, model, server)
+            return
         for r in range(1, self.params.rounds + 1):
             if r in self.events:
                 yield from self.discover(ctx, self.events.index(r) + 1, server)
@@ -124,6 +140,19 @@ class RND(Protocol[RNDParams]):
             load_state_(model, msg.payload["state"])
             yield from ctx.train(model)
             yield ctx.send(server, "update", {"state": model.state_dict(), "n_samples": ctx.n_samples}, round=msg.round)
+
+    def device_live(self, ctx: DeviceContext, model: nn.Module, server: int) -> Process:
+        """Under dynamics: take the newest round's model; a device that missed a clustering event's
+        rounds skips it (the server clusters whoever sent a row in time)."""
+        r_next = 1
+        while True:
+            if r_next in self.events:
+                yield from self.discover(ctx, self.events.index(r_next) + 1, server)
+            msg = ctx.newest((yield ctx.recv("model")), "model")
+            load_state_(model, msg.payload["state"])
+            yield from ctx.train(model)
+            yield ctx.send(server, "update", {"state": model.state_dict(), "n_samples": ctx.n_samples}, round=msg.round)
+            r_next = msg.round + 1
 
     def discover(self, ctx: DeviceContext, event: int, server: int) -> Process:
         """Algorithm 1: train the predictor, share it, score all predictors, upload the row."""
@@ -137,8 +166,14 @@ class RND(Protocol[RNDParams]):
         else:
             yield ctx.send(server, "rnd_upload", {"state": state}, round=event)
         held = {ctx.id: predictor}
+        wait = self._discovery_wait()
+        deadline = None if wait is None else ctx.now + wait
         while len(held) < n:
-            msg = yield ctx.recv("rnd_predictor")
+            msg = yield ctx.recv("rnd_predictor", timeout=None if deadline is None else max(deadline - ctx.now, 0.0))
+            if msg is None:
+                break  # under dynamics: score the predictors that came
+            if msg.round != event:
+                continue  # a late predictor of an earlier event
             owner = msg.src if self.params.exchange == "direct" else int(msg.payload["owner"])
             held[owner] = self.probe.predictor_from(msg.payload["state"])
         row = yield from self.probe.score(ctx, held, n)
@@ -156,10 +191,12 @@ class RND(Protocol[RNDParams]):
                 clusters = yield from self.build_federations(ctx, self.events.index(r) + 1, r)
                 models, fed = self.regroup(ctx, clusters, models, fed, n_samples)
             states = [clone_state(m.state_dict()) for m in models]
-            for d in range(n):
+            selected = ctx.live_neighbors
+            for d in selected:
                 ctx.send(d, "model", {"state": states[fed[d]]}, round=r)
             updates: list[list[tuple[State, float]]] = [[] for _ in models]
-            got = yield from collect_round(ctx, "update", r, range(n), p.round_timeout_s)
+            got = yield from collect_round(ctx, "update", r, selected, p.round_timeout_s)
+            self.updates_missing += len(selected) - len(got)
             for d, msg in got.items():
                 n_samples[d] = int(msg.payload["n_samples"])
                 updates[fed[d]].append((msg.payload["state"], float(msg.payload["n_samples"])))
@@ -174,17 +211,34 @@ class RND(Protocol[RNDParams]):
     def build_federations(self, ctx: ServerContext, event: int, r: int) -> Process:
         """Algorithm 2: (relay the predictors,) stack the rows, apply the compatibility criterion."""
         n = self.run.n_devices
+        wait = self._discovery_wait()
+        deadline = None  # under dynamics: ``wait`` after the first predictor came
         if self.params.exchange == "relay":
-            for _ in range(n):
-                msg = yield ctx.recv("rnd_upload")
+            relayed: set[int] = set()
+            while len(relayed) < n:  # each predictor is relayed as soon as it arrives
+                msg = yield ctx.recv("rnd_upload", timeout=None if deadline is None else max(deadline - ctx.now, 0.0))
+                if msg is None:
+                    break
+                if msg.round != event or msg.src in relayed:
+                    continue
+                if wait is not None and deadline is None:
+                    deadline = ctx.now + wait
+                relayed.add(msg.src)
                 for j in range(n):
                     if j != msg.src:
                         ctx.send(j, "rnd_predictor", {"state": msg.payload["state"], "owner": msg.src}, round=event)
         U = np.full((n, n), np.nan)
-        for _ in range(n):
-            msg = yield ctx.recv("rnd_row")
-            U[msg.src] = msg.payload["row"]
-        clusters = compatibility_clusters(U, self.params.alpha)
+        rows = yield from collect_round(ctx, "rnd_row", event, range(n), wait, from_first=True)
+        for src, msg in rows.items():
+            U[src] = msg.payload["row"]
+        if self.dynamic:
+            ctx.log("rnd_rows_missing", n - len(rows), round=r)
+        if len(rows) == n:
+            clusters = compatibility_clusters(U, self.params.alpha)
+        else:  # under dynamics: cluster the devices whose row came; the others are alone until the next event
+            have = sorted(rows)
+            sub = compatibility_clusters(U[np.ix_(have, have)], self.params.alpha) if have else []
+            clusters = sorted([[have[i] for i in f] for f in sub] + [[d] for d in range(n) if d not in rows])
         self.novelty = U
         record = {"round": r, "t": ctx.now, **clustering_scores(self.run.true_clusters, clusters)}
         self.history.append(record)
@@ -218,6 +272,7 @@ class RND(Protocol[RNDParams]):
             "n_federations": last["n_federations"],
             "clustering_events": self.history,
             "clustering_flops": self.probe.flops,
+            **({"updates_missing": self.updates_missing} if self.dynamic else {}),
         }
 
     def artifacts(self) -> dict[str, bytes]:

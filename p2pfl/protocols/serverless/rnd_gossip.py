@@ -54,8 +54,8 @@ from torch import nn
 
 from p2pfl.clustering import clustering_scores, compatibility_clusters
 from p2pfl.clustering.novelty import RNDProbe, heatmap_png, npy_bytes
-from p2pfl.protocols.serverless.dac import selection_components
 from p2pfl.protocols.base import Process
+from p2pfl.protocols.serverless.dac import selection_components
 from p2pfl.protocols.serverless.gossip import Gossip, GossipParams
 
 if TYPE_CHECKING:  # pragma: no cover

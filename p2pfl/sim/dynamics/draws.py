@@ -21,7 +21,7 @@ def draw_period(rng: np.random.Generator, law: _Durations, mean: float) -> float
 
 def affected(rng: np.random.Generator, items: int, fraction: float) -> list[int]:
     """``round(fraction * items)`` indices drawn without replacement, sorted."""
-    k = int(round(fraction * items))
+    k = round(fraction * items)
     if k >= items:
         return list(range(items))
     return sorted(int(i) for i in rng.choice(items, size=k, replace=False))

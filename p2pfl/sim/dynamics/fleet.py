@@ -243,13 +243,14 @@ class Fleet:
 
     def set_partition(self, group: Optional[np.ndarray], cause: str) -> None:
         """Cut the device graph into the groups of ``group`` (a label per device), or heal it (None)."""
-        self.group = None if group is None else np.asarray(group)
+        labels = None if group is None else np.asarray(group)
+        self.group = labels
         self._part_gen += 1
-        self._partitions.append(self.group)
-        if group is None:
+        self._partitions.append(labels)
+        if labels is None:
             self._log("heal", cause=cause)
         else:
-            self._log("partition", groups=[int(g) for g in self.group], cause=cause)
+            self._log("partition", groups=[int(g) for g in labels], cause=cause)
         self._touch(range(self.n_devices + len({s for d, s in self._server_links})))
 
     def set_positions(self, pos: np.ndarray, moved: int) -> None:

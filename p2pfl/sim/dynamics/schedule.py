@@ -16,8 +16,8 @@ others, and the same scenario and seed replay the same history.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from typing import Optional
+from collections.abc import Callable, Generator
+from typing import Any, Optional
 
 import networkx as nx
 import numpy as np
@@ -35,7 +35,7 @@ __all__ = ["start_dynamics", "half_plane_groups"]
 
 
 def _renewal(env: simpy.Environment, rng: np.random.Generator, law: _Durations,
-             switch: Callable[[bool], None]) -> Iterator[simpy.Event]:
+             switch: Callable[[bool], None]) -> Generator[simpy.Event, Any, None]:
     """Up and down periods forever, from the stationary state."""
     up_mean, down_mean = law.means()
     up = bool(rng.random() >= down_mean / (up_mean + down_mean))
@@ -58,23 +58,21 @@ def start_dynamics(env: simpy.Environment, fleet: Fleet, spec: DynamicsSpec, see
     mover = build_mover(spec.mobility, graph, seed, n) if spec.mobility is not None else None
     if mover is not None:
         fleet.set_positions(mover.positions(0.0), moved=0)
-        env.process(_move(env, fleet, mover, spec.mobility.update_s))  # type: ignore[union-attr]
+        assert spec.mobility is not None
+        env.process(_move(env, fleet, mover, spec.mobility.update_s))
     churn = spec.churn
     if churn is not None and churn.trace is not None:
         rows = read_churn_trace(churn.trace, n)
-        env.process(_timeline(env, [(t, k, (lambda d=d, on=on: fleet.set_online(d, on, "trace")))
-                                     for k, (t, d, on) in enumerate(rows)]))
+        env.process(_timeline(env, [(t, k, _switch_device(fleet, d, "trace", on)) for k, (t, d, on) in enumerate(rows)]))
     elif churn is not None and not churn.inert:
         for d in affected(stream(seed, "churn"), n, churn.fraction):
-            env.process(_renewal(env, stream(seed, "churn", d), churn,
-                                 lambda up, d=d: fleet.set_online(d, up, "churn")))
+            env.process(_renewal(env, stream(seed, "churn", d), churn, _device_switch(fleet, d)))
     if spec.link_failures is not None and not spec.link_failures.inert:
         edges = sorted((min(u, v), max(u, v)) for u, v in graph.edges)
         law = spec.link_failures
         for k in affected(stream(seed, "link"), len(edges), law.fraction):
             u, v = edges[k]
-            env.process(_renewal(env, stream(seed, "link", u, v), law,
-                                 lambda up, u=u, v=v: (fleet.link_up if up else fleet.link_down)(u, v, "failure")))
+            env.process(_renewal(env, stream(seed, "link", u, v), law, _link_switch(fleet, u, v)))
     actions: list[tuple[float, int, Callable[[], None]]] = []
     for i, ev in enumerate(spec.events):
         actions += _event_actions(i, ev, fleet, graph, n_servers, mover)
@@ -86,7 +84,21 @@ def start_dynamics(env: simpy.Environment, fleet: Fleet, spec: DynamicsSpec, see
     return mover
 
 
-def _timeline(env: simpy.Environment, actions: list[tuple[float, int, Callable[[], None]]]) -> Iterator[simpy.Event]:
+def _device_switch(fleet: Fleet, d: int) -> Callable[[bool], None]:
+    return lambda up: fleet.set_online(d, up, "churn")
+
+
+def _switch_device(fleet: Fleet, d: int, cause: str, on: bool) -> Callable[[], None]:
+    return lambda: fleet.set_online(d, on, cause)
+
+
+def _link_switch(fleet: Fleet, u: int, v: int) -> Callable[[bool], None]:
+    def switch(up: bool) -> None:
+        (fleet.link_up if up else fleet.link_down)(u, v, "failure")
+    return switch
+
+
+def _timeline(env: simpy.Environment, actions: list[tuple[float, int, Callable[[], None]]]) -> Generator[simpy.Event, Any, None]:
     """Run ``actions`` at their times (ties in the order given)."""
     for t, _, act in sorted(actions, key=lambda a: (a[0], a[1])):
         if t > env.now:
@@ -94,7 +106,7 @@ def _timeline(env: simpy.Environment, actions: list[tuple[float, int, Callable[[
         act()
 
 
-def _move(env: simpy.Environment, fleet: Fleet, mover: Mover, update_s: float) -> Iterator[simpy.Event]:
+def _move(env: simpy.Environment, fleet: Fleet, mover: Mover, update_s: float) -> Generator[simpy.Event, Any, None]:
     last = mover.positions(0.0)
     while True:
         yield env.timeout(update_s)

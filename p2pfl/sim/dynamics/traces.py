@@ -7,6 +7,7 @@ bad row is a one-line error naming the file, the line and the fix.
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,7 +76,7 @@ def read_churn_trace(path: str, n: int) -> list[tuple[float, int, bool]]:
     out: list[tuple[float, int, bool]] = []
     for d, ps in sorted(periods.items()):
         ps.sort()
-        for (_, on, _), (off2, _, line2) in zip(ps, ps[1:]):
+        for (_, on, _), (off2, _, line2) in itertools.pairwise(ps):
             if off2 < on:
                 raise ConfigError(f"{path}:{line2}: device {d}'s offline periods overlap; merge them")
         for off, on, _ in ps:

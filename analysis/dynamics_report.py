@@ -1,0 +1,207 @@
+"""What dynamics cost each protocol: the report of the three dynamics studies (issue 13).
+
+Reads the run directories of ``scenarios/studies/dynamics_{churn,partition,mobility}.yaml`` (run them
+with ``p2pfl sweep``) and writes ``analysis/results/dynamics.md`` plus PNGs next to it:
+
+- a table per setting (churn 10/30/50% offline, partition, mobility at three speeds) against the
+  static fleet (churn 0%, the same code path): accuracy (mean over seeds with a t-based 95%
+  interval), the accuracy change paired by seed, bytes and their change, messages dropped by reason,
+  availability, ARI (clustering protocols), simulated time;
+- ``dynamics_churn.png``: final accuracy and bytes against the offline fraction, per protocol;
+- ``dynamics_mobility_frames.png``: rnd_gossip's neighbourhood at three moments of a mobility run,
+  devices coloured by the federation they are in then (from the run's ``federation_labels`` log and
+  ``positions.npz``).
+
+Every figure comes from the run directories only (summary.json, cell.json, positions.npz).
+
+    python analysis/dynamics_report.py runs/dynamics_churn runs/dynamics_partition runs/dynamics_mobility \
+        [--results analysis/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from p2pfl.metrics.report import ci95
+from p2pfl.metrics.runs import find_runs
+
+PROTOCOLS = ("gossip", "dsgd", "dac", "rnd_gossip", "fedavg")
+REASONS = ("offline", "link_down", "partition", "loss")
+
+
+def setting_of(cell: dict[str, Any]) -> str:
+    """A cell's dynamics setting, in words: static, churn 30%, partition, mobility 0.2."""
+    grid = cell.get("grid") or {}
+    if "dynamics.churn.offline" in grid:
+        off = float(grid["dynamics.churn.offline"])
+        return "static" if off == 0 else f"churn {off:.0%}"
+    if "dynamics.mobility.speed" in grid:
+        return f"mobility {grid['dynamics.mobility.speed'][0]:g}"
+    return "partition" if cell.get("study") == "dynamics_partition" else str(cell.get("study"))
+
+
+def load(dirs: list[str]) -> list[dict[str, Any]]:
+    """One record per run: protocol (variant), setting, seed and the figures the report uses."""
+    rows = []
+    for path in find_runs(*dirs):
+        cell = json.loads((path / "cell.json").read_text())
+        s = json.loads((path / "summary.json").read_text())
+        logs = s.get("logs", {})
+        rows.append({
+            "path": path, "protocol": cell["variant"], "setting": setting_of(cell), "seed": cell["seed"],
+            "accuracy": s["accuracy_mean"], "worst": s["accuracy_worst"], "bytes": s["bytes_total"],
+            "dropped": s["messages_dropped_by_reason"], "messages": s["messages_total"],
+            "availability": s["dynamics"]["availability_mean"], "ari": s.get("ari"), "sim_time_s": s["sim_time_s"],
+            "ari_log": logs.get("ari", []), "labels_log": logs.get("federation_labels", []),
+        })
+    return rows
+
+
+def _ci(values: list[float]) -> str:
+    mean, _, lo, hi = ci95(values)
+    if math.isnan(mean):
+        return "–"
+    return f"{mean:.3f}" if math.isnan(lo) else f"{mean:.3f} ± {(hi - lo) / 2:.3f}"
+
+
+def _settings(rows: list[dict[str, Any]]) -> list[str]:
+    order = ["static", "churn 10%", "churn 30%", "churn 50%", "partition"]
+    found = {r["setting"] for r in rows}
+    mobility = sorted((s for s in found if s.startswith("mobility")), key=lambda s: float(s.split()[1]))
+    return [s for s in order if s in found] + mobility
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    """The markdown table: every protocol x setting against the static fleet."""
+    by = {(r["protocol"], r["setting"], r["seed"]): r for r in rows}
+    lines = ["| protocol | setting | runs | accuracy (95% CI) | Δ accuracy vs static (paired) | worst device | "
+             "MB sent | Δ bytes | dropped: offline / link_down / partition / loss | availability | ARI | sim time s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in PROTOCOLS:
+        for st in _settings(rows):
+            cell = sorted((r for (pp, ss, _), r in by.items() if pp == p and ss == st), key=lambda r: r["seed"])
+            if not cell:
+                continue
+            static = [by.get((p, "static", r["seed"])) for r in cell]
+            diffs = [r["accuracy"] - s["accuracy"] for r, s in zip(cell, static) if s is not None]
+            mb = float(np.mean([r["bytes"] for r in cell])) / 1e6
+            static_mb = [s["bytes"] for s in static if s is not None]
+            dbytes = f"{mb / (np.mean(static_mb) / 1e6) - 1:+.0%}" if static_mb and st != "static" else "–"
+            drops = " / ".join(f"{np.mean([r['dropped'].get(k, 0) for r in cell]):.0f}" for k in REASONS)
+            aris = [r["ari"] for r in cell if r["ari"] is not None]
+            lines.append(
+                f"| {p} | {st} | {len(cell)} | {_ci([r['accuracy'] for r in cell])} | "
+                f"{_ci(diffs) if st != 'static' else '–'} | {_ci([r['worst'] for r in cell])} | {mb:.1f} | {dbytes} | "
+                f"{drops} | {np.mean([r['availability'] for r in cell]):.2f} | {_ci(aris) if aris else '–'} | "
+                f"{np.mean([r['sim_time_s'] for r in cell]):.1f} |")
+    return lines
+
+
+def churn_figure(rows: list[dict[str, Any]], out: Path) -> Path:
+    fig = Figure(figsize=(10, 4))
+    FigureCanvasAgg(fig)
+    acc, byt = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    levels = [("static", 0.0), ("churn 10%", 0.1), ("churn 30%", 0.3), ("churn 50%", 0.5)]
+    for p in PROTOCOLS:
+        xs, ys, es, bs = [], [], [], []
+        for name, x in levels:
+            vals = [r for r in rows if r["protocol"] == p and r["setting"] == name]
+            if not vals:
+                continue
+            mean, _, lo, hi = ci95([r["accuracy"] for r in vals])
+            xs.append(x)
+            ys.append(mean)
+            es.append(0.0 if math.isnan(lo) else (hi - lo) / 2)
+            bs.append(float(np.mean([r["bytes"] for r in vals])) / 1e6)
+        if xs:
+            acc.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=p)
+            byt.plot(xs, bs, marker="o", label=p)
+    acc.set(xlabel="offline fraction of time", ylabel="final mean accuracy (95% CI over seeds)")
+    byt.set(xlabel="offline fraction of time", ylabel="MB sent (mean over seeds)", yscale="log")
+    acc.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    return out
+
+
+def frames_figure(rows: list[dict[str, Any]], out: Path) -> Path | None:
+    """rnd_gossip's moving neighbourhood at three moments, devices coloured by federation."""
+    runs = sorted((r for r in rows if r["protocol"] == "rnd_gossip" and r["setting"].startswith("mobility")
+                   and r["labels_log"] and (r["path"] / "positions.npz").is_file()),
+                  key=lambda r: (-float(r["setting"].split()[1]), r["seed"]))
+    if not runs:
+        return None
+    run = next((r for r in runs if r["setting"] == "mobility 0.2"), runs[0])
+    with np.load(run["path"] / "positions.npz") as z:
+        times, pos = z["t"], z["pos"]
+    scenario = (run["path"] / "scenario.yaml").read_text()
+    import yaml
+
+    radius = float(yaml.safe_load(scenario)["topology"]["radius"])
+    logs = run["labels_log"]
+    picks = [logs[0], logs[len(logs) // 2], logs[-1]]
+    fig = Figure(figsize=(12, 4.2))
+    FigureCanvasAgg(fig)
+    cmap = fig.colormaps["tab20"] if hasattr(fig, "colormaps") else None
+    for k, entry in enumerate(picks):
+        ax = fig.add_subplot(1, 3, k + 1)
+        i = int(np.argmin(np.abs(times - entry["t"])))
+        xy = pos[i]
+        for a in range(len(xy)):
+            for b in range(a + 1, len(xy)):
+                if np.hypot(*(xy[a] - xy[b])) <= radius:
+                    ax.plot(*zip(xy[a], xy[b]), color="0.85", lw=0.6, zorder=1)
+        labels = entry["value"]
+        uniq = sorted(set(labels))
+        colours = [uniq.index(lab) for lab in labels]
+        import matplotlib
+
+        ax.scatter(xy[:, 0], xy[:, 1], c=colours, cmap=cmap or matplotlib.colormaps["tab20"], s=60,
+                   edgecolors="k", zorder=2)
+        ari = next((e["value"] for e in run["ari_log"] if e.get("round") == entry.get("round")), float("nan"))
+        ax.set(title=f"round {entry.get('round')}, t = {times[i]:.1f} s: {len(uniq)} federations, ARI {ari:.2f}",
+               xlim=(0, 1), ylim=(0, 1), aspect="equal", xticks=[], yticks=[])
+        ax.title.set_fontsize(9)
+    fig.suptitle(f"rnd_gossip under mobility ({run['setting']} units/s, seed {run['seed']}): links within radio "
+                 f"range {radius:g}, colour = federation", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dirs", nargs="+")
+    ap.add_argument("--results", default="analysis/results")
+    args = ap.parse_args(argv)
+    rows = load(args.dirs)
+    if not rows:
+        print("no runs found", file=sys.stderr)
+        return 2
+    res = Path(args.results)
+    res.mkdir(parents=True, exist_ok=True)
+    churn = churn_figure(rows, res / "dynamics_churn.png")
+    frames = frames_figure(rows, res / "dynamics_mobility_frames.png")
+    text = ["# What dynamics cost: gossip, DSGD, DAC, rnd_gossip and FedAvg under churn, a partition and mobility", "",
+            f"{len(rows)} runs read from {', '.join(args.dirs)} (regenerate with the commands at the top of "
+            "`scenarios/studies/dynamics_*.yaml`, then `python analysis/dynamics_report.py ...`).", "",
+            *table(rows), "", f"![churn]({churn.name})", ""]
+    if frames is not None:
+        text += [f"![frames]({frames.name})", ""]
+    (res / "dynamics_table.md").write_text("\n".join(text))
+    print("\n".join(table(rows)))
+    print(f"wrote {res / 'dynamics_table.md'}, {churn}" + (f", {frames}" if frames else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
