@@ -378,6 +378,7 @@ class Simulation:
             "offline_periods_per_node": [int(k) for k in fleet.offline_periods],
             "link_down_events": fleet.link_down_events,
             "left_fleet": list(self.left_fleet),
+            **({"mean_radius_degree": fleet.mean_degree()} if self.mover is not None else {}),
         }}
 
     def artifacts(self) -> dict[str, bytes]:

@@ -34,6 +34,15 @@ CASES: dict[str, dict[str, Any]] = {
     "local": digits_scenario({"name": "local", "rounds": 2, "eval_every": 1}, n=4),
     "oracle": digits_scenario({"name": "oracle", "rounds": 2}, n=4, servers=True),
     "centralized": digits_scenario({"name": "centralized", "rounds": 2}, n=4),
+    # under dynamics: jobs cut by going offline are redone ("lost") and others pause; same bits anywhere
+    "gossip_churn_lost": digits_scenario(
+        {"name": "gossip", "rounds": 4, "reply_timeout_s": 0.05, "eval_every": 1}, n=6,
+        dynamics={"interrupted_training": "lost", "churn": {"offline": 0.4, "cycle_s": 0.3},
+                  "link_failures": {"mean_up_s": 0.5, "mean_down_s": 0.1}},
+        devices={"flops_per_s": 2.0e7}),
+    "rnd_gossip_churn": digits_scenario(
+        {"name": "rnd_gossip", "rounds": 2, "alpha": 0.5, "reply_timeout_s": 0.05, "discovery_timeout_s": 5.0,
+         **FAST}, n=6, dynamics={"churn": {"offline": 0.3, "cycle_s": 0.5}}),
 }
 
 

@@ -155,6 +155,7 @@ class _DACBase(Protocol[DACParams]):
         self.chosen: dict[int, list[int]] = {}
         self.similarity_flops = 0
         self.replies_missing = 0
+        self._finished: dict[int, int] = {}
 
     @classmethod
     def implementation(cls, params: ProtocolParams) -> type[Protocol[Any]]:
@@ -173,6 +174,13 @@ class _DACBase(Protocol[DACParams]):
 
     def deadline_fields(self) -> tuple[str, ...]:
         return ("round_timeout_s",)
+
+    def log_ari(self, ctx: DeviceContext, r: int) -> None:
+        """Under dynamics: once every device has finished round ``r``, the ARI of the federations then."""
+        self._finished[r] = self._finished.get(r, 0) + 1
+        if self.dynamic and self._finished[r] == self.run.n_devices:
+            clusters = selection_components(self.run.n_devices, self.chosen)
+            ctx.log("ari", clustering_scores(self.run.true_clusters, clusters)["ari"], round=r)
 
     def result(self) -> dict[str, Any]:
         clusters = selection_components(self.run.n_devices, self.chosen)
@@ -204,6 +212,9 @@ class DACCosine(NeighbourAveraging[DACParams], _DACBase):
         top = cosine_top_k(mine, received, self.params.top_k)
         self.chosen[ctx.id] = top
         return weighted_average([(mine, 1.0)] + [(received[j], 1.0) for j in top])
+
+    def round_finished(self, ctx: DeviceContext, r: int) -> None:
+        self.log_ari(ctx, r)
 
     def result(self) -> dict[str, Any]:
         return {**_DACBase.result(self), **NeighbourAveraging.result(self)}
@@ -273,6 +284,7 @@ class DACOriginal(_DACBase):
         if self.should_eval(r):
             ctx.evaluate(model, r)
         ctx.round_done(r)
+        self.log_ari(ctx, r)
 
 
 #: The registry's target for ``dac``: ``implementation`` picks the class from ``variant``.

@@ -64,6 +64,8 @@ class Fleet:
         self.radius = radius
         self._latency_per_unit = latency_s_per_unit
         self.pos: Optional[np.ndarray] = None
+        self._degree_area = 0.0  # under mobility: integral over time of the radius graph's mean degree
+        self._degree_since = (0.0, 0.0)  # (time, mean degree) of the current radius graph
         self._radius_adj: Optional[list[set[int]]] = None
         self._servers_of: dict[int, list[int]] = {}
         for d, s in server_links:
@@ -264,6 +266,9 @@ class Fleet:
             adj[b].add(a)
         old = self._radius_adj
         self._radius_adj = adj
+        t0, degree = self._degree_since
+        self._degree_area += (self.env.now - t0) * degree
+        self._degree_since = (self.env.now, 2.0 * len(pairs) / max(self.n_devices, 1))
         if old is None:
             return
         gone = sorted(edge(a, b) for a in range(self.n_devices) for b in old[a] - adj[a] if a < b)
@@ -275,6 +280,12 @@ class Fleet:
             self._log("link_up", u=a, v=b, cause="move")
         self._log("move", moved=moved, links_up=len(new), links_down=len(gone))
         self._touch({x for e in gone + new for x in e})
+
+    def mean_degree(self) -> float:
+        """Under mobility: the radius graph's mean degree averaged over the run so far."""
+        t0, degree = self._degree_since
+        now = self.env.now
+        return degree if now <= 0 else (self._degree_area + (now - t0) * degree) / now
 
     def radius_edges(self) -> set[Edge]:
         """The live radius graph's links (mobility only)."""
