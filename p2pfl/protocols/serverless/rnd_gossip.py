@@ -30,7 +30,9 @@ its predictor to the devices within ``hops`` live hops, and again to every devic
 within reach (mobility, a device back online, a link back up). Whoever receives a predictor it has
 not scored scores it (s_ij, one novelty job), answers with its verdict, and sends its own predictor
 back if it has not yet, so both ends judge each other. A device starts training once it has every
-initial verdict or after ``discovery_timeout_s`` (default ``reply_timeout_s``). Its gossip peers are its mutually compatible peers
+initial verdict or after ``discovery_timeout_s`` (default ``reply_timeout_s``). A device that left
+its reach (offline, link down, partition, moved away) before its verdict came gets the predictor
+again when it is back (and answers a predictor it already scored with its verdict again). Its gossip peers are its mutually compatible peers
 *within live reach now*: departed ones are forgotten (kept scored, in case they return), new ones
 join once judged. No label propagation runs (labels never grow back when links go); the reported
 federations are the components of the mutually compatible links in reach at the end, and the ARI
@@ -213,10 +215,10 @@ class RNDGossip(Gossip[RNDGossipParams]):
         while True:
             msg: Message = yield ctx.recv("rnd_predictor")
             j = msg.src
-            if not np.isnan(self.rows[me, j]):
-                continue  # already judged (it sent again after coming back): our verdict stands
-            row = yield from self.probe.score(ctx, {j: self.probe.predictor_from(msg.payload["state"])}, n)
-            self.rows[me, j] = row[j]
+            if np.isnan(self.rows[me, j]):
+                row = yield from self.probe.score(ctx, {j: self.probe.predictor_from(msg.payload["state"])}, n)
+                self.rows[me, j] = row[j]
+            # (a predictor sent again means our verdict may have been lost: it is sent again, not rescored)
             ok = bool(compatible_row(self.rows[me], me, self.params.alpha)[j])
             ctx.send(j, "rnd_verdict", {"compatible": ok}, round=1, routed=True)
             self._update_peers(ctx)
@@ -230,11 +232,23 @@ class RNDGossip(Gossip[RNDGossipParams]):
             self._update_peers(ctx)
 
     def follow(self, ctx: DeviceContext) -> Process:
-        """Offer our predictor to whoever comes within reach; refresh the peers when the reach changes."""
+        """Offer our predictor to whoever comes within reach; refresh the peers when the reach changes.
+
+        A device we sent our predictor to that went out of reach before its verdict came may have
+        lost the predictor (or the verdict): when it is back in reach we send the predictor again.
+        """
+        me = ctx.id
+        out_of_touch: set[int] = set()
         while True:
             yield ctx.neighborhood_change()
             self._update_peers(ctx)
-            yield from self.offer(ctx, ctx.live_within(self.params.hops))
+            reach = ctx.live_within(self.params.hops)
+            waiting = self._sent[me] - self._theirs[me].keys()
+            out_of_touch |= waiting - set(reach)
+            again = sorted(out_of_touch & set(reach))
+            out_of_touch -= set(again)
+            self._sent[me] -= set(again)
+            yield from self.offer(ctx, reach)
 
     def _update_peers(self, ctx: DeviceContext) -> None:
         """Peers = mutually compatible devices within live reach now."""
