@@ -212,8 +212,13 @@ def test_data_builds_no_robot_federation_and_world_dispatches_to_robotics(tmp_pa
 
 
 @needs_mujoco
-def test_feddrman_under_churn_conserves_messages_and_replays(tmp_path_factory):
-    """FedDRMan (rollout-scored robot policies) under churn: every message accounted for, same bytes twice."""
+@pytest.mark.parametrize("protocol", [
+    {"name": "feddrman", "rounds": 3, "n_clusters": 2, "rank": 4, "round_timeout_s": 30.0},
+    {"name": "fedkd", "rounds": 4, "round_timeout_s": 30.0},  # devices that missed a delta resync
+])
+def test_robot_protocols_under_churn_conserve_messages_and_replay(tmp_path_factory, protocol):
+    """FedDRMan and FedKD (rollout-scored robot policies) under churn: every message accounted for,
+    the same run twice."""
     from p2pfl.config import load_dict
     from p2pfl.sim.kernel import Simulation
     from tests.sim.test_dynamics_conservation import check_log
@@ -227,8 +232,8 @@ def test_feddrman_under_churn_conserves_messages_and_replays(tmp_path_factory):
                                "reference_clients": 2, "alpha": 0.5, "demos_per_task": 3, "eval_episodes": 1,
                                "horizon": 4}},
         "training": {"batch_size": 32, "lr": 0.001, "optimizer": "adamw"},
-        "protocol": {"name": "feddrman", "rounds": 3, "n_clusters": 2, "rank": 4, "round_timeout_s": 30.0},
-        "dynamics": {"churn": {"offline": 0.4, "cycle_s": 20.0}},
+        "protocol": protocol,
+        "dynamics": {"churn": {"offline": 0.4, "cycle_s": 5.0}},
     }
     runs = []
     for _ in range(2):
@@ -238,3 +243,5 @@ def test_feddrman_under_churn_conserves_messages_and_replays(tmp_path_factory):
         runs.append((summary, sim.recorder.events))
     assert runs[0] == runs[1]
     assert sum(runs[0][0]["dynamics"]["offline_periods_per_node"]) > 0
+    if protocol["name"] == "fedkd":  # a device came back after missing a delta and asked for the mentee
+        assert runs[0][0]["bytes_by_kind"]["resync"] > 0 and runs[0][0]["bytes_by_kind"]["resync_state"] > 0

@@ -16,6 +16,12 @@ negative, so the adaptive weight divides by the two models' mean-action squared 
 (non-negative, detached); the attention-map loss is left out (our one transformer block runs over
 a handful of tokens); one optimiser steps mentor, mentee and W_h together (AdamW is per-parameter,
 so this equals separate optimisers up to the shared gradient-norm clip).
+
+Under dynamics (our extension): the server offers the round to the devices online now, and a
+device that missed a round's delta (offline, a dropped message) cannot apply the next one: it asks
+the server for the whole current mentee (``resync``, a header) and the server's responder sends it
+with the round it belongs to; the device trains from it if it is this round's, else waits for the
+next round. The resync bytes are counted like any other.
 """
 
 from __future__ import annotations
@@ -86,9 +92,6 @@ class FedKD(FedAvgBase[FedKDParams]):
     """Mentor/mentee mutual distillation; only the SVD-compressed mentee update is exchanged."""
 
     name = "fedkd"
-    #: The downlink sends compressed deltas of the global mentee: a device that misses one (offline,
-    #: a dropped message) cannot apply the next, so FedKD refuses to run under dynamics.
-    supports_dynamics = False
     Params = FedKDParams
     needs_server = True
     summary = "FedKD-A: private mentor + shared mentee, adaptive mutual distillation, SVD-compressed updates"
@@ -112,9 +115,14 @@ class FedKD(FedAvgBase[FedKDParams]):
         p = self.params
         mentee = self.make_mentee()
         packed = None  # last round's compressed aggregate, broadcast with the next request
+        current = {"round": 0, "mentee": mentee}
+        if self.dynamic:
+            ctx.spawn(self.resync_responder(ctx, current))
         for r in range(1, p.rounds + 1):
-            selected = set(select_clients(ctx.devices, p.client_fraction, ctx.rng))
-            for d in ctx.devices:
+            current["round"] = r
+            offered = ctx.live_neighbors
+            selected = set(select_clients(offered, p.client_fraction, ctx.rng)) if offered else set()
+            for d in offered:
                 body = {"state": clone_state(mentee.state_dict())} if packed is None else {"delta": packed}
                 ctx.send(d, "model", {**body, "train": d in selected}, round=r)
             updates = yield from self.collect(ctx, r, sorted(selected))
@@ -125,6 +133,14 @@ class FedKD(FedAvgBase[FedKDParams]):
             if p.evaluate == "mentee" and self.should_eval(r):
                 self.evaluate_global(ctx, mentee, r)
             ctx.round_done(r)
+
+    def resync_responder(self, ctx: ServerContext, current: dict) -> Process:
+        """Under dynamics: send the whole current mentee, and the round it is the start of, to a device
+        that missed a delta."""
+        while True:
+            msg = yield ctx.recv("resync")
+            ctx.send(msg.src, "resync_state", {"state": clone_state(current["mentee"].state_dict())},
+                     round=current["round"])
 
     # --- device ------------------------------------------------------------------------------
     def device(self, ctx: DeviceContext) -> Process:
@@ -137,12 +153,23 @@ class FedKD(FedAvgBase[FedKDParams]):
             pair = MentorMentee(mentor, mentee)
         shared = self.make_mentee()  # this device's copy of the global mentee
         server = ctx.servers[0]
+        have = 0  # the round whose mentee ``shared`` holds
         while True:
             msg = yield ctx.recv("model")
             if "state" in msg.payload:
                 load_state_(shared, msg.payload["state"])
-            else:
+            elif msg.round == have + 1 or not self.dynamic:
                 _apply(shared, decompress_update(msg.payload["delta"]))
+            else:  # under dynamics: a delta was missed; ask for the whole mentee
+                yield ctx.send(server, "resync", {}, round=msg.round)
+                reply = yield ctx.recv("resync_state", timeout=p.round_timeout_s)
+                if reply is None:
+                    continue
+                load_state_(shared, reply.payload["state"])
+                have = reply.round
+                if reply.round != msg.round:
+                    continue  # the server has moved on: wait for its next round
+            have = msg.round
             if not msg.payload["train"]:
                 continue
             load_state_(pair.mentee, shared.state_dict())
