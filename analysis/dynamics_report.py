@@ -263,7 +263,8 @@ three seeds (wide with n = 3); accuracy changes are paired by seed.
 - Random waypoint gathers devices towards the centre of the square (a known property of the model: its
   stationary density peaks in the middle), so the radius graph gets denser as devices move: the table's
   "mean degree" column is the radius graph's mean degree averaged over the run (static: the initial
-  graph's). Protocols that send to every neighbour (DSGD, DAC) then send more.
+  graph's). Protocols that send to every neighbour (DSGD, DAC) then send more. DSGD and DAC (cosine) send
+  the same messages (the model to every live neighbour each round), so their bytes coincide.
 - DAC's and rnd_gossip's ARI is against the four feature-skew groups; DAC has no federations, its ARI
   is that of the components of "who averaged whom" in the last round.
 """

@@ -211,6 +211,7 @@ def _print_protocol(name: str) -> None:
         server = "no"
     print(f"{name}: {cls.summary or cls.__doc__ or ''}".rstrip())
     print(f"needs a server: {server}")
+    print(f"runs under dynamics: {'yes' if cls.supports_dynamics else 'no'}")
     print(f"parameters (protocol: {{name: {name}, ...}}):")
     rows = [("name", "type", "default", "description")]
     for field, info in cls.Params.model_fields.items():

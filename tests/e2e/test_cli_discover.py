@@ -32,6 +32,7 @@ def test_list_protocols_name_prints_every_parameter_with_type_default_and_descri
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("gossip: serverless randomized gossip")  # the summary line
     assert "needs a server: no" in lines
+    assert "runs under dynamics: yes" in lines
     rows = _table(proc.stdout)
     # inherited fields first, then the protocol's own
     assert list(rows)[:2] == ["rounds", "eval_every"]
