@@ -2,7 +2,7 @@
 
     p2pfl run SCENARIO [--out DIR] [--seed N] [--set key=value ...] [--unset key ...]
     p2pfl validate SCENARIO [--seed N] [--set key=value ...] [--unset key ...]
-    p2pfl sweep STUDY [--jobs N] [--out DIR] [--dry-run]     (exit status 1 when some cells failed)
+    p2pfl sweep STUDY [--jobs N|ray] [--out DIR] [--dry-run]     (exit status 1 when some cells failed)
     p2pfl list protocols|datasets|partitions|topologies
     p2pfl list protocols NAME
     p2pfl topology show FILE --out x.png
@@ -51,7 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_scenario_args(val)
     sw = sub.add_parser("sweep", help="run a study (variants x grid x seeds) in parallel; rerun it to resume")
     sw.add_argument("study", help="study YAML file")
-    sw.add_argument("--jobs", type=int, default=None, help="cells run at once (default: the number of cores)")
+    sw.add_argument("--jobs", default=None, help="cells run at once (default: the number of cores), or 'ray': "
+                    "every cell a Ray task (local Ray, or --ray-address)")
+    sw.add_argument("--ray-address", default=None, help="with --jobs ray: a running cluster ('auto', "
+                    "'ray://host:10001'; default RAY_ADDRESS, else a local Ray)")
     sw.add_argument("--out", default=None, help="folder of the cells' run directories (default runs/<study name>)")
     sw.add_argument("--dry-run", action="store_true", help="list the cells and validate them; write nothing")
     ls = sub.add_parser("list", help="list protocols, datasets (available here or not), partitions or topologies")
@@ -136,7 +139,7 @@ def _cmd_sweep(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     try:
         result = sweep(args.study, jobs=args.jobs, out=args.out, dry_run=args.dry_run, progress=True,
-                       argv=["p2pfl", *argv])
+                       argv=["p2pfl", *argv], ray_address=args.ray_address)
     except SweepInterrupted as err:
         print(f"p2pfl: interrupted; {err}", file=sys.stderr)
         return 130

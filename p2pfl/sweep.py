@@ -231,7 +231,8 @@ class _Display:
         self.workers = 1
         self.walls: list[float] = []
 
-    def start(self, study: Study, out: Path, complete: int, pending: int, workers: int, removed: int) -> None:
+    def start(self, study: Study, out: Path, complete: int, pending: int, workers: int, removed: int,
+              where: str = "") -> None:
         self.total, self.finished, self.workers = len(study.cells), complete, workers
         if not self.enabled:
             return
@@ -240,7 +241,8 @@ class _Display:
             head += f"; resuming: {complete} already complete"
         if removed:
             head += f", {removed} half-written run director{'ies' if removed != 1 else 'y'} removed"
-        todo = f"running {pending} with {workers} worker{'s' if workers != 1 else ''}" if pending else "nothing to run"
+        todo = (f"running {pending} {where or f'with {workers} worker' + ('s' if workers != 1 else '')}"
+                if pending else "nothing to run")
         print(f"{head}; {todo}", flush=True)
         if pending and sys.stdout.isatty():
             from rich.console import Console
@@ -405,20 +407,25 @@ def oversubscribed(workers: int, threads: int, cores: int) -> Optional[str]:
             f"{cores} cores; the results are the same, but slower; use --jobs {max(1, cores // threads)}")
 
 
-def _jobs(jobs: Optional[int]) -> int:
+def _jobs(jobs: Optional[int | str]) -> int | str:
     if jobs is None:
         return available_cores()
+    if jobs == "ray":
+        return jobs
+    if isinstance(jobs, str) and jobs.isdigit():
+        jobs = int(jobs)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise UserError(f"--jobs: expected a whole number >= 1; got {jobs!r}; use e.g. --jobs 2")
+        raise UserError(f"--jobs: expected a whole number >= 1 or 'ray'; got {jobs!r}; use e.g. --jobs 2")
     return jobs
 
 
-def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int] = None,
+def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int | str] = None,
           out: Optional[str | Path] = None, dry_run: bool = False, progress: bool = False,
-          argv: Optional[Sequence[str]] = None) -> SweepResult:
+          argv: Optional[Sequence[str]] = None, ray_address: Optional[str] = None) -> SweepResult:
     """Run every cell of a study not yet complete in ``out`` (default ``runs/<study name>``).
 
-    ``jobs`` worker processes (default: the cores this process may use). A bad study raises
+    ``jobs`` worker processes (default: the cores this process may use), or ``"ray"``: every cell a
+    Ray task on a local Ray or the cluster at ``ray_address`` (``p2pfl.sweep_ray``). A bad study raises
     ``UserError`` before anything runs; a cell that fails is in ``SweepResult.failed`` and
     the others go on. ``dry_run`` validates and lists, and writes nothing. ``progress``
     prints what the CLI shows. Ctrl-C raises ``SweepInterrupted`` (complete cells kept).
@@ -440,16 +447,24 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int] 
         complete = _complete(st, out_path)
         done = set(complete)
         pending = [c for c in st.cells if c.id not in done]
-        workers = max(1, min(n_jobs, len(pending)))
-        display.start(st, out_path, len(complete), len(pending), workers, removed)
+        on_ray = n_jobs == "ray"
+        workers = max(1, available_cores() if on_ray else min(int(n_jobs), len(pending)))
+        display.start(st, out_path, len(complete), len(pending), workers, removed,
+                      where=f"as Ray tasks ({ray_address or os.environ.get('RAY_ADDRESS') or 'local'})" if on_ray else "")
         if strangers := _strangers(st, out_path):
             display.note(f"note: {out_path} holds {strangers} folder(s) that are not cells of this study "
                          "(left as they are)")
         threads = max((c.scenario.threads for c in pending), default=1)
-        if workers > 1 and (warning := oversubscribed(workers, threads, available_cores())):
+        if not on_ray and workers > 1 and (warning := oversubscribed(workers, threads, available_cores())):
             display.note(warning)
         try:
-            ran, failed = _execute(st, pending, out_path, workers, display, command) if pending else ([], {})
+            if on_ray and pending:
+                from p2pfl.sweep_ray import run_cells_on_ray
+
+                ran, failed = run_cells_on_ray(st, pending, out_path, command, ray_address, display.done,
+                                               display.failed)
+            else:
+                ran, failed = _execute(st, pending, out_path, workers, display, command) if pending else ([], {})
         except KeyboardInterrupt:
             display.close()
             n_done = len(_complete(st, out_path))

@@ -141,7 +141,7 @@ def test_changed_study_bad_study_and_bad_jobs_exit_2_with_one_line(tmp_path, cap
     assert main(["sweep", str(bad)]) == 2
     assert "bad.yaml: field 'seeds'" in capsys.readouterr().err
     assert main(["sweep", str(study), "--jobs", "0", "--out", str(tmp_path / "o2")]) == 2
-    assert "--jobs: expected a whole number >= 1; got 0" in capsys.readouterr().err
+    assert "--jobs: expected a whole number >= 1 or 'ray'; got 0" in capsys.readouterr().err
     assert not (tmp_path / "o2").exists()
 
 
