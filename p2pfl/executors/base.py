@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Optional, TypeVar, cast
 
 import torch
 
@@ -51,13 +51,21 @@ class Done(Future[T]):
 
 
 class Deferred(Future[T]):
-    """An outcome fetched when it is asked for (``fetch`` blocks until it is there)."""
+    """An outcome fetched when it is first asked for (``fetch`` blocks until it is there), then kept:
+    ``result()`` may be called again (the kernel shares one rollout's future among the devices it scores)."""
+
+    _UNSET: Any = object()
 
     def __init__(self, fetch: Callable[[], T]) -> None:
-        self._fetch = fetch
+        self._fetch: Optional[Callable[[], T]] = fetch
+        self._value: Any = Deferred._UNSET
 
     def result(self) -> T:
-        return self._fetch()
+        if self._value is Deferred._UNSET:
+            assert self._fetch is not None
+            self._value = self._fetch()
+            self._fetch = None
+        return cast(T, self._value)
 
 
 class Executor(ABC):

@@ -113,6 +113,40 @@ class Recorder:
         self.compute_sim_s[node] += sim_s
         self.event(t, "compute", node=node, what=what, flops=int(flops), sim_s=sim_s)
 
+    def event_later(self, t: float, kind: str, **fields: Any) -> dict[str, Any]:
+        """An event written in its place but completed later (``fill_event``): a job's result."""
+        entry = {"t": t, "kind": kind, **fields}
+        self._pending.add(id(entry))
+        self._append(entry)
+        return entry
+
+    def fill_event(self, entry: dict[str, Any], **fields: Any) -> None:
+        """Complete an event recorded by ``event_later`` (its keys keep their order)."""
+        entry.update(fields)
+        self._pending.discard(id(entry))
+        if self._sink is not None:
+            self._write_ready()
+
+    def compute_later(self, t: float, node: int, what: str) -> dict[str, Any]:
+        """A compute charge whose FLOPs are known when its job is done (``fill_compute``)."""
+        return self.event_later(t, "compute", node=node, what=what, flops=None, sim_s=None)
+
+    def fill_compute(self, entry: dict[str, Any], flops: int, sim_s: float) -> None:
+        node = entry["node"]
+        self.compute_flops[node] += int(flops)
+        self.compute_sim_s[node] += sim_s
+        self.fill_event(entry, flops=int(flops), sim_s=sim_s)
+
+    def log_later(self, t: float, node: Optional[int], name: str, **fields: Any) -> tuple[dict, dict]:
+        """A protocol metric whose value is known later (``fill_log``); ``fields`` fix the keys' order."""
+        entry = {"t": t, "node": node, "value": None, **fields}
+        self.logs[name].append(entry)
+        return entry, self.event_later(t, "log", name=name, node=node, value=None, **fields)
+
+    def fill_log(self, entries: tuple[dict, dict], value: Any, **fields: Any) -> None:
+        entries[0].update(value=value, **fields)
+        self.fill_event(entries[1], value=value, **fields)
+
     def evaluation(self, t: float, node: int, score: float, round: Optional[int]) -> None:
         """Record a device's test score (field named by the run's metric); the latest per device is final."""
         self.fill_evaluation(self.evaluation_later(t, node, round), score)

@@ -24,7 +24,7 @@ from p2pfl.data.schema import SUITE_NAMES, RobotSuitesPartition
 from p2pfl.errors import ConfigError, DataError
 from p2pfl.robotics.gl import require_gl
 from p2pfl.robotics.policy import ObsLayout, pack_samples
-from p2pfl.robotics.rollout import RolloutResult, rollout_tasks
+from p2pfl.robotics.rollout import RolloutResult, run_rollouts
 from p2pfl.seeding import stream
 
 __all__ = ["RobotFederation", "RolloutReport", "build_robot_federation", "dirichlet_demo_split", "ROLLOUT_STEP_FLOPS"]
@@ -81,16 +81,30 @@ class RobotFederation(Federation):
                 "true_cluster_per_device": list(self.true_clusters), "n_clusters": self.n_clusters,
                 "tasks_per_suite": {k: list(v) for k, v in self.suite_tasks.items()}}
 
-    def rollout(self, model: nn.Module, suite: str) -> tuple[RolloutResult, bool]:
-        """Rollouts of ``model`` on ``suite`` (memoised by the model's weights); (result, cached)."""
+    def rollout_key(self, model: nn.Module, suite: str) -> tuple[str, str]:
+        """What identifies a rollout: the suite and a hash of the model's weights."""
         h = hashlib.sha1()
         for v in model.state_dict().values():
             h.update(v.detach().cpu().numpy().tobytes())
-        key = (suite, h.hexdigest())
+        return suite, h.hexdigest()
+
+    def rollout_call(self, model: nn.Module, suite: str) -> tuple[Any, tuple[Any, ...]]:
+        """The rollouts of ``model`` on ``suite`` as a job: ``(run_rollouts, args)``, picklable."""
+        return run_rollouts, (model, self.layout, self.suite_tasks[suite], self.eval_episodes, self.horizon,
+                              self.seed, self.make_env)
+
+    def report(self, res: RolloutResult, suite: str, cached: bool, forward_flops: int) -> RolloutReport:
+        """The score of a rollout result; its FLOPs charged unless ``cached`` (another device's score already paid)."""
+        flops = 0 if cached else res.steps * (forward_flops + ROLLOUT_STEP_FLOPS)
+        return RolloutReport(res.success, flops, {"suite": suite, "per_task": res.per_task, "cached": cached})
+
+    def rollout(self, model: nn.Module, suite: str) -> tuple[RolloutResult, bool]:
+        """Rollouts of ``model`` on ``suite`` here (memoised by the model's weights); (result, cached)."""
+        key = self.rollout_key(model, suite)
         if key in self._cache:
             return self._cache[key], True
-        res = rollout_tasks(model, self.layout, self.suite_tasks[suite], self.eval_episodes, self.horizon,
-                            seed=self.seed, make_env=self.make_env)
+        fn, args = self.rollout_call(model, suite)
+        res = fn(*args)
         if len(self._cache) > 64:
             self._cache.clear()
         self._cache[key] = res
@@ -100,8 +114,7 @@ class RobotFederation(Federation):
         """Success rate of ``model`` on all tasks of ``device``'s suite; FLOPs charged unless cached."""
         suite = self.device_suites[device]
         res, cached = self.rollout(model, suite)
-        flops = 0 if cached else res.steps * (forward_flops + ROLLOUT_STEP_FLOPS)
-        return RolloutReport(res.success, flops, {"suite": suite, "per_task": res.per_task, "cached": cached})
+        return self.report(res, suite, cached, forward_flops)
 
 
 def _suite_demos(p: RobotSuitesPartition, suite: str, root: Optional[str]):

@@ -84,10 +84,20 @@ class LiberoEnv:
         return self._obs(o), Info(self._done)
 
 
+@dataclass(frozen=True)
+class LiberoEnvFactory:
+    """``make_env(task_id)`` for rollouts (picklable: rollouts may run in a worker process)."""
+
+    image: int
+
+    def __call__(self, tid: str) -> LiberoEnv:
+        return LiberoEnv(tid.split("/", 1)[0], tid.split("/", 1)[1], self.image)
+
+
 def libero_env_factory(image: int) -> Callable[[str], LiberoEnv]:
     """``make_env(task_id)`` for rollouts; task ids are ``<libero suite>/<task name>``."""
     require_gl()  # robosuite renders with MuJoCo too: same backend check, triton loaded first
     reason = libero_available()
     if reason is not None:
         raise DataError(f"data.partition.source: libero needs the 'libero' package ({reason}); see README 'Robotics'")
-    return lambda tid: LiberoEnv(tid.split("/", 1)[0], tid.split("/", 1)[1], image)
+    return LiberoEnvFactory(image)

@@ -16,7 +16,7 @@ from torch import nn
 
 from p2pfl.robotics.policy import ObsLayout, pack_samples
 
-__all__ = ["RolloutResult", "rollout_tasks", "EVAL_SEED_OFFSET"]
+__all__ = ["RolloutResult", "rollout_tasks", "run_rollouts", "EVAL_SEED_OFFSET"]
 
 EVAL_SEED_OFFSET = 10_000_019  # evaluation layouts never coincide with demonstration layouts
 
@@ -69,6 +69,12 @@ def rollout_tasks(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], epi
     finally:
         model.train(was_training)
     return out
+
+
+def run_rollouts(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], episodes: int, horizon: int,
+                 seed: int, make_env: Callable | None) -> RolloutResult:
+    """``rollout_tasks`` with positional arguments: an executor job (``CallJob``), in a worker or here."""
+    return rollout_tasks(model, layout, tasks, episodes, horizon, seed=seed, make_env=make_env)
 
 
 def _pack_last(layout: ObsLayout, frames: list[dict], instruction: str) -> np.ndarray:

@@ -26,7 +26,7 @@ from torch import nn
 
 from p2pfl.errors import ConfigError, UserError
 from p2pfl.executors.base import Done, Executor, Future
-from p2pfl.executors.jobs import EvalJob
+from p2pfl.executors.jobs import CallJob, EvalJob
 from p2pfl.executors.select import make_executor, resolve_kind
 from p2pfl.learning.clone import clone_module
 from p2pfl.learning.state import flatten_live_
@@ -132,7 +132,8 @@ class Simulation:
         self.executor = executor
         if self.executor.name != "inline":
             self.executor.share(self.federation.shards)
-        self._evals: deque[tuple[Future[float], dict[str, Any]]] = deque()
+        self._evals: deque[tuple[Future[Any], Callable[[Any], None]]] = deque()
+        self._rollouts: dict[tuple[str, str], Future[Any]] = {}  # robot data: rollouts by (suite, weights)
         self._flops: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
         self.train_wall_s = 0.0  # submitting and awaiting training jobs (contexts add to it)
         self.eval_wall_s = 0.0
@@ -232,29 +233,59 @@ class Simulation:
         """The metric's score of ``model`` on ``device``'s local test set (accuracy, RMSE or rollout
         success), recorded for it."""
         t0 = time.perf_counter()
-        scorer = getattr(self.federation, "score_device", None)
-        if scorer is not None:  # robot data: closed-loop rollouts, their compute charged to the device
-            report = scorer(device, model, self.forward_flops(model))
-            if report.flops:
-                self.recorder.compute(self.env.now, device, report.flops, report.flops / self.profiles[device].flops_per_s, "rollout")
-            self.recorder.log(self.env.now, device, "rollout_success", report.score, round=round, **report.fields)
+        if getattr(self.federation, "rollout_call", None) is not None:
+            self._rollout_on(device, model, round)
             self.eval_wall_s += time.perf_counter() - t0
-            self.recorder.evaluation(self.env.now, device, report.score, round)
             return None
         shard = self.federation.shards[device]
         metric: Literal["accuracy", "rmse"] = "rmse" if self.federation.task == "regression" else "accuracy"
         future = self.executor.submit(EvalJob(device, model, shard.test_x, shard.test_y, metric,
                                               threads=self.scenario.threads,
                                               flops=self.forward_flops(model) * int(shard.test_y.shape[0])))
-        self._evals.append((future, self.recorder.evaluation_later(self.env.now, device, round)))
-        while self._evals and (len(self._evals) > _MAX_PENDING_EVALS or isinstance(self._evals[0][0], Done)):
-            self._fill_oldest_eval()
+        entry = self.recorder.evaluation_later(self.env.now, device, round)
+        self._await(future, lambda score: self.recorder.fill_evaluation(entry, score))
         self.eval_wall_s += time.perf_counter() - t0
         return None
 
+    def _rollout_on(self, device: int, model: nn.Module, round: Optional[int]) -> None:
+        """Robot data: closed-loop rollouts of ``model`` on ``device``'s suite as a job (another core may run
+        them), memoised by (suite, weights) so a global model scored for many devices rolls out once; the
+        first scoring pays the rollouts' compute. Events are written in their places, completed when done."""
+        fed: Any = self.federation
+        suite = fed.device_suites[device]
+        key = fed.rollout_key(model, suite)
+        future = self._rollouts.get(key)
+        cached = future is not None
+        if future is None:
+            fn, args = fed.rollout_call(model, suite)
+            future = self.executor.submit(CallJob(device, fn, args, threads=self.scenario.threads))
+            if len(self._rollouts) > 64:
+                self._rollouts.clear()
+            self._rollouts[key] = future
+        now, rate, forward = self.env.now, self.profiles[device].flops_per_s, self.forward_flops(model)
+        charge = None if cached else self.recorder.compute_later(now, device, "rollout")
+        log = self.recorder.log_later(now, device, "rollout_success", round=round, suite=suite, per_task=None,
+                                      cached=cached)
+        entry = self.recorder.evaluation_later(now, device, round)
+
+        def fill(res: Any) -> None:
+            report = fed.report(res, suite, cached, forward)
+            if charge is not None:
+                self.recorder.fill_compute(charge, report.flops, report.flops / rate)
+            self.recorder.fill_log(log, report.score, per_task=report.fields["per_task"])
+            self.recorder.fill_evaluation(entry, report.score)
+
+        self._await(future, fill)
+
+    def _await(self, future: Future[Any], fill: Callable[[Any], None]) -> None:
+        """Complete ``fill`` with the job's result when it is done (in submit order; bounded)."""
+        self._evals.append((future, fill))
+        while self._evals and (len(self._evals) > _MAX_PENDING_EVALS or isinstance(self._evals[0][0], Done)):
+            self._fill_oldest_eval()
+
     def _fill_oldest_eval(self) -> None:
-        future, entry = self._evals.popleft()
-        self.recorder.fill_evaluation(entry, future.result())
+        future, fill = self._evals.popleft()
+        fill(future.result())
 
     # --- running -----------------------------------------------------------------------------
 

@@ -101,3 +101,26 @@ def test_robot_protocols_are_byte_identical_across_executors(tmp_path_factory, p
     root = tmp_path_factory.mktemp("demos")
     inline = _run({**_robot(root, protocol), "executor": "inline"})
     assert _run(_robot(root, protocol), executor=workers) == inline
+
+
+@needs_mujoco
+def test_rollouts_run_as_jobs_once_per_suite_and_model(tmp_path_factory, workers):
+    """The server scores one global model on 4 devices of 2 suites: 2 rollout jobs per evaluation, in the
+    workers; the other devices' scores reuse them (cached: no compute charged twice)."""
+    from p2pfl.executors.jobs import CallJob
+    from p2pfl.robotics.rollout import run_rollouts
+
+    root = tmp_path_factory.mktemp("demos")
+    submitted: list[CallJob] = []
+    submit = workers.submit
+    workers.submit = lambda job: (submitted.append(job) if isinstance(job, CallJob) else None) or submit(job)
+    try:
+        _, events = _run(_robot(root, {"name": "fedavg", "rounds": 2, "eval_every": 1}), executor=workers)
+    finally:
+        del workers.submit
+    rollouts = [j for j in submitted if j.fn is run_rollouts]
+    assert len(rollouts) == 2 * 2  # two suites x two evaluated rounds
+    logs = [e for e in json.loads(events) if e["kind"] == "log" and e["name"] == "rollout_success"]
+    assert len(logs) == 4 * 2 and sum(not e["cached"] for e in logs) == 4
+    charged = [e for e in json.loads(events) if e["kind"] == "compute" and e["what"] == "rollout"]
+    assert len(charged) == 4 and all(e["flops"] > 0 for e in charged)
