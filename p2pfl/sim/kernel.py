@@ -330,7 +330,7 @@ class Simulation:
         dyn = self.scenario.dynamics
         if dyn is not None and self.fleet is not None:  # first: changes at t=0 come before any device acts
             self.mover = start_dynamics(self.env, self.fleet, dyn, self.dynamics_seed, self.topology.graph,
-                                        len(self.server_ids))
+                                        len(self.server_ids), groups=tuple(self.federation.true_clusters))
         dev_procs = [self.env.process(self.protocol.device(c)) for c in devices]
         with_server = self.protocol.requires_server()
         srv_procs = [self.env.process(self.protocol.server(c)) for c in servers] if with_server else []

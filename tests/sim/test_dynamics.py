@@ -22,14 +22,14 @@ from p2pfl.topology import Link, TopologySpec, build_topology
 from tests.helpers import digits_scenario
 
 
-def fleet_of(topology: dict[str, Any], dynamics: dict[str, Any], seed: int = 0):
+def fleet_of(topology: dict[str, Any], dynamics: dict[str, Any], seed: int = 0, groups=None):
     """A bare fleet driven by the dynamics only (no protocol), and the events it logged."""
     env = simpy.Environment()
     graph = build_topology(TopologySpec(**topology), seed=seed).graph
     events: list[dict[str, Any]] = []
     fleet = Fleet(env, graph, {}, Link(0.01, 1e8, 0.0), lambda kind, **f: events.append({"t": env.now, "kind": kind, **f}),
                   radius=topology.get("radius") if "mobility" in dynamics else None)
-    mover = start_dynamics(env, fleet, DynamicsSpec(**dynamics), seed, graph, 0)
+    mover = start_dynamics(env, fleet, DynamicsSpec(**dynamics), seed, graph, 0, groups=groups)
     return env, fleet, mover, events
 
 
@@ -132,6 +132,26 @@ def test_mobility_live_neighbourhood_is_the_radius_graph_at_every_update():
     assert changes == 120
     assert sum(e["kind"] == "link_up" and e["cause"] == "move" for e in events) > 10
     assert len(mover.frames) == 121
+
+
+def test_group_mobility_keeps_members_near_their_moving_reference_point():
+    groups = [k % 3 for k in range(30)]
+    env, fleet, mover, _ = fleet_of({"kind": "random_geometric", "n": 30, "radius": 0.2}, {
+        "mobility": {"model": "group", "speed": [0.05, 0.05], "group_radius": 0.08, "update_s": 0.5}}, groups=groups)
+    last, travelled = mover.reference(0.0), np.zeros(3)
+    for k in range(1, 41):
+        env.run(until=k * 0.5 + 1e-9)
+        ref = mover.reference(env.now)
+        travelled += np.hypot(*(ref - last).T)
+        last = ref
+        near = np.hypot(*(fleet.pos - ref[np.asarray(groups)]).T)
+        assert near.max() <= 0.08 + 1e-12  # clipping to the square never moves a member away
+        dist = np.hypot(fleet.pos[:, None, 0] - fleet.pos[None, :, 0], fleet.pos[:, None, 1] - fleet.pos[None, :, 1])
+        for i in range(30):
+            assert set(fleet.live_neighbors(i)) == {j for j in range(30) if j != i and dist[i, j] <= 0.2}
+    assert np.all(travelled > 0.8) and np.all(travelled <= 0.05 * 20 + 1e-9)  # 0.05 units/s for 20 s, turns cut
+    # members of a group are linked to each other (2 x 0.08 < 0.2): the groups move as connected clusters
+    assert all(j in fleet.live_neighbors(i) for i in range(30) for j in range(30) if i != j and groups[i] == groups[j])
 
 
 def test_mobility_latency_follows_distance():

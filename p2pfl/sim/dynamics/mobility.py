@@ -6,6 +6,12 @@ in ``speed``, travels there in a straight line, pauses ``pause_s``, and repeats.
 from its own seed stream. Positions are exact functions of time, so the neighbourhood does not
 depend on ``update_s`` except through when it is recomputed.
 
+Group (reference point group mobility, Hong et al. 1999): each true group of the data partition
+(the world's layout, not something a protocol may read) has a reference point moving by random
+waypoint; a member sits at its own fixed offset, drawn uniformly in a disc of ``group_radius``
+around it (clipped to the square). The groups start apart at random places and drift through each
+other's neighbourhoods.
+
 Trajectory: positions interpolated linearly between a device's waypoints (held before the first
 and after the last); devices absent from the file stay where the layout put them.
 """
@@ -13,6 +19,7 @@ and after the last); devices absent from the file stay where the layout put them
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Optional
 
 import networkx as nx
@@ -24,7 +31,7 @@ from p2pfl.sim.dynamics.draws import affected
 from p2pfl.sim.dynamics.schema import MobilitySpec
 from p2pfl.sim.dynamics.traces import read_trajectory
 
-__all__ = ["Mover", "RandomWaypoint", "Trajectory", "build_mover", "MAX_FRAME_BYTES"]
+__all__ = ["Mover", "RandomWaypoint", "GroupMobility", "Trajectory", "build_mover", "MAX_FRAME_BYTES"]
 
 #: Positions kept for the run's ``positions.npz`` artifact; beyond it every other frame is dropped.
 MAX_FRAME_BYTES = 32 * 2**20
@@ -94,6 +101,33 @@ class RandomWaypoint(Mover):
         return pos
 
 
+class GroupMobility(Mover):
+    """Reference point group mobility (module docstring): members follow their group's waypoint walk."""
+
+    def __init__(self, groups: Sequence[int], speed: tuple[float, float], pause_s: float, radius: float,
+                 seed: int) -> None:
+        labels = sorted(set(groups))
+        self.group_of = np.array([labels.index(g) for g in groups], dtype=np.int64)
+        refs = stream(seed, "mobility.groups").random((len(labels), 2))
+        offsets = np.empty((len(groups), 2))
+        for d in range(len(groups)):  # uniform in the disc: radius * sqrt(u), angle 2 pi v
+            u, v = stream(seed, "mobility.offset", d).random(2)
+            offsets[d] = radius * np.sqrt(u) * np.array([np.cos(2 * np.pi * v), np.sin(2 * np.pi * v)])
+        self.offsets = offsets
+        self.refs = RandomWaypoint(refs, list(range(len(labels))), speed, pause_s, seed)
+        super().__init__(self._place(refs))
+
+    def _place(self, refs: np.ndarray) -> np.ndarray:
+        return np.clip(refs[self.group_of] + self.offsets, 0.0, 1.0)
+
+    def reference(self, t: float) -> np.ndarray:
+        """The groups' reference points at time ``t``."""
+        return self.refs.positions(t)
+
+    def positions(self, t: float) -> np.ndarray:
+        return self._place(self.refs.positions(t))
+
+
 class Trajectory(Mover):
     """Waypoints from a file, linearly interpolated."""
 
@@ -116,8 +150,14 @@ def layout(graph: nx.Graph) -> Optional[np.ndarray]:
     return np.array([graph.nodes[v]["pos"] for v in range(graph.number_of_nodes())], dtype=float)
 
 
-def build_mover(spec: MobilitySpec, graph: nx.Graph, seed: int, n: int) -> Mover:
-    """The mover for ``spec`` starting from the topology's layout."""
+def build_mover(spec: MobilitySpec, graph: nx.Graph, seed: int, n: int,
+                groups: Optional[Sequence[int]] = None) -> Mover:
+    """The mover for ``spec`` starting from the topology's layout (``group``: from the groups' places;
+    ``groups`` are the partition's true clusters, one per device)."""
+    if spec.model == "group":
+        if groups is None or len(groups) != n:
+            raise ConfigError("dynamics.mobility model group needs the data partition's groups (one per device)")
+        return GroupMobility(groups, spec.speed, spec.pause_s, spec.group_radius, seed)
     start = layout(graph)
     if start is None:
         raise ConfigError("dynamics.mobility needs a layout: use topology kind random_geometric")

@@ -16,7 +16,7 @@ others, and the same scenario and seed replay the same history.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Optional
 
 import networkx as nx
@@ -48,14 +48,14 @@ def _renewal(env: simpy.Environment, rng: np.random.Generator, law: _Durations,
 
 
 def start_dynamics(env: simpy.Environment, fleet: Fleet, spec: DynamicsSpec, seed: int, graph: nx.Graph,
-                   n_servers: int) -> Optional[Mover]:
+                   n_servers: int, groups: Optional[Sequence[int]] = None) -> Optional[Mover]:
     """Start every process the spec asks for (before the protocol's, so changes at t=0 come first).
 
     Returns the mover under mobility (its frames of positions become an artifact), else None.
     Raises ConfigError for device ids or links that do not exist.
     """
     n = fleet.n_devices
-    mover = build_mover(spec.mobility, graph, seed, n) if spec.mobility is not None else None
+    mover = build_mover(spec.mobility, graph, seed, n, groups) if spec.mobility is not None else None
     if mover is not None:
         fleet.set_positions(mover.positions(0.0), moved=0)
         assert spec.mobility is not None

@@ -152,10 +152,12 @@ class EventSpec(Strict):
 class MobilitySpec(Strict):
     """Devices moving in the layout of a ``random_geometric`` topology; the neighbourhood is the radius graph."""
 
-    model: Literal["random_waypoint", "trajectory"] = "random_waypoint"
+    model: Literal["random_waypoint", "group", "trajectory"] = "random_waypoint"
     fraction: float = Field(1.0, ge=0, le=1, description="random_waypoint: share of devices that move")
-    speed: tuple[float, float] = Field((0.001, 0.01), description="random_waypoint: [min, max] units/s")
-    pause_s: float = Field(0.0, ge=0, description="random_waypoint: pause at each waypoint")
+    speed: tuple[float, float] = Field((0.001, 0.01), description="random_waypoint, group: [min, max] units/s")
+    pause_s: float = Field(0.0, ge=0, description="random_waypoint, group: pause at each waypoint")
+    group_radius: float = Field(0.1, gt=0, le=1, description="group: members stay within this distance of "
+                                                              "their group's reference point")
     trajectory: Optional[str] = Field(None, description="trajectory: CSV of 't,device,x,y' waypoints")
     update_s: float = Field(1.0, gt=0, description="the radius graph is recomputed every update_s")
     latency_s_per_unit: float = Field(0.0, ge=0, description="extra link latency per unit of distance")
@@ -167,7 +169,7 @@ class MobilitySpec(Strict):
             raise ValueError(f"speed must be [min, max] with 0 < min <= max; got {list(self.speed)}")
         if self.model == "trajectory" and self.trajectory is None:
             raise ValueError("model trajectory needs trajectory: FILE.csv (rows t,device,x,y)")
-        if self.model == "random_waypoint" and self.trajectory is not None:
+        if self.model != "trajectory" and self.trajectory is not None:
             raise ValueError("trajectory is for model: trajectory; drop it or set model: trajectory")
         return self
 
