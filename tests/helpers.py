@@ -24,3 +24,20 @@ def digits_scenario(protocol: dict[str, Any], *, n: int = 6, kind: str = "ring",
     for key, value in extra.items():
         sc[key] = value
     return copy.deepcopy(sc)
+
+
+def robot_scenario(root: Any, protocol: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A tiny robot scenario: 4 devices of 2 generated MuJoCo suites, one server, short rollouts;
+    demos cached under ``root``."""
+    sc: dict[str, Any] = {
+        "name": "robot-test", "seed": 0,
+        "topology": {"kind": "complete", "n": 4, "servers": [{"name": "server", "attach": "all"}]},
+        "data": {"dataset": "robotics", "root": str(root), "test_fraction": 0.2,
+                 "partition": {"kind": "robot_suites", "suites": ["object", "goal"], "clients_per_suite": 2,
+                               "reference_clients": 2, "alpha": 0.5, "demos_per_task": 3, "eval_episodes": 1,
+                               "horizon": 4}},
+        "training": {"batch_size": 32, "lr": 0.001, "optimizer": "adamw"},
+        "protocol": protocol,
+    }
+    sc.update(extra)
+    return copy.deepcopy(sc)

@@ -10,7 +10,7 @@ import pytest
 from p2pfl.config import load_dict
 from p2pfl.executors.process import ProcessExecutor
 from p2pfl.sim.kernel import Simulation
-from tests.helpers import digits_scenario
+from tests.helpers import digits_scenario, robot_scenario
 from tests.robotics.conftest import needs_mujoco
 
 FAST = {"rnd_epochs": 1, "rnd_batch_size": 64}
@@ -79,19 +79,6 @@ def test_scenario_executor_block_starts_and_stops_its_own_workers():
     assert json.dumps(summary, sort_keys=True) == _run({**CASES["fedavg"], "executor": "inline"})[0]
 
 
-def _robot(root, protocol: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "name": "robot-test", "seed": 0,
-        "topology": {"kind": "complete", "n": 4, "servers": [{"name": "server", "attach": "all"}]},
-        "data": {"dataset": "robotics", "root": str(root), "test_fraction": 0.2,
-                 "partition": {"kind": "robot_suites", "suites": ["object", "goal"], "clients_per_suite": 2,
-                               "reference_clients": 2, "alpha": 0.5, "demos_per_task": 3, "eval_episodes": 1,
-                               "horizon": 4}},
-        "training": {"batch_size": 32, "lr": 0.001, "optimizer": "adamw"},
-        "protocol": protocol,
-    }
-
-
 @needs_mujoco
 @pytest.mark.parametrize("protocol", [
     {"name": "feddrman", "rounds": 2, "n_clusters": 2, "rank": 4},  # the distillation loss travels with the job
@@ -99,8 +86,8 @@ def _robot(root, protocol: dict[str, Any]) -> dict[str, Any]:
 ])
 def test_robot_protocols_are_byte_identical_across_executors(tmp_path_factory, protocol, workers):
     root = tmp_path_factory.mktemp("demos")
-    inline = _run({**_robot(root, protocol), "executor": "inline"})
-    assert _run(_robot(root, protocol), executor=workers) == inline
+    inline = _run(robot_scenario(root, protocol, executor="inline"))
+    assert _run(robot_scenario(root, protocol), executor=workers) == inline
 
 
 @needs_mujoco
@@ -115,7 +102,7 @@ def test_rollouts_run_as_jobs_once_per_suite_and_model(tmp_path_factory, workers
     submit = workers.submit
     workers.submit = lambda job: (submitted.append(job) if isinstance(job, CallJob) else None) or submit(job)
     try:
-        _, events = _run(_robot(root, {"name": "fedavg", "rounds": 2, "eval_every": 1}), executor=workers)
+        _, events = _run(robot_scenario(root, {"name": "fedavg", "rounds": 2, "eval_every": 1}), executor=workers)
     finally:
         del workers.submit
     rollouts = [j for j in submitted if j.fn is run_rollouts]

@@ -221,20 +221,11 @@ def test_robot_protocols_under_churn_conserve_messages_and_replay(tmp_path_facto
     the same run twice."""
     from p2pfl.config import load_dict
     from p2pfl.sim.kernel import Simulation
+    from tests.helpers import robot_scenario
     from tests.sim.test_dynamics_conservation import check_log
 
     root = tmp_path_factory.mktemp("demos")
-    sc = {
-        "name": "robot-churn", "seed": 0,
-        "topology": {"kind": "complete", "n": 4, "servers": [{"name": "server", "attach": "all"}]},
-        "data": {"dataset": "robotics", "root": str(root), "test_fraction": 0.2,
-                 "partition": {"kind": "robot_suites", "suites": ["object", "goal"], "clients_per_suite": 2,
-                               "reference_clients": 2, "alpha": 0.5, "demos_per_task": 3, "eval_episodes": 1,
-                               "horizon": 4}},
-        "training": {"batch_size": 32, "lr": 0.001, "optimizer": "adamw"},
-        "protocol": protocol,
-        "dynamics": {"churn": {"offline": 0.4, "cycle_s": 5.0}},
-    }
+    sc = robot_scenario(root, protocol, name="robot-churn", dynamics={"churn": {"offline": 0.4, "cycle_s": 5.0}})
     runs = []
     for _ in range(2):
         sim = Simulation(load_dict(sc))
