@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 from typing import Any
+
+from bench_executors import gossip_scenario  # this folder is on sys.path when run as a script
 
 CHILD = r"""
 import json, resource, sys, time
@@ -43,18 +44,10 @@ print(json.dumps({"wall_s": time.perf_counter() - t0, "run_wall_s": t["run_wall_
 
 
 def scenario(n: int, rounds: int, dynamics: dict[str, Any] | None) -> dict[str, Any]:
-    radius = 1.6 * math.sqrt(math.log(n) / (math.pi * n))  # comfortably above the connectivity threshold
-    sc: dict[str, Any] = {
-        "name": f"bench_dynamics_{n}", "seed": 0,
-        "topology": {"kind": "random_geometric", "n": n, "radius": radius},
-        "data": {"dataset": "synthetic_logistic", "samples_per_client": 16,
-                 "partition": {"kind": "parameter_shift", "n_clusters": 1, "n_features": 10}},
-        "model": {"name": "mlp", "hidden": 64},
-        "training": {"epochs": 1, "batch_size": 8, "lr": 0.05, "momentum": 0.0},
-        "protocol": {"name": "gossip", "rounds": rounds, "mode": "sync", "exchange": "push_pull",
-                     "eval_every": rounds, "reply_timeout_s": 0.05},
-        "executor": "inline", "threads": 1,
-    }
+    """``bench_executors``' large-N gossip on the inline executor, with the reply timeout dynamics require."""
+    sc = gossip_scenario(n, rounds, "inline")
+    sc["name"] = f"bench_dynamics_{n}"
+    sc["protocol"]["reply_timeout_s"] = 0.05
     if dynamics is not None:
         sc["dynamics"] = dynamics
     return sc
