@@ -43,6 +43,7 @@ from p2pfl.sim.profiles import draw_profiles
 from p2pfl.sim.runinfo import RunInfo, ServerInfo
 from p2pfl.sim.world import build_any_federation
 from p2pfl.topology import Link, build_topology
+from p2pfl.topology.build import link_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.config.scenario import Scenario
@@ -186,9 +187,8 @@ class Simulation:
         topo = self.scenario.topology
         server_links = {(d, sid): server.link for sid, server in zip(self.server_ids, self.topology.servers)
                         for d in server.attached}
-        default = Link(latency_s=topo.link.latency_s, bandwidth_bps=topo.link.bandwidth_bps, loss=topo.link.loss)
         mob = dyn.mobility
-        return Fleet(self.env, self.topology.graph, server_links, default,
+        return Fleet(self.env, self.topology.graph, server_links, link_of(topo.link),
                      lambda kind, **fields: self.recorder.event(self.env.now, kind, **fields),
                      radius=topo.radius if mob is not None else None,
                      latency_s_per_unit=mob.latency_s_per_unit if mob is not None else 0.0)
@@ -330,7 +330,7 @@ class Simulation:
         dyn = self.scenario.dynamics
         if dyn is not None and self.fleet is not None:  # first: changes at t=0 come before any device acts
             self.mover = start_dynamics(self.env, self.fleet, dyn, self.dynamics_seed, self.topology.graph,
-                                        len(self.server_ids), groups=tuple(self.federation.true_clusters))
+                                        groups=tuple(self.federation.true_clusters))
         dev_procs = [self.env.process(self.protocol.device(c)) for c in devices]
         with_server = self.protocol.requires_server()
         srv_procs = [self.env.process(self.protocol.server(c)) for c in servers] if with_server else []

@@ -15,7 +15,7 @@ from p2pfl.topology import classic, files, geometric, random_graphs
 from p2pfl.topology.schema import LinkSpec, TopologySpec
 from p2pfl.validation import parse_model, read_yaml, require_mapping
 
-__all__ = ["Link", "ServerNode", "Topology", "BUILDERS", "build_topology", "load_topology_file"]
+__all__ = ["Link", "ServerNode", "Topology", "BUILDERS", "build_topology", "link_of", "load_topology_file"]
 
 
 @dataclass(frozen=True)
@@ -87,12 +87,13 @@ def _generate(spec: TopologySpec, seed: int, base_dir: str | Path | None) -> nx.
     return calls[spec.kind]()
 
 
-def _link(spec: LinkSpec) -> Link:
+def link_of(spec: LinkSpec) -> Link:
+    """The built link of a ``link:`` block."""
     return Link(latency_s=spec.latency_s, bandwidth_bps=spec.bandwidth_bps, loss=spec.loss)
 
 
 def _apply_links(graph: nx.Graph, spec: TopologySpec) -> None:
-    default = _link(spec.link)
+    default = link_of(spec.link)
     nx.set_edge_attributes(graph, default, "link")
     seen: dict[frozenset[int], int] = {}
     for i, o in enumerate(spec.edges):
@@ -121,7 +122,7 @@ def _servers(spec: TopologySpec, n: int) -> tuple[ServerNode, ...]:
                 raise ConfigError(
                     f"servers[{i}].attach: device {device} does not exist; device ids are 0..{n - 1}"
                 )
-        servers.append(ServerNode(name=s.name, attached=tuple(sorted(set(attached))), link=_link(s.link)))
+        servers.append(ServerNode(name=s.name, attached=tuple(sorted(set(attached))), link=link_of(s.link)))
     return tuple(servers)
 
 

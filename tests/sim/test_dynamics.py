@@ -29,7 +29,7 @@ def fleet_of(topology: dict[str, Any], dynamics: dict[str, Any], seed: int = 0, 
     events: list[dict[str, Any]] = []
     fleet = Fleet(env, graph, {}, Link(0.01, 1e8, 0.0), lambda kind, **f: events.append({"t": env.now, "kind": kind, **f}),
                   radius=topology.get("radius") if "mobility" in dynamics else None)
-    mover = start_dynamics(env, fleet, DynamicsSpec(**dynamics), seed, graph, 0, groups=groups)
+    mover = start_dynamics(env, fleet, DynamicsSpec(**dynamics), seed, graph, groups=groups)
     return env, fleet, mover, events
 
 
@@ -159,7 +159,7 @@ def test_mobility_latency_follows_distance():
     env = simpy.Environment()
     graph = build_topology(TopologySpec(**topo), seed=0).graph
     fleet = Fleet(env, graph, {}, Link(0.01, 1e8, 0.0), lambda kind, **f: None, radius=0.6, latency_s_per_unit=2.0)
-    start_dynamics(env, fleet, DynamicsSpec(mobility={"speed": [0.1, 0.1], "update_s": 1.0}), 0, graph, 0)
+    start_dynamics(env, fleet, DynamicsSpec(mobility={"speed": [0.1, 0.1], "update_s": 1.0}), 0, graph)
     u, v = next(iter(graph.edges))
     d = float(np.hypot(*(fleet.pos[u] - fleet.pos[v])))
     assert fleet.link(u, v).latency_s == pytest.approx(0.01 + 2.0 * d)

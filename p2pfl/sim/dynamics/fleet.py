@@ -205,11 +205,11 @@ class Fleet:
         else:
             self._offline_since[device] = now
             self.offline_periods[device] += 1
-            self._wake_state(device)
+            self._interrupt_compute(device)
         self._log("online" if on else "offline", node=device, cause=cause)
         self._touch(self._around(device))
 
-    def _wake_state(self, device: int) -> None:
+    def _interrupt_compute(self, device: int) -> None:
         for proc in self.computing.get(device, ()):
             proc.interrupt("fleet")
 
@@ -217,7 +217,7 @@ class Fleet:
         """Set ``device``'s FLOP-rate multiplier (stragglers)."""
         if self.rate_factor[device] != factor:
             self.rate_factor[device] = factor
-            self._wake_state(device)
+            self._interrupt_compute(device)
 
     def link_down(self, u: int, v: int, cause: str) -> None:
         """One more cause holds link u-v down (it goes down on the first)."""
@@ -286,8 +286,3 @@ class Fleet:
         t0, degree = self._degree_since
         now = self.env.now
         return degree if now <= 0 else (self._degree_area + (now - t0) * degree) / now
-
-    def radius_edges(self) -> set[Edge]:
-        """The live radius graph's links (mobility only)."""
-        assert self._radius_adj is not None
-        return {(a, b) for a in range(self.n_devices) for b in self._radius_adj[a] if a < b}

@@ -15,6 +15,7 @@ others, and the same scenario and seed replay the same history.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Optional
@@ -26,7 +27,7 @@ import simpy
 from p2pfl.errors import ConfigError
 from p2pfl.seeding import stream
 from p2pfl.sim.dynamics.draws import affected, draw_period
-from p2pfl.sim.dynamics.fleet import Fleet
+from p2pfl.sim.dynamics.fleet import Fleet, edge
 from p2pfl.sim.dynamics.mobility import Mover, build_mover
 from p2pfl.sim.dynamics.schema import DynamicsSpec, EventSpec, HalfPlane, StragglerSpec, _Durations
 from p2pfl.sim.dynamics.traces import read_churn_trace
@@ -48,7 +49,7 @@ def _renewal(env: simpy.Environment, rng: np.random.Generator, law: _Durations,
 
 
 def start_dynamics(env: simpy.Environment, fleet: Fleet, spec: DynamicsSpec, seed: int, graph: nx.Graph,
-                   n_servers: int, groups: Optional[Sequence[int]] = None) -> Optional[Mover]:
+                   groups: Optional[Sequence[int]] = None) -> Optional[Mover]:
     """Start every process the spec asks for (before the protocol's, so changes at t=0 come first).
 
     Returns the mover under mobility (its frames of positions become an artifact), else None.
@@ -63,33 +64,27 @@ def start_dynamics(env: simpy.Environment, fleet: Fleet, spec: DynamicsSpec, see
     churn = spec.churn
     if churn is not None and churn.trace is not None:
         rows = read_churn_trace(churn.trace, n)
-        env.process(_timeline(env, [(t, k, _switch_device(fleet, d, "trace", on)) for k, (t, d, on) in enumerate(rows)]))
+        env.process(_timeline(env, [(t, k, functools.partial(fleet.set_online, d, on, "trace"))
+                                    for k, (t, d, on) in enumerate(rows)]))
     elif churn is not None and not churn.inert:
         for d in affected(stream(seed, "churn"), n, churn.fraction):
-            env.process(_renewal(env, stream(seed, "churn", d), churn, _device_switch(fleet, d)))
+            env.process(_renewal(env, stream(seed, "churn", d), churn,
+                                 functools.partial(fleet.set_online, d, cause="churn")))
     if spec.link_failures is not None and not spec.link_failures.inert:
-        edges = sorted((min(u, v), max(u, v)) for u, v in graph.edges)
+        edges = sorted(edge(u, v) for u, v in graph.edges)
         law = spec.link_failures
         for k in affected(stream(seed, "link"), len(edges), law.fraction):
             u, v = edges[k]
             env.process(_renewal(env, stream(seed, "link", u, v), law, _link_switch(fleet, u, v)))
     actions: list[tuple[float, int, Callable[[], None]]] = []
     for i, ev in enumerate(spec.events):
-        actions += _event_actions(i, ev, fleet, graph, n_servers, mover)
+        actions += _event_actions(i, ev, fleet, graph, mover)
     stragglers = _Stragglers(fleet)
     for k, window in enumerate(spec.stragglers):
         actions += _straggler_actions(k, window, stragglers, seed)
     if actions:
         env.process(_timeline(env, actions))
     return mover
-
-
-def _device_switch(fleet: Fleet, d: int) -> Callable[[bool], None]:
-    return lambda up: fleet.set_online(d, up, "churn")
-
-
-def _switch_device(fleet: Fleet, d: int, cause: str, on: bool) -> Callable[[], None]:
-    return lambda: fleet.set_online(d, on, cause)
 
 
 def _link_switch(fleet: Fleet, u: int, v: int) -> Callable[[bool], None]:
@@ -131,8 +126,7 @@ def _each(fn: Callable[..., None], items: list, *args: object) -> Callable[[], N
     return act
 
 
-def _event_actions(i: int, ev: EventSpec, fleet: Fleet, graph: nx.Graph, n_servers: int,
-                   mover: Optional[Mover]) -> list[tuple[float, int, Callable[[], None]]]:
+def _event_actions(i: int, ev: EventSpec, fleet: Fleet, graph: nx.Graph, mover: Optional[Mover]) -> list[tuple[float, int, Callable[[], None]]]:
     """(time, order, action) for scheduled event ``i`` and its ``until`` undo."""
     n = fleet.n_devices
     field = f"dynamics.events[{i}]"
