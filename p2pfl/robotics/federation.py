@@ -2,9 +2,10 @@
 
 Design: robotics is a dataset of the data registry (``data.dataset: robotics`` with partition
 ``robot_suites``), so every protocol gets ordinary shards (x = packed observation, y = expert
-action) and the kernel's ``Simulation.evaluate_on`` asks the federation to score a model: it runs
-closed-loop rollouts on the device's suite (cached per model state and suite, so a server
-scoring one global model for five devices rolls out once) and charges their compute.
+action) and the kernel's ``Simulation.evaluate_on`` asks the federation for a model's rollouts on
+the device's suite as a job (``rollout_call``), keyed by ``rollout_key`` so that a server scoring
+one global model for five devices rolls out once, and for the score and compute of the result
+(``report``).
 """
 
 from __future__ import annotations
@@ -67,7 +68,6 @@ class RobotFederation(Federation):
     horizon: int = 80
     seed: int = 0
     make_env: Any = None
-    _cache: dict = field(default_factory=dict, repr=False)
 
     @property
     def model_hint(self) -> ObsLayout:
@@ -97,24 +97,6 @@ class RobotFederation(Federation):
         """The score of a rollout result; its FLOPs charged unless ``cached`` (another device's score already paid)."""
         flops = 0 if cached else res.steps * (forward_flops + ROLLOUT_STEP_FLOPS)
         return RolloutReport(res.success, flops, {"suite": suite, "per_task": res.per_task, "cached": cached})
-
-    def rollout(self, model: nn.Module, suite: str) -> tuple[RolloutResult, bool]:
-        """Rollouts of ``model`` on ``suite`` here (memoised by the model's weights); (result, cached)."""
-        key = self.rollout_key(model, suite)
-        if key in self._cache:
-            return self._cache[key], True
-        fn, args = self.rollout_call(model, suite)
-        res = fn(*args)
-        if len(self._cache) > 64:
-            self._cache.clear()
-        self._cache[key] = res
-        return res, False
-
-    def score_device(self, device: int, model: nn.Module, forward_flops: int) -> RolloutReport:
-        """Success rate of ``model`` on all tasks of ``device``'s suite; FLOPs charged unless cached."""
-        suite = self.device_suites[device]
-        res, cached = self.rollout(model, suite)
-        return self.report(res, suite, cached, forward_flops)
 
 
 def _suite_demos(p: RobotSuitesPartition, suite: str, root: Optional[str]):

@@ -438,6 +438,6 @@ class Simulation:
 
 def _metric_of(federation: Federation) -> str:
     """The score every evaluation reports: rollout success, RMSE (regression) or accuracy."""
-    if getattr(federation, "score_device", None) is not None:
+    if getattr(federation, "rollout_call", None) is not None:
         return "success"
     return "rmse" if federation.task == "regression" else "accuracy"
