@@ -46,3 +46,16 @@ def test_fedavg_simulated_time_follows_the_cost_model():
     up = 8 * (model + HEADER_BYTES + SCALAR_BYTES) / 5.0e7 + 0.02
     assert result.compute_flops_total == 3 * fwd * 40
     assert result.sim_time_s == pytest.approx(down + train_s + up, rel=1e-12)
+
+
+def test_select_clients_draws_the_fraction_in_id_order_and_nothing_from_nobody():
+    import numpy as np
+
+    from p2pfl.protocols.server.fedavg import select_clients
+
+    rng = np.random.default_rng(0)
+    picked = select_clients((1, 3, 5, 7, 9, 11), 0.5, rng)
+    assert len(picked) == 3 and picked == sorted(picked) and set(picked) <= {1, 3, 5, 7, 9, 11}
+    assert select_clients((4, 2), 1.0, rng) == [4, 2]
+    state = rng.bit_generator.state
+    assert select_clients((), 0.5, rng) == [] and rng.bit_generator.state == state  # no draw from nobody

@@ -53,7 +53,7 @@ class Oracle(FedAvgBase[FedAvgParams]):
         self.groups = dict(sorted(self.groups.items()))
         models = {c: self.make_model(ctx) for c in self.groups}
         for r in range(1, p.rounds + 1):
-            selected = select_clients(ctx.live_neighbors, p.client_fraction, ctx.rng) if ctx.live_neighbors else []
+            selected = select_clients(ctx.live_neighbors, p.client_fraction, ctx.rng)
             states = {c: clone_state(live_state(m)) for c, m in models.items()}
             for d in selected:
                 ctx.send(d, "model", {"state": states[cluster_of[d]]}, round=r)

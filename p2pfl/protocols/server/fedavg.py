@@ -41,7 +41,10 @@ F = TypeVar("F", bound=FedAvgParams)
 
 
 def select_clients(devices: tuple[int, ...], fraction: float, rng: np.random.Generator) -> list[int]:
-    """max(1, round(fraction * n)) devices drawn without replacement, in id order."""
+    """max(1, round(fraction * n)) devices drawn without replacement, in id order; none (and no draw)
+    when there is none to draw from (under dynamics, nobody reachable now)."""
+    if not devices:
+        return []
     if fraction >= 1.0:
         return list(devices)
     k = max(1, round(fraction * len(devices)))
@@ -66,7 +69,7 @@ class FedAvgBase(Protocol[F], Generic[F]):
         p = self.params
         model = self.make_model(ctx)
         for r in range(1, p.rounds + 1):
-            selected = select_clients(ctx.live_neighbors, p.client_fraction, ctx.rng) if ctx.live_neighbors else []
+            selected = select_clients(ctx.live_neighbors, p.client_fraction, ctx.rng)
             payload = self.model_payload(clone_state(model.state_dict()))
             for d in selected:
                 ctx.send(d, "model", payload, round=r)

@@ -100,7 +100,7 @@ class FedDRMan(FedAvgBase[FedDRManParams]):
         omega = [k for k in init if k.startswith(p.omega)] or None
         eligible = getattr(probe, "srb_eligible", lambda k, v: v.ndim == 2)
         for r in range(1, p.rounds + 1):
-            selected = select_clients(ctx.live_neighbors, p.client_fraction, ctx.rng) if ctx.live_neighbors else []
+            selected = select_clients(ctx.live_neighbors, p.client_fraction, ctx.rng)
             for d in selected:
                 ctx.send(d, "model", {"state": clusters[assign[d]]}, round=r)
             got = yield from collect_round(ctx, "update", r, selected, p.round_timeout_s)

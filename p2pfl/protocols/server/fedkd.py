@@ -121,7 +121,7 @@ class FedKD(FedAvgBase[FedKDParams]):
         for r in range(1, p.rounds + 1):
             current["round"] = r
             offered = ctx.live_neighbors
-            selected = set(select_clients(offered, p.client_fraction, ctx.rng)) if offered else set()
+            selected = set(select_clients(offered, p.client_fraction, ctx.rng))
             for d in offered:
                 body = {"state": clone_state(mentee.state_dict())} if packed is None else {"delta": packed}
                 ctx.send(d, "model", {**body, "train": d in selected}, round=r)
