@@ -269,8 +269,9 @@ def load_nodes(*dirs: str | Path) -> pd.DataFrame:
     """Long form of the per-device figures: one row per run and device.
 
     Columns ``path``, ``metric``, ``node``, ``value`` (final score; missing if not scored),
-    ``bytes_sent``, ``bytes_received``, ``compute_flops``, ``true_cluster`` and ``cluster`` (the
-    index of the device's cluster in ``clusters``, for clustering protocols; else missing).
+    ``bytes_sent``, ``bytes_received``, ``compute_flops``, ``true_cluster``, ``cluster`` (the
+    index of the device's cluster in ``clusters``, for clustering protocols; else missing) and
+    ``held_out`` (True for a device a pooled reference held out of training, ``held_out_per_cluster``).
     """
     import pandas as pd
 
@@ -280,6 +281,7 @@ def load_nodes(*dirs: str | Path) -> pd.DataFrame:
         score = run_score(s)
         n = int(s.get("n_devices") or len(score.per_node))
         found = {int(i): c for c, members in enumerate(s.get("clusters") or []) for i in members}
+        held_out = {int(i) for i in s.get("held_out") or []}
 
         def at(key: str, i: int, s: dict[str, Any] = s) -> Any:
             values = s.get(key) or []
@@ -290,6 +292,6 @@ def load_nodes(*dirs: str | Path) -> pd.DataFrame:
                          "value": score.per_node[i] if i < len(score.per_node) else None,
                          "bytes_sent": at("bytes_per_node", i), "bytes_received": at("bytes_received_per_node", i),
                          "compute_flops": at("compute_flops_per_node", i), "true_cluster": at("true_clusters", i),
-                         "cluster": found.get(i)})
+                         "cluster": found.get(i), "held_out": i in held_out})
     return pd.DataFrame(rows, columns=["path", "metric", "node", "value", "bytes_sent", "bytes_received",
-                                       "compute_flops", "true_cluster", "cluster"])
+                                       "compute_flops", "true_cluster", "cluster", "held_out"])

@@ -3,6 +3,9 @@ statistics charged as compute, gossip transport, determinism."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 
 import p2pfl
@@ -71,6 +74,41 @@ def test_pooled_mode_sends_nothing_and_trains_on_device_zero():
     assert per_node[0] == stats + 3 * fwd * (4 * 40) * 2  # device 0 also trained 2 passes over the pooled 160
     assert result.summary["logs"]["pooled_upload_bytes"][0]["value"] > 4 * 40 * 64 * 4
     assert all(a is not None for a in result.accuracy_per_node)
+
+
+def _statistics(run_dir):
+    rows = json.loads((run_dir / "statistics.json").read_text())
+    return (np.array([rows[str(i)]["raw"] for i in range(len(rows))]),
+            np.array([rows[str(i)]["normalized"] for i in range(len(rows))]))
+
+
+def test_no_statistics_is_the_same_training_with_s_zero_and_no_messages_beyond_fedavgs(tmp_path):
+    n = 4
+    log = p2pfl.run(_scenario(n=n, normalization="log"), write=False)
+    none = p2pfl.run(_scenario(n=n, normalization="none"), out=tmp_path / "none")
+    assert none.bytes_total == log.bytes_total and none.compute_flops_total == log.compute_flops_total
+    _, normalized = _statistics(tmp_path / "none")
+    assert normalized.shape == (n, L) and not normalized.any()
+
+
+def test_pooled_held_out_devices_are_zscored_with_the_training_devices_moments(tmp_path):
+    n = 6
+    result = p2pfl.run(_scenario(n=n, servers=False, mode="pooled", held_out_per_cluster=1), out=tmp_path / "r")
+    assert result.summary["held_out"] == [2, 5]
+    raw, normalized = _statistics(tmp_path / "r")
+    fit = raw[[0, 1, 3, 4]]
+    mean, std = fit.mean(axis=0), fit.std(axis=0)
+    expected = np.where(std > 1e-12, (raw - mean) / np.where(std > 1e-12, std, 1.0), 0.0)
+    np.testing.assert_allclose(normalized, expected, rtol=1e-9, atol=1e-9)
+    per_node = result.summary["compute_flops_per_node"]
+    fwd = (2 * (64 + L) * 16 + 16) + 16 + (2 * 16 * 10 + 10)
+    assert per_node[0] - per_node[1] == 3 * fwd * (4 * 40) * 2  # device 0 trained on the 4 training devices only
+    assert all(a is not None for a in result.accuracy_per_node)
+
+
+def test_held_out_needs_the_pooled_mode():
+    with pytest.raises(p2pfl.errors.UserError, match=r"field 'protocol.held_out_per_cluster' .* protocol.mode: pooled"):
+        p2pfl.run(_scenario(n=4, held_out_per_cluster=1), write=False)
 
 
 def test_gossip_transport_uses_gossip_exchange_on_the_conditioned_model():

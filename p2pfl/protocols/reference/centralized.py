@@ -4,15 +4,15 @@ No network: the pooled data are assumed to sit in one data centre, modelled
 as device 0, whose FLOP rate is charged for the training (``rounds`` passes of
 ``training.epochs`` epochs over the pooled set). The single model is scored
 on every device's local test set (a measurement, no bytes). 0 bytes by design.
+``held_out_per_cluster`` leaves devices out of the pooled set (``pooled.py``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from p2pfl.protocols.base import Process, Protocol, ProtocolParams
+from p2pfl.protocols.base import Process, Protocol
+from p2pfl.protocols.reference.pooled import PooledParams, held_out_devices, pooled_xy
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.context import DeviceContext
@@ -20,11 +20,11 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Centralized"]
 
 
-class Centralized(Protocol[ProtocolParams]):
+class Centralized(Protocol[PooledParams]):
     """Pooled training of one model on all data, run by device 0 as the data centre."""
 
     name = "centralized"
-    Params = ProtocolParams
+    Params = PooledParams
     summary = "reference: one model trained on all devices' pooled data (no network)"
     supports_dynamics = True  # no messages; the data centre (device 0) pauses while offline
 
@@ -34,9 +34,8 @@ class Centralized(Protocol[ProtocolParams]):
     def device(self, ctx: DeviceContext) -> Process:
         if ctx.id != 0:
             return
-        shards = ctx.pooled_shards()
-        x = torch.cat([s.train_x for s in shards])
-        y = torch.cat([s.train_y for s in shards])
+        held_out = held_out_devices(self.run, self.params.held_out_per_cluster)
+        x, y = pooled_xy(ctx.pooled_shards(), [d for d in self.run.device_ids if d not in held_out])
         model = ctx.new_model()
         for r in range(1, self.params.rounds + 1):
             yield from ctx.train(model, x=x, y=y)
@@ -44,3 +43,7 @@ class Centralized(Protocol[ProtocolParams]):
                 for d in self.run.device_ids:
                     ctx.evaluate_device(d, model, r)
             ctx.round_done(r)
+
+    def result(self) -> dict[str, Any]:
+        held_out = held_out_devices(self.run, self.params.held_out_per_cluster)
+        return {"held_out": list(held_out)} if held_out else {}

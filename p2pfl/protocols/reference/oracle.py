@@ -1,21 +1,34 @@
-"""Oracle (Conditional-PCA paper, App. B-A): one FedAvg federation per ground-truth cluster.
+"""Oracle (Conditional-PCA paper, Sec. IV / App. B-A): one model per ground-truth cluster.
 
-The upper reference for clustering methods: each device announces its true
-cluster once (an 8-byte ``join``; this is the only protocol that reads
-``ctx.true_cluster``), then the server runs FedAvg separately within every
-cluster: each device receives its cluster's model, trains it and uploads it;
-the server averages per cluster, weighted by samples. Bytes are FedAvg's plus
-the joins.
+The upper reference for clustering methods, the only protocol that reads
+``ctx.true_cluster``. Two modes:
+
+- ``mode: pooled`` (the paper's Oracle: "trains one separate model per
+  ground-truth cluster, pooling data within each cluster"): each cluster's first
+  device acts as the cluster's data centre and trains one model on the pooled
+  training data of the cluster's devices (``rounds`` x ``training.epochs`` epochs,
+  charged to it; 0 bytes, as for Centralized and pooled Conditional); every
+  device is scored with its cluster's model. ``held_out_per_cluster`` leaves
+  devices out of the pooled data (``pooled.py``).
+- ``mode: federated`` (default; the federated counterpart, to compare with
+  federated methods): each device announces its true cluster once (an 8-byte
+  ``join``), then the server runs FedAvg separately within every cluster: each
+  device receives its cluster's model, trains it and uploads it; the server
+  averages per cluster, weighted by samples. Bytes are FedAvg's plus the joins.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
 
 from p2pfl.clustering import adjusted_rand_index
+from p2pfl.errors import ConfigError
 from p2pfl.learning.aggregate import clone_state, weighted_average
 from p2pfl.learning.state import live_state, load_state_
 from p2pfl.protocols.base import Process
+from p2pfl.protocols.reference.pooled import HELD_OUT_HELP, held_out_devices, pooled_xy
 from p2pfl.protocols.server.collect import collect_round
 from p2pfl.protocols.server.fedavg import FedAvgBase, FedAvgParams, select_clients
 
@@ -23,22 +36,47 @@ if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.context import DeviceContext, ServerContext
     from p2pfl.sim.runinfo import RunInfo
 
-__all__ = ["Oracle"]
+__all__ = ["Oracle", "OracleParams"]
 
 
-class Oracle(FedAvgBase[FedAvgParams]):
-    """FedAvg within each true cluster, through one server (client fraction and round timeout as FedAvg's)."""
+class OracleParams(FedAvgParams):
+    mode: Literal["federated", "pooled"] = Field(
+        "federated", description="federated: FedAvg within each cluster via the server; pooled: the paper's "
+                                 "Oracle, one model per cluster trained on the cluster's pooled data")
+    held_out_per_cluster: int = Field(0, ge=0, description=f"mode pooled only: {HELD_OUT_HELP}")
+
+
+class Oracle(FedAvgBase[OracleParams]):
+    """One model per true cluster: FedAvg within the cluster through one server, or pooled training."""
 
     name = "oracle"
-    Params = FedAvgParams
+    Params = OracleParams
     needs_server = True
-    summary = "reference: FedAvg within each ground-truth cluster (knows the clusters)"
+    serverless_option = True
+    summary = "reference: one model per ground-truth cluster, FedAvg within it or pooled (knows the clusters)"
 
-    def __init__(self, params: FedAvgParams, run: RunInfo) -> None:
+    def __init__(self, params: OracleParams, run: RunInfo) -> None:
         super().__init__(params, run)
+        if params.held_out_per_cluster and params.mode != "pooled":
+            raise ConfigError("field 'protocol.held_out_per_cluster' holds devices out of pooled training; set "
+                              "protocol.mode: pooled or remove it")
+        self.held_out = held_out_devices(run, params.held_out_per_cluster)
         self.groups: dict[int, list[int]] = {}
 
+    def requires_server(self) -> bool:
+        return self.params.mode == "federated"
+
+    def deadline_fields(self) -> tuple[str, ...]:
+        return super().deadline_fields() if self.params.mode == "federated" else ()
+
+    def progress_total(self) -> int:
+        if self.params.mode == "pooled":
+            return self.params.rounds * len(set(self.run.true_clusters))
+        return super().progress_total()
+
     def server(self, ctx: ServerContext) -> Process:
+        if self.params.mode == "pooled":
+            return
         p = self.params
         cluster_of: dict[int, int] = {}
         deadline = None if not self.dynamic else ctx.now + (p.round_timeout_s or 0.0)
@@ -70,13 +108,34 @@ class Oracle(FedAvgBase[FedAvgParams]):
             ctx.round_done(r)
 
     def device(self, ctx: DeviceContext) -> Process:
+        if self.params.mode == "pooled":
+            yield from self.pooled_device(ctx)
+            return
         if not ctx.servers:
             return
         yield ctx.send(ctx.servers[0], "join", {"cluster": ctx.true_cluster})
         yield from super().device(ctx)
 
+    def pooled_device(self, ctx: DeviceContext) -> Process:
+        """The cluster's first training device, as its data centre, trains on the cluster's pooled data."""
+        clusters = self.run.true_clusters
+        members = [d for d in self.run.device_ids if clusters[d] == ctx.true_cluster]
+        trainers = [d for d in members if d not in self.held_out]
+        if ctx.id != trainers[0]:
+            return
+        self.groups[ctx.true_cluster] = members
+        x, y = pooled_xy(ctx.pooled_shards(), trainers)
+        model = ctx.new_model()
+        for r in range(1, self.params.rounds + 1):
+            yield from ctx.train(model, x=x, y=y)
+            if self.should_eval(r):
+                for d in members:
+                    ctx.evaluate_device(d, model, r)
+            ctx.round_done(r)
+
     def result(self) -> dict[str, Any]:
         clusters = [members for _, members in sorted(self.groups.items())]
         if not clusters:
             return {}
-        return {"clusters": clusters, "ari": adjusted_rand_index(list(self.run.true_clusters), clusters)}
+        held_out = {"held_out": list(self.held_out)} if self.held_out else {}
+        return {"clusters": clusters, "ari": adjusted_rand_index(list(self.run.true_clusters), clusters), **held_out}

@@ -20,6 +20,8 @@ travels (no bytes). An encoder trained on the scenario's own dataset is refused
   ``moment_rounds`` rounds of pairwise push-pull averaging of [s, s^2] over the
   topology (2l float32 each way per exchange); the estimate is approximate.
 - ``normalization: log``: s -> log(1 + s), no communication at all.
+- ``normalization: none``: s = 0 for every device, the ablation without
+  statistics (the same model, draws and steps; no communication).
 
 Train (Sec. III-B/C): one model with s concatenated before its FC layers
 (``conditioned_model``); s is not in the state dict and never travels.
@@ -34,7 +36,10 @@ Train (Sec. III-B/C): one model with s concatenated before its FC layers
   statistics would cost are logged as ``pooled_upload_bytes``), the moments are
   computed there directly, each device is charged its own statistics and
   device 0, as the data centre, the training (``rounds`` x ``training.epochs``
-  epochs over the pooled set).
+  epochs over the pooled set). ``held_out_per_cluster`` leaves devices out of
+  the pooled set (``reference/pooled.py``): they compute their statistics and
+  are scored, z-scored with the training devices' moments, as a new client
+  joining after training would be.
 
 Infer: every device is scored with the shared model and its own s.
 """
@@ -68,6 +73,7 @@ from p2pfl.errors import ConfigError
 from p2pfl.learning.aggregate import State
 from p2pfl.learning.train import train_local
 from p2pfl.protocols.base import Process
+from p2pfl.protocols.reference.pooled import HELD_OUT_HELP, held_out_devices, pooled_xy
 from p2pfl.protocols.server.fedavg import FedAvgBase, FedAvgParams
 from p2pfl.protocols.serverless.gossip import Gossip, GossipParams, select_peer
 from p2pfl.sim.cost import HEADER_BYTES, forward_flops_per_sample, payload_bytes, train_flops
@@ -81,8 +87,11 @@ __all__ = ["Conditional", "ConditionalParams", "normalize_statistics"]
 
 class ConditionalParams(FedAvgParams):
     components: int = Field(32, ge=1, description="l: eigenvalues kept")
-    normalization: Literal["zscore", "log"] = "zscore"
+    normalization: Literal["zscore", "log", "none"] = Field(
+        "zscore", description="zscore across devices (the paper), log(1 + s) (no communication), or none (s = 0: "
+                              "the ablation without statistics)")
     mode: Literal["federated", "pooled"] = "federated"
+    held_out_per_cluster: int = Field(0, ge=0, description=f"mode pooled only: {HELD_OUT_HELP}")
     transport: Literal["server", "gossip"] = "server"
     oversample: int = Field(10, ge=0, description="randomized SVD oversampling")
     power_iterations: int = Field(4, ge=0, description="randomized SVD subspace iterations")
@@ -124,12 +133,16 @@ def _load_phi(spec: Optional[str], run: RunInfo) -> Optional[nn.Module]:
     return encoder
 
 
-def normalize_statistics(raw: np.ndarray, how: str) -> np.ndarray:
-    """Rows of raw eigenvalues (one per client) -> z-scored across rows, or log."""
+def normalize_statistics(raw: np.ndarray, how: str, fit: Optional[list[int]] = None) -> np.ndarray:
+    """Rows of raw eigenvalues (one per client) -> z-scored with the moments of rows ``fit`` (default all),
+    log(1 + s), or zeros (``none``)."""
     raw = np.asarray(raw, dtype=np.float64)
     if how == "log":
         return log_normalize(raw)
-    mean, std = population_moments(raw.sum(axis=0), (raw**2).sum(axis=0), raw.shape[0])
+    if how == "none":
+        return np.zeros_like(raw)
+    rows = raw if fit is None else raw[fit]
+    mean, std = population_moments(rows.sum(axis=0), (rows**2).sum(axis=0), rows.shape[0])
     return zscore_normalize(raw, mean, std)
 
 
@@ -173,6 +186,10 @@ class Conditional(FedAvgBase[ConditionalParams]):
 
     def __init__(self, params: ConditionalParams, run: RunInfo) -> None:
         super().__init__(params, run)
+        if params.held_out_per_cluster and params.mode != "pooled":
+            raise ConfigError("field 'protocol.held_out_per_cluster' holds devices out of pooled training; set "
+                              "protocol.mode: pooled or remove it")
+        self.held_out = held_out_devices(run, params.held_out_per_cluster)
         if self.requires_server() and not run.servers:
             raise ConfigError("protocol 'conditional' with transport 'server' needs a server; add "
                               "'servers: [{attach: all}]' to the topology or set protocol.transport: gossip")
@@ -234,8 +251,8 @@ class Conditional(FedAvgBase[ConditionalParams]):
         """Statistics, then normalization (federated modes)."""
         raw = yield from self.local_statistics(ctx)
         p = self.params
-        if p.normalization == "log":
-            s = log_normalize(raw)
+        if p.normalization in ("log", "none"):
+            s = normalize_statistics(raw[None, :], p.normalization)[0]
         elif p.transport == "server":
             yield ctx.send(ctx.servers[0], "moments", {"sum": torch.tensor(raw, dtype=torch.float32),
                                                        "sumsq": torch.tensor(raw**2, dtype=torch.float32)})
@@ -354,15 +371,16 @@ class Conditional(FedAvgBase[ConditionalParams]):
         n = self.run.n_devices
         for i in range(n):
             yield self._prep[i]
-        norm = normalize_statistics(np.stack([self.raw[i] for i in range(n)]), self.params.normalization)
+        trainers = [i for i in range(n) if i not in self.held_out]
+        norm = normalize_statistics(np.stack([self.raw[i] for i in range(n)]), self.params.normalization, trainers)
         self.stats = {i: norm[i] for i in range(n)}
         shards = ctx.pooled_shards()
         ctx.log("pooled_upload_bytes", sum(
-            HEADER_BYTES + payload_bytes([s.train_x, s.train_y]) + 4 * self.params.components for s in shards))
+            HEADER_BYTES + payload_bytes([shards[i].train_x, shards[i].train_y]) + 4 * self.params.components
+            for i in trainers))
         model = self.make_model(ctx)
-        x = torch.cat([s.train_x for s in shards])
-        y = torch.cat([s.train_y for s in shards])
-        owner = torch.cat([torch.full((s.train_y.shape[0],), i, dtype=torch.int64) for i, s in enumerate(shards)])
+        x, y = pooled_xy(shards, trainers)
+        owner = torch.cat([torch.full((shards[i].train_y.shape[0],), i, dtype=torch.int64) for i in trainers])
         table = torch.tensor(norm, dtype=torch.float32, device=x.device)
         view = _PooledView(model, x, table[owner.to(x.device)])
         idx = torch.arange(x.shape[0], device=x.device)
@@ -376,6 +394,9 @@ class Conditional(FedAvgBase[ConditionalParams]):
             ctx.round_done(r)
 
     # --- outputs ---------------------------------------------------------------------------------
+    def result(self) -> dict[str, Any]:
+        return {**super().result(), **({"held_out": list(self.held_out)} if self.held_out else {})}
+
     def artifacts(self) -> dict[str, bytes]:
         rows = {str(i): {"raw": self.raw[i].tolist(), "normalized": np.asarray(self.stats[i]).tolist()}
                 for i in sorted(self.stats)}

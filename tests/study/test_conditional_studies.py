@@ -1,0 +1,70 @@
+"""The Conditional-PCA reproduction's studies do what their files say: the K sweeps keep the paper's design
+(a fixed total of training data split over K clusters x 5 clients), the sparsity sweep shares 3000 samples per
+cluster, and the memorization study holds one client per cluster out of pooled training."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from p2pfl.config.study import load_study
+from p2pfl.data import build_federation
+
+STUDIES = Path(__file__).resolve().parents[2] / "scenarios" / "studies" / "conditional"
+FMNIST = Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")
+needs_fmnist = pytest.mark.skipif(not FMNIST.exists(), reason="apt-get install dataset-fashion-mnist")
+
+
+def _k_cells(name: str) -> dict[int, object]:
+    """One cell per K (seed 0, the first variant): K -> its scenario."""
+    study = load_study(STUDIES / f"{name}.yaml")
+    first = study.cells[0].variant
+    return {c.scenario.data.partition.n_clusters: c.scenario for c in study.cells
+            if c.seed == 0 and c.variant == first}
+
+
+@pytest.mark.parametrize("name,ks", [("e1_k", [2, 3, 5, 10]), ("e1_k_ifca", [2, 3, 5, 10]),
+                                     ("e3b_k", [2, 3, 4, 5]), ("e3b_k_ifca", [2, 3, 4, 5])])
+def test_k_sweeps_split_a_fixed_total_over_k_clusters_of_five(name, ks):
+    cells = _k_cells(name)
+    assert sorted(cells) == ks
+    for k, sc in cells.items():
+        assert sc.topology.n == 5 * k
+        assert sc.topology.n * sc.data.samples_per_client == 6000
+        if sc.protocol.name == "ifca":
+            assert sc.protocol.n_clusters == k  # the paper gives IFCA the true K
+
+
+@needs_fmnist
+@pytest.mark.parametrize("name", ["e1_k", "e3b_k"])
+def test_k_sweep_federations_hold_the_same_data_in_all_and_equal_clusters(name):
+    for k, sc in _k_cells(name).items():
+        fed = build_federation(sc.data, sc.topology.n, seed=0)
+        sizes = [int(s.train_y.shape[0]) for s in fed.shards]
+        assert sum(sizes) == 6000, k
+        per_cluster = Counter()
+        for size, cluster in zip(sizes, fed.true_clusters):
+            per_cluster[cluster] += size
+        assert per_cluster == {c: 6000 // k for c in range(k)}
+        assert Counter(fed.true_clusters) == {c: 5 for c in range(k)}
+
+
+def test_sparsity_sweep_shares_3000_samples_per_cluster():
+    study = load_study(STUDIES / "e1_sparsity.yaml")
+    seen = set()
+    for c in study.cells:
+        sc = c.scenario
+        assert sc.topology.n * sc.data.samples_per_client == 2 * 3000
+        seen.add((sc.data.sparsity, sc.topology.n))
+    assert seen == {("rich", 10), ("med", 20), ("sparse", 40), ("very_sparse", 100), ("super_sparse", 200)}
+
+
+def test_memorization_study_holds_one_client_per_cluster_out_of_pooled_training():
+    study = load_study(STUDIES / "memorization.yaml")
+    assert len(study.cells) == 5 * 2 * 2 * 3
+    for c in study.cells:
+        p = c.scenario.protocol
+        assert p.held_out_per_cluster == 1
+        assert p.name == "centralized" or p.mode == "pooled"
