@@ -186,8 +186,10 @@ def print_summary(result: Any) -> None:
     low = " (lower is better)" if score.lower_is_better else ""
     t.add_row("devices / servers", f"{s['n_devices']} / {s['n_servers']}")
     t.add_row("rounds", str(s["rounds"]))
-    t.add_row(f"{score.label} mean{low}", "n/a" if score.mean is None else f"{score.mean:.4f}")
-    t.add_row(f"{score.label} worst device", "n/a" if score.worst is None else f"{score.worst:.4f}")
+    diverged = s.get("diverged_nodes") or []
+    none = f"n/a: diverged on {len(diverged)} devices" if diverged else "n/a"
+    t.add_row(f"{score.label} mean{low}", none if score.mean is None else f"{score.mean:.4f}")
+    t.add_row(f"{score.label} worst device", none if score.worst is None else f"{score.worst:.4f}")
     t.add_row("bytes total", _fmt_bytes(s["bytes_total"]))
     t.add_row("messages (dropped)", f"{s['messages_total']} ({s['messages_dropped']})")
     t.add_row("compute", f"{s['compute_flops_total']:.3e} FLOPs, {s['compute_sim_s_total']:.2f} device-s")

@@ -7,6 +7,8 @@ wall-clock figures are kept by the kernel and written to timing.json.
 
 from __future__ import annotations
 
+import math
+
 import json
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
@@ -49,7 +51,9 @@ class Recorder:
         self.bytes_by_kind: dict[str, int] = defaultdict(int)
         self.compute_flops = [0] * n_nodes
         self.compute_sim_s = [0.0] * n_nodes
-        self.scores: dict[int, float] = {}
+        self.scores: dict[int, Optional[float]] = {}
+        #: devices whose latest score was not a finite number (their model diverged)
+        self.diverged: set[int] = set()
         self.logs: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self._on_round = on_round
 
@@ -160,15 +164,25 @@ class Recorder:
         return entry
 
     def fill_evaluation(self, entry: dict[str, Any], score: float) -> None:
-        """Set the score of an evaluation recorded by ``evaluation_later``."""
+        """Set the score of an evaluation recorded by ``evaluation_later``. A score that is not a finite
+        number (a diverged model: NaN or infinite loss) is recorded as None with ``diverged: true``."""
+        node = entry["node"]
+        if math.isfinite(score):
+            self.diverged.discard(node)
+        else:
+            score, entry["diverged"] = None, True
+            self.diverged.add(node)
         entry[self.metric] = score
-        self.scores[entry["node"]] = score
+        self.scores[node] = score
         self._pending.discard(id(entry))
         if self._sink is not None:
             self._write_ready()
 
     def log(self, t: float, node: Optional[int], name: str, value: Any, **fields: Any) -> None:
-        """A protocol-specific metric (e.g. consensus distance)."""
+        """A protocol-specific metric (e.g. consensus distance); a float that is not finite (a diverged
+        model's distance) is logged as None, since JSON has no NaN."""
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None
         entry = {"t": t, "node": node, "value": value, **fields}
         self.logs[name].append(entry)
         self.event(t, "log", name=name, node=node, value=value, **fields)

@@ -26,26 +26,31 @@ def metric_label(metric: str) -> str:
     return METRICS.get(metric, metric)
 
 
-def scores(metric: str, values: list[Optional[float]]) -> dict[str, Any]:
-    """``<metric>_mean``, ``<metric>_worst`` and ``<metric>_per_node`` over the scored devices."""
+def scores(metric: str, values: list[Optional[float]], diverged: tuple[int, ...] = ()) -> dict[str, Any]:
+    """``<metric>_mean``, ``<metric>_worst`` and ``<metric>_per_node`` over the scored devices.
+
+    When some device's final model diverged (its score is not a finite number), the run has no
+    score: mean and worst are None and ``diverged_nodes`` lists those devices."""
     scored = [v for v in values if v is not None]
     worst = max if metric in LOWER_IS_BETTER else min
     return {
         "metric": metric,
-        f"{metric}_mean": sum(scored) / len(scored) if scored else None,
-        f"{metric}_worst": worst(scored) if scored else None,
+        f"{metric}_mean": sum(scored) / len(scored) if scored and not diverged else None,
+        f"{metric}_worst": worst(scored) if scored and not diverged else None,
         f"{metric}_per_node": values,
+        **({"diverged_nodes": list(diverged)} if diverged else {}),
     }
 
 
 def score_curve(events: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
     """Mean device score per evaluated round, at the time the last device of that round was scored
-    (``events``: the evaluations, or a whole event log)."""
+    (``events``: the evaluations, or a whole event log); None for a round where a model diverged."""
     by_round: dict[int, list[tuple[float, float]]] = {}
     for e in events:
         if e["kind"] == "eval" and e["round"] is not None:
             by_round.setdefault(e["round"], []).append((e["t"], e[metric]))
-    return [{"round": r, "t": max(t for t, _ in v), f"{metric}_mean": sum(a for _, a in v) / len(v)}
+    return [{"round": r, "t": max(t for t, _ in v),
+             f"{metric}_mean": None if any(a is None for _, a in v) else sum(a for _, a in v) / len(v)}
             for r, v in sorted(by_round.items())]
 
 
@@ -60,7 +65,7 @@ def build_summary(rec: Recorder, *, metric: str, n_devices: int, server_ids: tup
         "n_devices": n,
         "n_servers": len(server_ids),
         "sim_time_s": sim_time_s,
-        **scores(metric, values),
+        **scores(metric, values, tuple(sorted(d for d in rec.diverged if d < n))),
         "bytes_total": sum(rec.bytes_sent),
         "messages_total": sum(rec.messages_sent),
         "messages_dropped": rec.messages_dropped,

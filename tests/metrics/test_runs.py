@@ -161,3 +161,22 @@ def test_importing_p2pfl_does_not_import_pandas():
     code = "import p2pfl, sys; p2pfl.load_runs; print('pandas' in sys.modules, p2pfl.load_runs.__module__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False p2pfl.metrics.runs"  # the loader imports pandas when it builds a table
+
+
+def test_a_diverged_model_leaves_the_run_without_a_score_and_says_where(tmp_path):
+    """Gossip regression at lr 1 diverges: the run directory is still written (JSON has no NaN), the mean
+    and worst are null, and the diverged devices are listed."""
+    from tests.helpers import digits_scenario
+
+    sc = digits_scenario({"name": "gossip", "rounds": 3}, n=4)
+    sc["data"] = {"dataset": "synthetic_linear", "samples_per_client": 40,
+                  "partition": {"kind": "parameter_shift", "n_clusters": 2, "n_features": 5}}
+    sc["training"]["lr"] = 1.0
+    result = p2pfl.run(sc, out=tmp_path / "run")
+    s = summary(tmp_path / "run")
+    assert s == result.summary
+    assert s["diverged_nodes"] == [0, 1, 2, 3] and s["rmse_mean"] is None and s["rmse_worst"] is None
+    assert all(s["rmse_per_node"][i] is None for i in s["diverged_nodes"])
+    assert s["rmse_curve"][-1]["rmse_mean"] is None
+    evals = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    assert any(e.get("diverged") for e in evals if e["kind"] == "eval")
