@@ -7,9 +7,8 @@ wall-clock figures are kept by the kernel and written to timing.json.
 
 from __future__ import annotations
 
-import math
-
 import json
+import math
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from typing import Any, Optional, TextIO
