@@ -162,11 +162,12 @@ def build_robot_federation(spec: Any, n_devices: int, *, seed: int) -> RobotFede
                 demo_x.append(pack_samples(lay, _resize(d.agentview_rgb, lay.image), d.joint_states, d.gripper_states, instr))
                 demo_y.append(d.actions.astype(np.float32))
                 demo_task.append(ti)
-        # The same stream for every suite, whatever its position in ``suites``: a suite's shards
-        # are then identical in Table I (alone) and in every cross-suite setting (the paper reuses
-        # the 5-client shards), and no suite is short of data by the luck of its position (keyed by
-        # position, the second suite's first two clients held 43% of the first's samples at seed 0).
-        rng = stream(seed, "robot.partition", 0)
+        # A stream keyed by the suite's name: a suite's shards are identical in Table I (alone) and
+        # in every cross-suite setting, whatever its position in ``suites`` (the paper reuses the
+        # 5-client shards), and suites draw independently: one stream shared by every suite gave
+        # client k of every suite the same task mix and sample count, so CUA could group clients by
+        # data size across suites (issue 14).
+        rng = stream(seed, f"robot.partition.{suite}")
         demo_task_a = np.array(demo_task)
         # held-out demos per task for a BC-loss test set (rollouts are the real score)
         test_mask = np.zeros(len(demo_task_a), bool)

@@ -214,7 +214,7 @@ def test_data_builds_no_robot_federation_and_world_dispatches_to_robotics(tmp_pa
 @needs_mujoco
 @pytest.mark.parametrize("protocol", [
     {"name": "feddrman", "rounds": 3, "n_clusters": 2, "rank": 4, "round_timeout_s": 30.0},
-    {"name": "fedkd", "rounds": 4, "round_timeout_s": 30.0},  # devices that missed a delta resync
+    {"name": "fedkd", "rounds": 5, "round_timeout_s": 30.0},  # devices that missed a delta resync
 ])
 def test_robot_protocols_under_churn_conserve_messages_and_replay(tmp_path_factory, protocol):
     """FedDRMan and FedKD (rollout-scored robot policies) under churn: every message accounted for,
@@ -225,7 +225,7 @@ def test_robot_protocols_under_churn_conserve_messages_and_replay(tmp_path_facto
     from tests.sim.test_dynamics_conservation import check_log
 
     root = tmp_path_factory.mktemp("demos")
-    sc = robot_scenario(root, protocol, name="robot-churn", dynamics={"churn": {"offline": 0.4, "cycle_s": 5.0}})
+    sc = robot_scenario(root, protocol, name="robot-churn", dynamics={"churn": {"offline": 0.4, "cycle_s": 4.0}})
     runs = []
     for _ in range(2):
         sim = Simulation(load_dict(sc))
@@ -236,3 +236,36 @@ def test_robot_protocols_under_churn_conserve_messages_and_replay(tmp_path_facto
     assert sum(runs[0][0]["dynamics"]["offline_periods_per_node"]) > 0
     if protocol["name"] == "fedkd":  # a device came back after missing a delta and asked for the mentee
         assert runs[0][0]["bytes_by_kind"]["resync"] > 0 and runs[0][0]["bytes_by_kind"]["resync_state"] > 0
+
+
+@needs_mujoco
+def test_suites_split_their_demos_independently_and_whatever_their_position(tmp_path):
+    """Each suite's Dirichlet split has its own stream, keyed by the suite's name: client k of two suites
+    does not get the same share, and a suite's shards are the same alone and beside another suite."""
+    from p2pfl.api import resolve
+    from p2pfl.robotics.federation import build_robot_federation
+
+    def shards(suites, per_suite=3):
+        sc = resolve(_scenario(tmp_path, {"name": "fedavg", "rounds": 1}, suites=suites, per_suite=per_suite))
+        fed = build_robot_federation(sc.data, sc.topology.n, seed=0)
+        return {(s.source, k % per_suite): s.train_index.tolist() for k, s in enumerate(fed.shards)}
+
+    pair = shards(("object", "goal"))
+    counts = {suite: [len(pair[(suite, k)]) for k in range(3)] for suite in ("object", "goal")}
+    assert counts["object"] != counts["goal"]
+    alone = shards(("goal",))
+    assert alone == {key: v for key, v in pair.items() if key[0] == "goal"}
+    assert shards(("goal", "object")) == pair
+
+
+@needs_mujoco
+def test_a_subspace_rank_not_below_the_batch_is_refused(tmp_path):
+    """Eq. 6 with r >= N keeps every feature vector: plain feature matching, so it is refused."""
+    from tests.helpers import robot_scenario
+
+    sc = robot_scenario(tmp_path, {"name": "feddrman", "rounds": 1, "rank": 32})
+    with pytest.raises(ConfigError, match=r"field 'protocol.rank': 32 is not below training.batch_size 32; .* "
+                                          r"set protocol.rank below 32, e.g. 16"):
+        p2pfl.run(sc, write=False)
+    sc["protocol"]["sub_loss"] = False  # no subspace loss: the rank is unused
+    assert p2pfl.run(sc, write=False).summary["protocol"] == "feddrman"

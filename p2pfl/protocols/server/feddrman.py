@@ -13,6 +13,11 @@ keeps one persistent model per group and averages complete models within it by s
 cluster update (Eq. 13-14). Every term and both server steps switch off from YAML (Table III).
 The maths are pure functions: distillation losses in ``p2pfl.learning.distill``, CUA in
 ``p2pfl.clustering.cua``, spectral rebalancing in ``p2pfl.learning.spectral``.
+
+Deviation: the paper's subspace rank is 48 (Sec. IV-A) with batch 32; its text features are one
+per sample (N = B = 32), and with our one-step history so are the others, so a rank-48 projector
+keeps every feature vector and Eq. 6 degenerates to plain feature matching. The default rank is 16
+and a rank not below ``training.batch_size`` is refused.
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ class FedDRManParams(FedAvgParams):
     act_loss: bool = True
     lambda_sub: dict[str, float] = Field(default_factory=lambda: {"text": 0.03, "agent": 0.03, "joint": 0.03, "gripper": 0.03})
     lambda_act: float = Field(0.005, ge=0)
-    rank: int = Field(48, ge=1, description="subspace rank r_m (capped by feature dimension and batch)")
+    rank: int = Field(16, ge=1, description="subspace rank r_m, below training.batch_size (the paper's 48 exceeds "
+                                          "the 32 text features of its batches; see the class docstring)")
     feature_noise: float = Field(0.01, ge=0, description="std of the pre-SVD perturbation")
     omega: str = Field("temporal.", description="parameter-name prefix of the clustering submodule Omega")
 
@@ -83,6 +89,12 @@ class FedDRMan(FedAvgBase[FedDRManParams]):
 
     def __init__(self, params: FedDRManParams, run: RunInfo) -> None:
         super().__init__(params, run)
+        batch = run.training.batch_size
+        if params.sub_loss and params.rank >= batch:
+            raise ConfigError(f"field 'protocol.rank': {params.rank} is not below training.batch_size {batch}; a batch "
+                              f"has {batch} feature vectors per modality (text; B x history for the others), so the "
+                              "rank-r projector would keep them all and the subspace loss (Eq. 6) would degenerate to "
+                              f"feature matching; set protocol.rank below {batch}, e.g. {max(1, batch // 2)}")
         self.groups: list[list[int]] = []
         self.assignment: dict[int, int] = {}
 
