@@ -12,7 +12,8 @@ YAML layout (``base`` and ``seeds`` are required)::
         unset: [protocol.mode, protocol.exchange]
         set: {protocol.name: fedavg, topology.servers: [{attach: all}]}
     grid: {training.lr: [0.01, 0.05]}  # every combination of the listed values (optional)
-    zip: {a.b: [1, 2], c.d: [3, 4]}    # paired values, one more grid axis (optional; equal lengths)
+    zip: {a.b: [1, 2], c.d: [3, 4]}    # paired values, one more grid axis (optional; equal lengths;
+                                       # a key may repeat a value, the positions must differ)
     seeds: [0, 1, 2]                   # or {start: 0, stop: 3}
 
 Keys are dotted exactly as ``--set`` / ``--unset`` take them, and a value replaces the
@@ -107,8 +108,14 @@ def _values(values: list[Any]) -> list[Any]:
     return seen
 
 
+def _json_values(values: list[Any]) -> list[Any]:
+    return list(map(_json_value, values, itertools.repeat("each value")))
+
+
 Key = Annotated[str, AfterValidator(_dotted_key)]
 Values = Annotated[list[Any], Field(min_length=1), AfterValidator(_values)]
+#: a zip key's values may repeat (another key tells those positions apart); the positions must differ
+ZipValues = Annotated[list[Any], Field(min_length=1), AfterValidator(_json_values)]
 
 
 class Variant(Strict):
@@ -142,7 +149,7 @@ class StudySpec(Strict):
     set: dict[Key, Any] = Field(default_factory=dict)
     variants: dict[Annotated[str, AfterValidator(_name)], Variant] = Field(default_factory=dict)
     grid: dict[Key, Values] = Field(default_factory=dict)
-    zip: dict[Key, Values] = Field(default_factory=dict)
+    zip: dict[Key, ZipValues] = Field(default_factory=dict)
     seeds: Union[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)], SeedRange]
 
     @field_validator("zip")
@@ -156,6 +163,13 @@ class StudySpec(Strict):
             shown = ", ".join(f"{k}: {n}" for k, n in lengths.items())
             raise ValueError(f"'zip' pairs the i-th values of its keys, so its lists need the same length; got "
                              f"lengths {shown}; make them equal or move a key to 'grid'")
+        positions: list[list[Any]] = []
+        for i, position in enumerate(zip(*value.values())):
+            tagged = [(type(v).__name__, v) for v in position]
+            if tagged in positions:
+                raise ValueError(f"positions must differ; position {i} repeats position {positions.index(tagged)} "
+                                 f"({dict(zip(value, position))}); list each combination once")
+            positions.append(tagged)
         return value
 
     @field_validator("seeds")

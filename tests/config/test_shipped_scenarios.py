@@ -90,3 +90,14 @@ def test_the_analysis_sets_n_seed_partition_and_rounds_over_the_files() -> None:
         assert sc.protocol.name == name and sc.protocol.rounds == 5 and sc.protocol.eval_every == 1
     # the base's own N is what the script computes for N = 12
     assert load(SCENARIOS / "server_vs_serverless" / "base.yaml").topology.radius == svs.radius_for(12)
+
+
+STUDY_FILES = sorted((SCENARIOS / "studies").glob("**/*.yaml"))
+
+
+@pytest.mark.parametrize("path", STUDY_FILES, ids=lambda p: str(p.relative_to(SCENARIOS / "studies")))
+def test_every_study_file_loads_and_validates_every_cell(path: Path) -> None:
+    from p2pfl.config.study import load_study
+
+    study = load_study(path)
+    assert study.cells and len({c.id for c in study.cells}) == len(study.cells)

@@ -46,6 +46,8 @@ ERRORS = {
                            r"field 'zip': .*same length; got lengths training\.lr: 2, protocol\.rounds: 1"),
     "zip key also in grid": ({"grid": {"training.lr": [0.1]}, "zip": {"training.lr": [0.2]}},
                              r"field 'zip': key 'training\.lr' is also in 'grid'"),
+    "zip position repeated": ({"zip": {"training.lr": [0.1, 0.2, 0.1], "protocol.rounds": [1, 1, 1]}},
+                              r"field 'zip': positions must differ; position 2 repeats position 0"),
     "empty seeds": ({"seeds": []}, r"field 'seeds': .*at least 1 item"),
     "empty seed range": ({"seeds": {"start": 2, "stop": 2}}, r"field 'seeds': 'stop' must be greater than 'start'"),
     "negative seed": ({"seeds": [-1]}, r"field 'seeds\[0\]': .*greater than or equal to 0"),
@@ -177,3 +179,11 @@ def test_the_tour_study_has_twelve_valid_cells():
     assert study.name == "tour" and len(study.cells) == 12
     assert {c.variant for c in study.cells} == {"gossip", "fedavg"}
     assert {c.scenario.protocol.name for c in study.cells} == {"gossip", "fedavg"}
+
+
+def test_a_zip_key_may_repeat_values_where_another_key_tells_the_positions_apart(tmp_path):
+    path = _study(tmp_path, zip={"data.samples_per_client": [30, 40, 40], "training.epochs": [1, 1, 2]}, seeds=[0])
+    study = load_study(path)
+    assert [(c.grid["data.samples_per_client"], c.grid["training.epochs"]) for c in study.cells] == [(30, 1), (40, 1),
+                                                                                                     (40, 2)]
+    assert len({c.id for c in study.cells}) == 3
