@@ -6,7 +6,8 @@ priori ... federations are derived from the structure of the novelty matrix
 through the compatibility criterion"). ``U[i, j] = s_ij`` is the novelty of
 device j's predictor on device i's data (row i is computed by device i).
 
-The rule implemented here, step by step:
+The paper names this "compatibility criterion" but does not define it; the rule
+below is this package's design (reports label it so), step by step:
 
 1. **Directed compatibility.** ``j`` is compatible with ``i`` when ``j``'s
    predictor explains ``i``'s data about as well as ``i``'s own does::

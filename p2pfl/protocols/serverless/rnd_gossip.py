@@ -38,6 +38,13 @@ join once judged. No label propagation runs (labels never grow back when links g
 federations are the components of the mutually compatible links in reach at the end, and the ARI
 of those components is logged whenever every device has finished a round.
 
+Why no majority peeling (step 4 of ``p2pfl.clustering.compatibility``, the server's rule): peeling
+needs every member's support over its whole federation, i.e. the component's full edge set, which a
+device knows only for the peers in its reach; gathering it would mean flooding every verdict through
+the component. It is not needed for training either: a device gossips only with its own mutually
+compatible peers, so a chain of links through a component does not average two groups into one model
+(it only gives them one federation label).
+
 What the rule can and cannot do: federations are the connected components of
 the mutually compatible links within ``hops``; two members of a true group
 that are not linked through same-group devices within that reach end up in
