@@ -150,7 +150,10 @@ def main() -> None:
 
 
 def _cells(group: list[dict], suites: list[str]) -> list[str]:
-    """'mean (seed values)' of the final success per suite over a group's seeds, in %."""
+    """'mean ± half-width of the 95% t-interval (seed values)' of the final success per suite over a group's
+    seeds, in %."""
+    from p2pfl.metrics.report import ci95
+
     out = []
     for s in suites:
         vals = [100 * r["final"][s] for r in group if s in r["final"]]
@@ -159,7 +162,8 @@ def _cells(group: list[dict], suites: list[str]) -> list[str]:
         elif len(vals) == 1:
             out.append(f"{vals[0]:.1f}")
         else:
-            out.append(f"{sum(vals) / len(vals):.1f} ({' / '.join(f'{v:.0f}' for v in vals)})")
+            mean, _, _, hi = ci95(vals)
+            out.append(f"{mean:.1f} ± {hi - mean:.1f} ({' / '.join(f'{v:.0f}' for v in vals)})")
     return out
 
 
@@ -199,7 +203,8 @@ def write_report(rows: list[dict], b: dict, budget: str, wall: float) -> None:
           f"Budget: {b['rounds']} rounds, rollouts every {b['eval_every']} rounds, {b['episodes']} episodes per task "
           f"(4 tasks per suite), horizon {b['horizon']}, {b.get('epochs', 1)} local epoch(s) per round, {b['demos']} expert "
           f"demos per task; seeds {', '.join(map(str, seeds))} (per table below). Total run time {wall / 60:.1f} min (CPU, 1 torch thread per run). "
-          "Numbers are success rates (%) at the final round: mean over seeds (per-seed values in brackets).", ""]
+          "Numbers are success rates (%) at the final round: mean over seeds ± the half-width of its 95% t-interval "
+          "(per-seed values in brackets).", ""]
     table1 = {k: v for k, v in groups.items() if k[0] == "I"}
     if table1:
         md += ["## Table I: same-suite task non-IID (K=5, Dirichlet alpha=0.5 over tasks)", "", _seeds(table1),
