@@ -71,13 +71,17 @@ class NodeContext:
         """Current simulated time in seconds."""
         return self._env.now
 
-    def send(self, dst: int, kind: str, payload: Any, round: int = 0, routed: bool = False) -> simpy.Event:
+    def send(self, dst: int, kind: str, payload: Any, round: int = 0, routed: bool = False,
+             share: bool = False) -> simpy.Event:
         """Transfer ``payload`` to ``dst``; the event fires when this node's uplink is free again.
 
         The payload is snapshotted now, so the sender may keep changing its model.
         ``routed=True`` relays to a non-neighbour over a shortest path (bytes counted per hop).
+        ``share=True`` sends the payload as it is, not copied: for a fresh snapshot sent to many peers
+        (a round's model), which neither the sender nor any receiver changes afterwards; N peers then
+        hold one copy instead of N (the bytes counted are the same).
         """
-        return self._sim.network.send(self.id, dst, kind, _snapshot(payload), round, routed)
+        return self._sim.network.send(self.id, dst, kind, payload if share else _snapshot(payload), round, routed)
 
     def recv(self, kind: str, timeout: Optional[float] = None) -> simpy.Event:
         """Next message of ``kind`` for this node; with ``timeout`` the value is None if none came in time."""

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from p2pfl.protocols.base import Process, Protocol
 from p2pfl.sim.cost import HEADER_BYTES, arrival_time_s, message_bytes, payload_bytes, tx_time_s
 from p2pfl.sim.network import Network
 from p2pfl.topology import Link
@@ -170,3 +171,37 @@ def test_route_is_a_deterministic_shortest_path(env):
     assert net.route(4, 0) == [4, 3, 1, 0]
     with pytest.raises(ValueError, match="no route"):
         _net(env, {(0, 1): Link(0, 1, 0), (2, 3): Link(0, 1, 0)}).route(0, 3)
+
+
+class _Fanout(Protocol):
+    """Device 0 sends one payload to devices 1 and 2, shared or snapshotted; they keep what arrived."""
+
+    name = "fanout"
+    share = False
+    got: dict[int, dict] = {}
+    sent: dict = {}
+
+    def device(self, ctx) -> Process:
+        if ctx.id == 0:
+            payload = {"w": torch.ones(3)}
+            type(self).sent = payload
+            for j in (1, 2):
+                yield ctx.send(j, "m", payload, share=self.share)
+        elif ctx.id in (1, 2):
+            msg = yield ctx.recv("m")
+            type(self).got[ctx.id] = msg.payload
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_a_shared_payload_reaches_every_peer_as_one_object_and_costs_the_same_bytes(share):
+    from p2pfl.config import load_dict
+    from p2pfl.sim.kernel import Simulation
+    from tests.helpers import digits_scenario
+
+    sc = digits_scenario({"name": "gossip", "rounds": 1}, n=3, kind="complete")
+    _Fanout.share = share
+    summary = Simulation(load_dict(sc), protocol=_Fanout).run()
+    got = _Fanout.got
+    assert (got[1]["w"] is got[2]["w"] is _Fanout.sent["w"]) == share
+    assert torch.equal(got[1]["w"], torch.ones(3)) and torch.equal(got[2]["w"], torch.ones(3))
+    assert summary["bytes_total"] == 2 * (HEADER_BYTES + payload_bytes({"w": torch.ones(3)}))

@@ -277,8 +277,9 @@ class DACOriginal(_DACBase):
         """Answer each model request with the current model, sample count and similarity vector."""
         while True:
             msg: Message = yield ctx.recv("dac_request")
+            # shared["state"] and ["sims"] are replaced, never changed in place: one copy for every requester
             ctx.send(msg.src, "dac_reply", {"state": shared["state"], "n_samples": ctx.n_samples,
-                                            "sims": shared["sims"]}, round=msg.round, routed=routed)
+                                            "sims": shared["sims"]}, round=msg.round, routed=routed, share=True)
 
     def _finish_round(self, ctx: DeviceContext, model: nn.Module, r: int) -> None:
         if self.should_eval(r):

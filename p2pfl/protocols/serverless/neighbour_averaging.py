@@ -109,9 +109,9 @@ class NeighbourAveraging(Protocol[P]):
             yield from ctx.train(model)
             mine = clone_state(live_state(model))
             peers = self.peers(ctx)
-            payload = self.payload(ctx, mine, peers)
+            payload = self.payload(ctx, mine, peers)  # a fresh snapshot, never changed: one copy for all peers
             for j in peers:
-                yield ctx.send(j, self.message_kind, payload, round=r, routed=routed)
+                yield ctx.send(j, self.message_kind, payload, round=r, routed=routed, share=True)
             got = yield from gather_round(ctx, self.message_kind, r, peers, pending, timeout_s)
             got = {j: m for j, m in got.items() if j in peers}  # mix only with whom we also sent to
             self.models_missing += len(peers) - len(got)
