@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import pytest
 import torch
@@ -178,8 +180,8 @@ class _Fanout(Protocol):
 
     name = "fanout"
     share = False
-    got: dict[int, dict] = {}
-    sent: dict = {}
+    got: ClassVar[dict[int, dict]] = {}
+    sent: ClassVar[dict] = {}
 
     def device(self, ctx) -> Process:
         if ctx.id == 0:
