@@ -150,10 +150,10 @@ def _cmd_sweep(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from p2pfl.api import resolve
-    from p2pfl.sim.kernel import Simulation
+    from p2pfl.sim.kernel import build_only
 
     sc = resolve(args.scenario, seed=args.seed, overrides=args.overrides, unset=args.unset)
-    sim = Simulation(sc)  # builds topology, data, network and protocol: every check a run makes, no run
+    sim = build_only(sc)  # builds topology, data, network and protocol: every check a run makes, no run
     topo, fed = sim.topology, sim.federation
     print(f"{args.scenario}: ok ({sc.protocol.name}, {topo.n_devices} devices, {len(topo.servers)} servers, "
           f"{topo.graph.number_of_edges()} links, {fed.dataset} with {fed.num_classes} classes)")

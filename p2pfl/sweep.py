@@ -387,13 +387,14 @@ def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, dis
 
 
 def _build_all(cells: Sequence[Cell]) -> dict[str, str]:
-    """Build each cell as ``p2pfl validate`` does (topology, data, protocol; no run): {id: error} of those that fail."""
-    from p2pfl.sim.kernel import Simulation
+    """Build each cell as ``p2pfl validate`` does (topology, data, protocol; no run, no executor workers):
+    {id: error} of those that fail."""
+    from p2pfl.sim.kernel import build_only
 
     failed = {}
     for cell in cells:
         try:
-            Simulation(cell.scenario)
+            build_only(cell.scenario)
         except UserError as err:
             failed[cell.id] = _one_line(err)
     return failed

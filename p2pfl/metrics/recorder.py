@@ -166,13 +166,14 @@ class Recorder:
         """Set the score of an evaluation recorded by ``evaluation_later``. A score that is not a finite
         number (a diverged model: NaN or infinite loss) is recorded as None with ``diverged: true``."""
         node = entry["node"]
+        value: Optional[float] = score
         if math.isfinite(score):
             self.diverged.discard(node)
         else:
-            score, entry["diverged"] = None, True
+            value, entry["diverged"] = None, True
             self.diverged.add(node)
-        entry[self.metric] = score
-        self.scores[node] = score
+        entry[self.metric] = value
+        self.scores[node] = value
         self._pending.discard(id(entry))
         if self._sink is not None:
             self._write_ready()

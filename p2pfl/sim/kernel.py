@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.data import Federation
     from p2pfl.protocols.base import Protocol
 
-__all__ = ["Simulation", "SimulationStalled", "resolve_torch_device"]
+__all__ = ["Simulation", "SimulationStalled", "build_only", "resolve_torch_device"]
 
 
 #: Evaluations whose scores may be outstanding at once (then the oldest is awaited).
@@ -434,6 +434,16 @@ class Simulation:
             "kernel_wall_s": max(run - self.train_wall_s - self.eval_wall_s, 0.0),
             "events": self.recorder.n_events,
         }
+
+
+def build_only(scenario: Scenario) -> Simulation:
+    """Build ``scenario`` as a run would (topology, data, network, protocol and their checks) without
+    running it or starting executor workers (``p2pfl validate``, ``p2pfl sweep --dry-run``)."""
+    from p2pfl.executors.inline import InlineExecutor
+
+    sim = Simulation(scenario, executor=InlineExecutor())
+    sim.close()
+    return sim
 
 
 def _metric_of(federation: Federation) -> str:
