@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from p2pfl.clustering import adjusted_rand_index
-from p2pfl.errors import ConfigError
 from p2pfl.learning.aggregate import clone_state, weighted_average
 from p2pfl.learning.state import live_state, load_state_
 from p2pfl.protocols.base import Process
@@ -57,10 +56,7 @@ class Oracle(FedAvgBase[OracleParams]):
 
     def __init__(self, params: OracleParams, run: RunInfo) -> None:
         super().__init__(params, run)
-        if params.held_out_per_cluster and params.mode != "pooled":
-            raise ConfigError("field 'protocol.held_out_per_cluster' holds devices out of pooled training; set "
-                              "protocol.mode: pooled or remove it")
-        self.held_out = held_out_devices(run, params.held_out_per_cluster)
+        self.held_out = held_out_devices(run, params.held_out_per_cluster, pooled=params.mode == "pooled")
         self.groups: dict[int, list[int]] = {}
 
     def requires_server(self) -> bool:

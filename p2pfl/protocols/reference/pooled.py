@@ -35,10 +35,14 @@ class PooledParams(ProtocolParams):
     held_out_per_cluster: int = Field(0, ge=0, description=HELD_OUT_HELP)
 
 
-def held_out_devices(run: RunInfo, per_cluster: int) -> tuple[int, ...]:
-    """The last ``per_cluster`` device ids of every true cluster, sorted; refused when a cluster would be empty."""
+def held_out_devices(run: RunInfo, per_cluster: int, pooled: bool = True) -> tuple[int, ...]:
+    """The last ``per_cluster`` device ids of every true cluster, sorted; refused when a cluster would be empty,
+    or when the protocol does not train ``pooled`` (a protocol with a ``mode`` field)."""
     if per_cluster == 0:
         return ()
+    if not pooled:
+        raise ConfigError("field 'protocol.held_out_per_cluster' holds devices out of pooled training; set "
+                          "protocol.mode: pooled or remove it")
     members: dict[int, list[int]] = {}
     for device, cluster in enumerate(run.true_clusters):
         members.setdefault(cluster, []).append(device)

@@ -186,10 +186,7 @@ class Conditional(FedAvgBase[ConditionalParams]):
 
     def __init__(self, params: ConditionalParams, run: RunInfo) -> None:
         super().__init__(params, run)
-        if params.held_out_per_cluster and params.mode != "pooled":
-            raise ConfigError("field 'protocol.held_out_per_cluster' holds devices out of pooled training; set "
-                              "protocol.mode: pooled or remove it")
-        self.held_out = held_out_devices(run, params.held_out_per_cluster)
+        self.held_out = held_out_devices(run, params.held_out_per_cluster, pooled=params.mode == "pooled")
         if self.requires_server() and not run.servers:
             raise ConfigError("protocol 'conditional' with transport 'server' needs a server; add "
                               "'servers: [{attach: all}]' to the topology or set protocol.transport: gossip")
