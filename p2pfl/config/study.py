@@ -6,8 +6,8 @@ YAML layout (``base`` and ``seeds`` are required)::
     base: ../quickstart.yaml           # a scenario file (relative to the study file, then the cwd) or a mapping
     unset: [protocol.reply_timeout_s]  # dotted keys removed from the base for every cell
     set: {protocol.rounds: 5}          # dotted keys set for every cell
-    variants:                          # named sets of edits (optional)
-      gossip: {}
+    variants:                          # named sets of edits (optional); a variant may name its own
+      gossip: {}                       #   base: file (a scenario that extends the common one, say)
       fedavg:
         unset: [protocol.mode, protocol.exchange]
         set: {protocol.name: fedavg, topology.servers: [{attach: all}]}
@@ -119,8 +119,10 @@ ZipValues = Annotated[list[Any], Field(min_length=1), AfterValidator(_json_value
 
 
 class Variant(Strict):
-    """One named set of edits: keys removed (``unset``), then keys set (``set``; null removes)."""
+    """One named set of edits: keys removed (``unset``), then keys set (``set``; null removes); ``base``, a
+    scenario file of its own (relative to the study file, then the cwd), replaces the study's base for it."""
 
+    base: Optional[Annotated[str, Field(min_length=1)]] = None
     unset: list[Key] = Field(default_factory=list)
     set: dict[Key, Any] = Field(default_factory=dict)
 
@@ -297,6 +299,8 @@ def load_study_dict(data: Mapping[str, Any], *, source: str = "study", base_dir:
         raise ConfigError(f"{source}: the study expands to {n:,} cells, more than {MAX_CELLS:,}; "
                           "use fewer variants, grid values or seeds (or split it into several studies)")
     base_path = _base_file(spec.base, base_dir, source) if isinstance(spec.base, str) else None
+    own_base = {name: _base_file(v.base, base_dir, f"{source}: variants.{name}") for name, v in spec.variants.items()
+                if v.base is not None}
     common = [override_text(k, v) for k, v in spec.set.items()]
     cells: list[Cell] = []
     ids: dict[str, str] = {}
@@ -307,9 +311,10 @@ def load_study_dict(data: Mapping[str, Any], *, source: str = "study", base_dir:
         own = [override_text(k, x) for k, x in (*v.set.items(), *assignment.items())]
         overrides = (*common, *own)
         where = f"{source}: cell '{cid}'"
+        path = own_base.get(variant or "", base_path)
         try:
-            if base_path is not None:
-                sc = load(base_path, overrides=overrides, unset=unset, seed=seed)
+            if path is not None:
+                sc = load(path, overrides=overrides, unset=unset, seed=seed)
             else:
                 assert isinstance(spec.base, dict)
                 sc = load_dict(spec.base, source=where, base_dir=base_dir, overrides=overrides, unset=unset, seed=seed)
@@ -323,7 +328,8 @@ def load_study_dict(data: Mapping[str, Any], *, source: str = "study", base_dir:
             raise ConfigError(f"{source}: two cells get the same id; got '{ids[folded]}' and '{cid}' (values that differ "
                               "only by case or type, such as 0.1 and '0.1'); make the values (or variant names) differ")
         ids[folded] = cid
-        flags = (*(f"--unset {k}" for k in v.unset), *(f"--set {o}" for o in own), f"--seed {seed}")
+        flags = (*((f"(base {os.path.normpath(own_base[variant])})",) if variant in own_base else ()),
+                 *(f"--unset {k}" for k in v.unset), *(f"--set {o}" for o in own), f"--seed {seed}")
         cells.append(Cell(cid, variant, assignment, seed, unset, overrides, flags, sc))
     return Study(name=name, source=source, spec=spec, base=os.path.normpath(base_path) if base_path else "(inline)",
                  cells=tuple(cells))

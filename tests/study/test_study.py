@@ -187,3 +187,16 @@ def test_a_zip_key_may_repeat_values_where_another_key_tells_the_positions_apart
     assert [(c.grid["data.samples_per_client"], c.grid["training.epochs"]) for c in study.cells] == [(30, 1), (40, 1),
                                                                                                      (40, 2)]
     assert len({c.id for c in study.cells}) == 3
+
+
+def test_a_variant_may_name_its_own_base_scenario(tmp_path):
+    other = tmp_path / "other.yaml"
+    other.write_text("extends: base.yaml\nprotocol: {name: fedavg, mode: ~, exchange: ~}\n"
+                     "topology: {servers: [{attach: all}]}\n")
+    path = _study(tmp_path, variants={"gossip": {}, "fedavg": {"base": "other.yaml"}}, seeds=[0])
+    study = load_study(path)
+    by = {c.variant: c for c in study.cells}
+    assert by["gossip"].scenario.protocol.name == "gossip" and by["fedavg"].scenario.protocol.name == "fedavg"
+    assert by["fedavg"].flags[0] == f"(base {other})"
+    with pytest.raises(ConfigError, match=r"variants\.fedavg: field 'base': scenario file 'nope\.yaml' not found"):
+        load_study(_study(tmp_path, variants={"fedavg": {"base": "nope.yaml"}}, seeds=[0]))
