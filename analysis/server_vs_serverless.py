@@ -1,27 +1,21 @@
-"""Server vs serverless clustered FL on one fleet: rnd, rnd_gossip, ifca, dac (both), gossip, fedavg, local, oracle.
+"""Server vs serverless clustered FL on one fleet: the report over the study's run directories.
 
-Same devices, data and seed for every protocol; a neighbourhood device graph (random geometric, radius
-chosen for a mean degree of about 7, redrawn until connected) for N = 12, 48, 192; server protocols get
-the same device graph plus one server attached to every device. Two partitions with 4 true clusters:
-``feature_skew`` (pattern mode, RMS 0.5) and ``label_shift`` (disjoint class groups).
+    p2pfl sweep scenarios/studies/server_vs_serverless.yaml --jobs 2 --out runs/server_vs_serverless
+    python analysis/server_vs_serverless.py runs/server_vs_serverless [--results DIR]
 
-Reduced budget (so that the whole script runs in about 25 minutes on 2 shared cores): Fashion-MNIST,
-100 training samples per device, an MLP (hidden 32), 8 rounds of 1 local epoch, RND predictors
-40 epochs of batch 16 (about 280 Adam steps). Each protocol is a scenario file in ``scenarios/server_vs_serverless/``
-(``extends: base.yaml``, the common fleet); this script loads it with ``p2pfl.config.load`` and overrides for
-N (topology n and radius), seed, partition and rounds.
+The study runs every protocol file of ``scenarios/server_vs_serverless/`` (each ``extends: base.yaml``,
+the common fleet: Fashion-MNIST, 100 training samples per device, an MLP of hidden 32, 8 rounds, RND
+predictors of 40 epochs) on a neighbourhood graph (random geometric, radius ``radius_for(N)`` for a mean
+degree of about 7, drawn from the run's seed) of N = 12, 48, 192 devices, with two partitions of 4 true
+clusters (``feature_skew`` pattern RMS 0.5, ``label_shift``), over seeds; server protocols add one
+server attached to every device.
 
-Writes ``analysis/results/server_vs_serverless.md`` (table) and PNG plots next to it:
-``svs_accuracy_vs_time_N{N}.png`` and ``svs_bytes_vs_n.png`` (log-log, with N^2 and N x degree guides).
-
-Every run goes through the public API (``p2pfl.run`` with an output directory) and its figures are read
-back from the run directory only: ``summary.json`` (scores, bytes, curve), ``events.jsonl`` (clustering
-compute), ``timing.json`` (wall time) and ``scenario.yaml`` (the resolved topology, rebuilt with
-``p2pfl.topology.build_topology`` for the mean degree). Run directories go to a temporary folder unless
-``--runs-dir`` names one to keep them (it must not hold runs of the same names).
-
-    python analysis/server_vs_serverless.py [--sizes 12 48 192] [--protocols ...] [--rounds 8]
-                                            [--runs-dir DIR] [--results DIR]
+This script reads the run directories only: ``summary.json`` (scores, bytes, curve), ``events.jsonl``
+(clustering compute), ``timing.json`` (wall time), ``scenario.yaml`` (the resolved graph, for the mean
+degree) and ``cell.json`` (protocol label, N, partition, seed). It writes
+``analysis/results/server_vs_serverless.md`` (means over seeds with 95% t-intervals) and PNG plots next to
+it: ``svs_accuracy_vs_time_N{N}.png`` (mean curve over seeds) and ``svs_bytes_vs_n.png`` (log-log, with
+N^2 and N x degree guides).
 """
 
 from __future__ import annotations
@@ -30,8 +24,6 @@ import argparse
 import json
 import math
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +31,10 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-import p2pfl
 from p2pfl.api import resolve
-from p2pfl.config import load
-from p2pfl.config.scenario import Scenario
-from p2pfl.metrics.report import run_score, time_to_fraction
+from p2pfl.metrics.report import ci95, run_score, time_to_fraction
+from p2pfl.metrics.runs import find_runs
 from p2pfl.metrics.summary import LOWER_IS_BETTER, metric_label
-from p2pfl.registry import BUILTIN
 from p2pfl.topology import build_topology
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,18 +65,6 @@ def radius_for(n: int, degree: float = 7.0) -> float:
     return round(min(1.0, 1.1 * math.sqrt(degree / (math.pi * max(n - 1, 1)))), 3)
 
 
-def overrides(label: str, n: int, partition: str, seed: int, rounds: int) -> list[str]:
-    """The ``--set`` values that turn a protocol's scenario file into one run of the comparison."""
-    return [f"name=svs_{label}_{partition}_n{n}", f"protocol.rounds={rounds}",
-            f"data.partition={json.dumps(PARTITIONS[partition])}",
-            f"topology.n={n}", f"topology.radius={radius_for(n)}", f"topology.seed={seed}"]
-
-
-def scenario(label: str, n: int, partition: str, seed: int, rounds: int) -> Scenario:
-    """The validated scenario of one run: the protocol's file with the run's overrides."""
-    return load(SCEN / PROTOCOL_FILES[label][1], overrides=overrides(label, n, partition, seed, rounds), seed=seed)
-
-
 def read_run(out: Path) -> dict[str, Any]:
     """One result row from a run directory: summary.json plus clustering FLOPs, wall time and mean degree."""
     s = json.loads((out / "summary.json").read_text(encoding="utf-8"))
@@ -104,10 +81,33 @@ def read_run(out: Path) -> dict[str, Any]:
     return {**s, "clustering_compute_flops": cl_flops, "wall": wall, "mean_degree": degree, "run_dir": str(out)}
 
 
-def run_one(sc: Scenario, runs_dir: Path) -> dict[str, Any]:
-    out = runs_dir / f"{sc.name}-seed{sc.seed}"
-    p2pfl.run(sc, out=out)
-    return read_run(out)
+def partition_name(value: Any) -> str:
+    """The PARTITIONS key of a cell's ``data.partition`` grid value."""
+    for name, spec in PARTITIONS.items():
+        if value == spec:
+            return name
+    raise SystemExit(f"a run's data.partition {value!r} is none of {sorted(PARTITIONS)}; is it this study's run?")
+
+
+def load_rows(root: Path) -> list[dict[str, Any]]:
+    """One row per run directory of the study under ``root``: ``read_run`` plus label, N, partition, seed."""
+    rows = []
+    for out in find_runs(root):
+        cell = json.loads((out / "cell.json").read_text(encoding="utf-8"))
+        r = read_run(out)
+        r.update(label=cell["variant"], n=int(cell["grid"]["topology.n"]),
+                 part=partition_name(cell["grid"]["data.partition"]), seed=int(cell["seed"]))
+        rows.append(r)
+    return rows
+
+
+def grouped(rows: list[dict[str, Any]]) -> dict[tuple[int, str, str], list[dict[str, Any]]]:
+    """Runs that differ only by seed, keyed (N, partition, label), in the study's order of protocols."""
+    order = list(PROTOCOL_FILES)
+    out: dict[tuple[int, str, str], list[dict[str, Any]]] = {}
+    for r in sorted(rows, key=lambda r: (r["n"], r["part"], order.index(r["label"]) if r["label"] in order else 99)):
+        out.setdefault((r["n"], r["part"], r["label"]), []).append(r)
+    return out
 
 
 def score(r: dict[str, Any], field: str) -> float | None:
@@ -129,105 +129,86 @@ def fmt_bytes(b: float) -> str:
     return f"{b:.0f} B"
 
 
+def _stat(values: list[Any], fmt: str, with_ci: bool = False) -> str:
+    """Mean (± half-width of the 95% t-interval) of the values that are there; — when none are."""
+    vals = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not vals:
+        return "—"
+    mean, _, lo, hi = ci95(vals)
+    if with_ci and not math.isnan(lo):
+        return f"{format(mean, fmt)} ± {format(hi - mean, fmt)}"
+    return format(mean, fmt)
+
+
 def main(argv: list[str] | None = None) -> int:
+    global RESULTS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[12, 48, 192])
-    ap.add_argument("--protocols", nargs="+", default=list(PROTOCOL_FILES))
-    ap.add_argument("--partitions", nargs="+", default=list(PARTITIONS))
-    ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--runs-dir", type=Path, default=None, help="keep the run directories here (default: a temp folder)")
+    ap.add_argument("runs", type=Path, help="the study's run folder (runs/server_vs_serverless)")
     ap.add_argument("--results", type=Path, default=RESULTS, help="folder for the table and plots")
     args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="svs-runs-") as tmp:
-        return _main(args, args.runs_dir or Path(tmp))
-
-
-def _main(args: argparse.Namespace, runs_dir: Path) -> int:
-    global RESULTS
     RESULTS = args.results
-    t_start = time.perf_counter()
-    results: list[dict[str, Any]] = []
-    skipped: list[str] = []
-    for n in args.sizes:
-        for part in args.partitions:
-            for label in args.protocols:
-                name = PROTOCOL_FILES[label][0]
-                if name not in BUILTIN:
-                    note = f"{label}: protocol {name!r} is not registered yet; skipped"
-                    print("NOTE:", note, flush=True)
-                    skipped.append(note)
-                    continue
-                try:
-                    r = run_one(scenario(label, n, part, args.seed, args.rounds), runs_dir)
-                except Exception as err:  # report and go on: one failing protocol must not hide the others
-                    note = f"{label} N={n} {part}: {type(err).__name__}: {err}"
-                    print("NOTE:", note, flush=True)
-                    skipped.append(note)
-                    continue
-                r.update(label=label, n=n, part=part)
-                results.append(r)
-                print(f"N={n:4d} {part:12s} {label:13s} {r['metric']} {score(r, 'mean'):.3f} "
-                      f"(worst {score(r, 'worst'):.3f}) "
-                      f"ARI {r.get('ari', float('nan')):.2f} bytes {fmt_bytes(r['bytes_total'])} "
-                      f"wall {r['wall']:.1f}s", flush=True)
-                write_report(results, skipped, args, time.perf_counter() - t_start, quiet=True)  # partial
-        plot_accuracy(results)
-        plot_bytes(results)
-    total_s = time.perf_counter() - t_start
-    write_report(results, skipped, args, total_s)
-    plot_accuracy(results)
-    plot_bytes(results)
+    rows = load_rows(args.runs)
+    write_report(rows, args.runs)
+    plot_accuracy(rows)
+    plot_bytes(rows)
     return 0
 
 
-def write_report(results: list[dict[str, Any]], skipped: list[str], args, total_s: float, quiet: bool = False) -> None:
-    cmd = (f"python analysis/server_vs_serverless.py --sizes {' '.join(map(str, args.sizes))} --rounds {args.rounds}"
-           f" --seed {args.seed}")
+def write_report(rows: list[dict[str, Any]], root: Path) -> None:
+    seeds = sorted({r["seed"] for r in rows})
     lines = [
         "# Server vs serverless clustered FL on one fleet",
         "",
-        f"Command: `{cmd}` ({total_s / 60:.1f} min, one torch thread).",
+        "Regenerate:",
         "",
+        "```bash",
+        "p2pfl sweep scenarios/studies/server_vs_serverless.yaml --jobs 2 --out runs/server_vs_serverless",
+        f"python analysis/server_vs_serverless.py {root}",
+        "```",
+        "",
+        f"Seeds {seeds}: every figure is a mean over seeds (± the half-width of its 95% t-interval for the scores). "
         "Reduced budget: Fashion-MNIST, 100 training samples per device (25 local test samples), MLP hidden 32, "
-        f"{args.rounds} rounds x 1 local epoch (SGD lr 0.05, momentum 0.9, batch 32), 4 true clusters "
-        "(assignment: blocks). Device graph: random geometric, radius 1.1 sqrt(7 / (pi (N-1))) (mean degree "
-        "column), the same graph for every protocol; server protocols add one server attached to every device. "
-        "IFCA is given K = 4; DAC cosine top_k 2, DAC original n_sampled 3, both over topology neighbours; "
+        "8 rounds x 1 local epoch (SGD lr 0.05, momentum 0.9, batch 32), 4 true clusters (assignment: blocks). "
+        "Device graph: random geometric, radius 1.1 sqrt(7 / (pi (N-1))) (mean degree column), drawn from the "
+        "run's seed, the same graph for every protocol at a seed; server protocols add one server attached to every "
+        "device. IFCA is given K = 4; DAC cosine top_k 2, DAC original n_sampled 3, both over topology neighbours; "
         "rnd exchanges predictors all-to-all over the device graph (routed), rnd_gossip within 1 hop; RND "
-        "predictors 40 epochs of batch 16, alpha 0.3. "
-        "Clustering compute = modelled FLOPs of rnd_train + rnd_score, ifca_estep, dac_similarity. "
-        "t90 = simulated time at which the mean device score first gets within 90% of its final value "
-        "(p2pfl.metrics.report.time_to_fraction; for accuracy: first reaches 0.9 x final).",
+        "predictors 40 epochs of batch 16, alpha 0.3. Clustering compute = modelled FLOPs of rnd_train + "
+        "rnd_score, ifca_estep, dac_similarity. t90 = simulated time at which the mean device score first gets "
+        "within 90% of its final value (p2pfl.metrics.report.time_to_fraction).",
         "",
     ]
-    for note in skipped:
-        lines.append(f"- skipped: {note}")
-    if skipped:
-        lines.append("")
-    name = metric_name(results)
-    lines += [f"| N | partition | protocol | {name} mean | {name} worst | ARI | federations | bytes total | bytes / device "
-              "| clustering GFLOP | t90 (s) | sim time (s) | mean degree |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        ari = r.get("ari")
-        feds = r.get("n_federations", len(r["clusters"]) if r.get("clusters") else None)
-        t90 = time_to_fraction(r)
+    name = metric_name(rows)
+    lines += [f"| N | partition | protocol | seeds | {name} mean | {name} worst | ARI | federations | bytes total | "
+              "bytes / device | clustering GFLOP | t90 (s) | sim time (s) | mean degree |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (n, part, label), g in grouped(rows).items():
+        feds = [r.get("n_federations", len(r["clusters"]) if r.get("clusters") else None) for r in g]
         lines.append(
-            f"| {r['n']} | {r['part']} | {r['label']} | {score(r, 'mean'):.3f} | {score(r, 'worst'):.3f} | "
-            f"{'—' if ari is None else f'{ari:.2f}'} | {'—' if feds is None else feds} | "
-            f"{fmt_bytes(r['bytes_total'])} | {fmt_bytes(r['bytes_total'] / r['n'])} | "
-            f"{r['clustering_compute_flops'] / 1e9:.2f} | {'—' if t90 is None else f'{t90:.2f}'} | "
-            f"{r['sim_time_s']:.2f} | {r['mean_degree']:.1f} |")
-    lines += ["", f"Plots: `svs_accuracy_vs_time_N{{N}}.png` (mean device {name} vs simulated time), `svs_bytes_vs_n.png` "
-              "(total bytes vs N, log-log)."]
+            f"| {n} | {part} | {label} | {len(g)} | {_stat([score(r, 'mean') for r in g], '.3f', True)} | "
+            f"{_stat([score(r, 'worst') for r in g], '.3f', True)} | {_stat([r.get('ari') for r in g], '.2f', True)} | "
+            f"{_stat(feds, '.1f')} | {fmt_bytes(sum(r['bytes_total'] for r in g) / len(g))} | "
+            f"{fmt_bytes(sum(r['bytes_total'] / r['n'] for r in g) / len(g))} | "
+            f"{_stat([r['clustering_compute_flops'] / 1e9 for r in g], '.2f')} | "
+            f"{_stat([time_to_fraction(r) for r in g], '.2f')} | {_stat([r['sim_time_s'] for r in g], '.2f')} | "
+            f"{_stat([r['mean_degree'] for r in g], '.1f')} |")
+    lines += ["", f"Plots: `svs_accuracy_vs_time_N{{N}}.png` (mean device {name} vs simulated time, mean curve over "
+              "seeds), `svs_bytes_vs_n.png` (total bytes vs N, log-log)."]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "server_vs_serverless.md").write_text("\n".join(lines) + "\n")
-    if not quiet:
-        print("\n".join(lines))
+    print(f"wrote {RESULTS / 'server_vs_serverless.md'}")
+
+
+def mean_curve(group: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """The seeds' score curves averaged point by point (time and score), over the points all of them have."""
+    curves = [run_score(r).curve for r in group]
+    length = min((len(c) for c in curves), default=0)
+    return [(sum(c[i][0] for c in curves) / len(curves), sum(c[i][1] for c in curves) / len(curves))
+            for i in range(length)]
 
 
 def plot_accuracy(results: list[dict[str, Any]]) -> None:
+    groups = grouped(results)
     for n in sorted({r["n"] for r in results}):
         parts = sorted({r["part"] for r in results if r["n"] == n})
         fig = Figure(figsize=(6 * len(parts), 4.2), dpi=110)
@@ -238,15 +219,15 @@ def plot_accuracy(results: list[dict[str, Any]]) -> None:
             metrics = {run_score(r).metric for r in rows}
             if len(metrics) > 1:
                 raise ValueError(f"N = {n}, {part}: runs scored by {sorted(metrics)} cannot share one axis")
-            for r in rows:
-                curve = run_score(r).curve
+            for (gn, gpart, label), g in groups.items():
+                curve = mean_curve(g) if (gn, gpart) == (n, part) else []
                 if curve:
-                    ax.plot([t for t, _ in curve], [v for _, v in curve], marker="o", markersize=3, label=r["label"])
+                    ax.plot([t for t, _ in curve], [v for _, v in curve], marker="o", markersize=3, label=label)
             ax.set_xscale("log")
             ax.set_xlabel("simulated time (s, log)")
             metric = metrics.pop() if metrics else "accuracy"
             ax.set_ylabel(f"mean device {metric_label(metric)}" + (" (lower is better)" if metric in LOWER_IS_BETTER else ""))
-            ax.set_title(f"N = {n}, {part}")
+            ax.set_title(f"N = {n}, {part} (mean over seeds)")
             ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(RESULTS / f"svs_accuracy_vs_time_N{n}.png")
@@ -259,23 +240,23 @@ def plot_bytes(results: list[dict[str, Any]]) -> None:
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     part = "feature_skew" if any(r["part"] == "feature_skew" for r in results) else results[0]["part"]
-    rows = [r for r in results if r["part"] == part]
-    for label in dict.fromkeys(r["label"] for r in rows):
-        pts = sorted((r["n"], r["bytes_total"]) for r in rows if r["label"] == label)
+    means = {(n, label): sum(r["bytes_total"] for r in g) / len(g)
+             for (n, p, label), g in grouped(results).items() if p == part}
+    for label in dict.fromkeys(label for _, label in means):
+        pts = sorted((n, b) for (n, lab), b in means.items() if lab == label)
         if any(b > 0 for _, b in pts):
             ax.plot([p[0] for p in pts], [max(p[1], 1) for p in pts], marker="o", label=label)
-    ns = np.array(sorted({r["n"] for r in rows}), dtype=float)
+    ns = np.array(sorted({n for n, _ in means}), dtype=float)
     if len(ns) > 1:
-        ref = [r for r in rows if r["label"] == "rnd"]
-        ref_b = ref[0]["bytes_total"] / ref[0]["n"] ** 2 if ref else 1e4
+        first = int(ns[0])
+        ref_b = means.get((first, "rnd"), 1e4 * first**2) / first**2
         ax.plot(ns, ref_b * ns**2, "k--", linewidth=1, label="∝ N² (all-to-all)")
-        g = [r for r in rows if r["label"] == "gossip"]
-        g_b = g[0]["bytes_total"] / g[0]["n"] if g else 1e5
+        g_b = means.get((first, "gossip"), 1e5 * first) / first
         ax.plot(ns, g_b * ns, "k:", linewidth=1, label="∝ N × degree (neighbourhood)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("devices N")
-    ax.set_ylabel("bytes total (whole run)")
+    ax.set_ylabel("bytes total (whole run, mean over seeds)")
     ax.set_title(f"bytes vs N ({part})")
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -78,17 +78,21 @@ def test_each_protocol_file_extends_the_common_base() -> None:
         assert bool(sc.topology.servers) == get_protocol(name).needs_server, label
 
 
-def test_the_analysis_sets_n_seed_partition_and_rounds_over_the_files() -> None:
+def test_the_study_runs_every_protocol_file_over_n_partitions_and_seeds() -> None:
+    from p2pfl.config.study import load_study
+
     svs = _svs_module()
-    for label, (name, _) in svs.PROTOCOL_FILES.items():
-        sc = svs.scenario(label, 48, "label_shift", 3, 5)
-        assert sc.name == f"svs_{label}_label_shift_n48" and sc.seed == 3
-        assert (sc.topology.n, sc.topology.radius, sc.topology.seed) == (48, svs.radius_for(48), 3)
-        assert sc.data.partition.model_dump() == load(
-            SCENARIOS / "quickstart.yaml", overrides=["data.partition={kind: label_shift, n_clusters: 4}"]
-        ).data.partition.model_dump()
-        assert sc.protocol.name == name and sc.protocol.rounds == 5 and sc.protocol.eval_every == 1
-    # the base's own N is what the script computes for N = 12
+    study = load_study(SCENARIOS / "studies" / "server_vs_serverless.yaml")
+    assert {c.variant for c in study.cells} == set(svs.PROTOCOL_FILES)
+    assert len(study.cells) == len(svs.PROTOCOL_FILES) * 2 * 3 * 3
+    for c in study.cells:
+        name, fname = svs.PROTOCOL_FILES[c.variant]
+        sc = c.scenario
+        assert c.flags[0].startswith("(base ") and c.flags[0].endswith(f"server_vs_serverless/{fname})")
+        assert sc.protocol.name == name and sc.protocol.rounds == 8 and sc.topology.seed is None
+        assert sc.topology.radius == svs.radius_for(sc.topology.n)
+        assert svs.partition_name(c.grid["data.partition"]) in svs.PARTITIONS
+    # the base's own N is what the study gives N = 12
     assert load(SCENARIOS / "server_vs_serverless" / "base.yaml").topology.radius == svs.radius_for(12)
 
 
