@@ -245,7 +245,7 @@ def claims(runs: Any, memo: Any) -> list[str]:
     d = paired(scores(runs, "e3b", "FedAvg", "K=5"), scores(runs, "e3b", "FedAvg", "K=2"))
     rows.append(("E3b: FedAvg collapses as K grows (K=5 below K=2)", "Table XVII: .454 -> .257 (-19.7)",
                  fmt_diff(d), below(d)))
-    for exp, name in (("e1", "E1"), ("e3b", "E3b")):
+    for exp, name in (("e1", "E1"), ("e2b", "E2b"), ("e3b", "E3b")):
         ours, v = per_col(exp, "Cond-pooled", "Cond-pooled-none", 0.0)
         rows.append((f"{name}: the statistics add accuracy to pooled training (Cond-pooled minus the same model, "
                      "data and steps with s = 0)", "implied (Sec. V); not measured", ours, v))
