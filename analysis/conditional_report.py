@@ -248,7 +248,7 @@ def claims(runs: Any, memo: Any) -> list[str]:
     for exp, name in (("e1", "E1"), ("e2b", "E2b"), ("e3b", "E3b")):
         ours, v = per_col(exp, "Cond-pooled", "Cond-pooled-none", 0.0)
         rows.append((f"{name}: the statistics add accuracy to pooled training (Cond-pooled minus the same model, "
-                     "data and steps with s = 0)", "implied (Sec. V); not measured", ours, v))
+                     "data and steps with s = 0; scored on the clients it trained on)", "implied (Sec. V); not measured", ours, v))
     ours, v = per_col("e2b", "Cond-pooled", "Oracle", 0.01)
     rows.append(("E2b: pooled Conditional matches the pooled Oracle on every rotation configuration (within 1 "
                  "point)", "Table XV: +0.1, -0.5, -0.5, +0.4", ours, v))
