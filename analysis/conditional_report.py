@@ -409,8 +409,9 @@ def figure(runs: Any, exp: Experiment, path: Path) -> None:
             if all(math.isnan(y) for y in ys):
                 continue
             x = list(range(len(cols)))
-            ax.plot(x, ys, "-o", color=f"C{i}", label=v, ms=3)
-            ax.fill_between(x, los, his, color=f"C{i}", alpha=0.15)
+            colour = plt.get_cmap("tab20")(i % 20)  # 11 federated rows: tab10 would repeat a colour
+            ax.plot(x, ys, "-o", color=colour, label=v, ms=3)
+            ax.fill_between(x, los, his, color=colour, alpha=0.15)
         ax.set_xticks(range(len(cols)), cols, fontsize=8)
         ax.set_title(f"{kind} (mean, 95% interval over seeds)", fontsize=9)
         ax.legend(fontsize=7, ncol=2)
