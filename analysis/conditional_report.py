@@ -133,9 +133,14 @@ def load(root: Path) -> Any:
     return pd.concat(frames, ignore_index=True)
 
 
+def cell_runs(runs: Any, exp: str, variant: str, col: str) -> Any:
+    """The runs (one per seed) of one table cell."""
+    return runs[(runs["exp"] == exp) & (runs["variant"] == variant) & (runs["col"] == col)]
+
+
 def scores(runs: Any, exp: str, variant: str, col: str) -> dict[int, float]:
     """Final score per seed of one cell."""
-    sub = runs[(runs["exp"] == exp) & (runs["variant"] == variant) & (runs["col"] == col)]
+    sub = cell_runs(runs, exp, variant, col)
     return {int(s): float(v) for s, v in zip(sub["seed"], sub["score"]) if v is not None and not math.isnan(v)}
 
 
@@ -327,7 +332,7 @@ def experiment_table(runs: Any, exp: Experiment) -> list[str]:
             cells = []
             for c in cols:
                 s = scores(runs, exp.key, v, c)
-                n_runs = int(((runs["exp"] == exp.key) & (runs["variant"] == v) & (runs["col"] == c)).sum())
+                n_runs = len(cell_runs(runs, exp.key, v, c))
                 if not n_runs:
                     cells.append("—")
                     continue
@@ -383,7 +388,7 @@ def bytes_line(runs: Any, exp: Experiment) -> str:
     col = ordered_cols(runs, exp.key)[0]
     parts = []
     for v in FEDERATED + POOLED:
-        sub = runs[(runs["exp"] == exp.key) & (runs["variant"] == v) & (runs["col"] == col)]
+        sub = cell_runs(runs, exp.key, v, col)
         if len(sub):
             parts.append(f"{v} {sub['bytes_total'].mean() / 1e6:.1f} MB")
     return f"Bytes at {col} (mean over seeds): " + ", ".join(parts)

@@ -112,9 +112,12 @@ class Recorder:
 
     def compute(self, t: float, node: int, flops: int, sim_s: float, what: str) -> None:
         """Count modelled compute charged to ``node``."""
+        self._charge(node, flops, sim_s)
+        self.event(t, "compute", node=node, what=what, flops=int(flops), sim_s=sim_s)
+
+    def _charge(self, node: int, flops: int, sim_s: float) -> None:
         self.compute_flops[node] += int(flops)
         self.compute_sim_s[node] += sim_s
-        self.event(t, "compute", node=node, what=what, flops=int(flops), sim_s=sim_s)
 
     def event_later(self, t: float, kind: str, **fields: Any) -> dict[str, Any]:
         """An event written in its place but completed later (``fill_event``): a job's result."""
@@ -135,9 +138,7 @@ class Recorder:
         return self.event_later(t, "compute", node=node, what=what, flops=None, sim_s=None)
 
     def fill_compute(self, entry: dict[str, Any], flops: int, sim_s: float) -> None:
-        node = entry["node"]
-        self.compute_flops[node] += int(flops)
-        self.compute_sim_s[node] += sim_s
+        self._charge(entry["node"], flops, sim_s)
         self.fill_event(entry, flops=int(flops), sim_s=sim_s)
 
     def log_later(self, t: float, node: Optional[int], name: str, **fields: Any) -> tuple[dict, dict]:
@@ -156,10 +157,8 @@ class Recorder:
 
     def evaluation_later(self, t: float, node: int, round: Optional[int]) -> dict[str, Any]:
         """Record an evaluation whose score is not known yet; ``fill_evaluation`` sets it (in submit order)."""
-        entry = {"t": t, "kind": "eval", "node": node, "round": round, self.metric: None}
+        entry = self.event_later(t, "eval", node=node, round=round, **{self.metric: None})
         self.evaluations.append(entry)
-        self._pending.add(id(entry))
-        self._append(entry)
         return entry
 
     def fill_evaluation(self, entry: dict[str, Any], score: float) -> None:
@@ -172,11 +171,8 @@ class Recorder:
         else:
             value, entry["diverged"] = None, True
             self.diverged.add(node)
-        entry[self.metric] = value
         self.scores[node] = value
-        self._pending.discard(id(entry))
-        if self._sink is not None:
-            self._write_ready()
+        self.fill_event(entry, **{self.metric: value})
 
     def log(self, t: float, node: Optional[int], name: str, value: Any, **fields: Any) -> None:
         """A protocol-specific metric (e.g. consensus distance); a float that is not finite (a diverged

@@ -16,6 +16,7 @@ from p2pfl.protocols.reference.pooled import PooledParams, held_out_devices, poo
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.context import DeviceContext
+    from p2pfl.sim.runinfo import RunInfo
 
 __all__ = ["Centralized"]
 
@@ -28,14 +29,17 @@ class Centralized(Protocol[PooledParams]):
     summary = "reference: one model trained on all devices' pooled data (no network)"
     supports_dynamics = True  # no messages; the data centre (device 0) pauses while offline
 
+    def __init__(self, params: PooledParams, run: RunInfo) -> None:
+        super().__init__(params, run)
+        self.held_out = held_out_devices(run, params.held_out_per_cluster)
+
     def progress_total(self) -> int:
         return self.params.rounds
 
     def device(self, ctx: DeviceContext) -> Process:
         if ctx.id != 0:
             return
-        held_out = held_out_devices(self.run, self.params.held_out_per_cluster)
-        x, y = pooled_xy(ctx.pooled_shards(), [d for d in self.run.device_ids if d not in held_out])
+        x, y = pooled_xy(ctx.pooled_shards(), [d for d in self.run.device_ids if d not in self.held_out])
         model = ctx.new_model()
         for r in range(1, self.params.rounds + 1):
             yield from ctx.train(model, x=x, y=y)
@@ -45,5 +49,4 @@ class Centralized(Protocol[PooledParams]):
             ctx.round_done(r)
 
     def result(self) -> dict[str, Any]:
-        held_out = held_out_devices(self.run, self.params.held_out_per_cluster)
-        return {"held_out": list(held_out)} if held_out else {}
+        return {"held_out": list(self.held_out)} if self.held_out else {}
