@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "analysis"))
 
 from conditional_paper import PAPER  # noqa: E402
 
-from p2pfl.metrics.report import ci95  # noqa: E402
+from p2pfl.metrics.claims import at_least, below, combine, fmt_ci, fmt_diff, interval, paired  # noqa: E402
 
 STUDY_DIR = "scenarios/studies/conditional"
 OUT = ROOT / "analysis" / "results"
@@ -144,70 +144,7 @@ def scores(runs: Any, exp: str, variant: str, col: str) -> dict[int, float]:
     return {int(s): float(v) for s, v in zip(sub["seed"], sub["score"]) if v is not None and not math.isnan(v)}
 
 
-def interval(values: list[float]) -> tuple[float, float, float]:
-    mean, _, lo, hi = ci95(values)
-    return mean, lo, hi
-
-
-def paired(a: dict[int, float], b: dict[int, float]) -> list[float]:
-    """a - b per seed, over the seeds both have (the same seed: the same data and initial weights)."""
-    return [a[s] - b[s] for s in sorted(set(a) & set(b))]
-
-
-def fmt_ci(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
-    if not values:
-        return "—"
-    mean, lo, hi = interval(values)
-    if math.isnan(lo):
-        return f"{scale * mean:.{digits}f} (n=1)"
-    return f"{scale * mean:.{digits}f} ± {scale * (hi - mean):.{digits}f}"
-
-
-def fmt_diff(values: list[float], scale: float = 100.0, digits: int = 1) -> str:
-    """A paired difference (default: in accuracy points): mean [low, high]."""
-    if not values:
-        return "—"
-    mean, lo, hi = interval(values)
-    if math.isnan(lo):
-        return f"{scale * mean:+.{digits}f} (n=1)"
-    return f"{scale * mean:+.{digits}f} [{scale * lo:+.{digits}f}, {scale * hi:+.{digits}f}]"
-
-
 # ------------------------------------------------------------------------------------------ claims
-def at_least(diffs: list[float], margin: float) -> str:
-    """Verdict on 'a >= b - margin' from the paired differences a - b: the 95% interval decides."""
-    if len(diffs) < 2:
-        return "not run"
-    _, lo, hi = interval(diffs)
-    if lo >= -margin:
-        return "holds"
-    if hi < -margin:
-        return "does not hold"
-    return "not resolved (interval spans the margin)"
-
-
-def below(diffs: list[float]) -> str:
-    """Verdict on 'a < b' from the paired differences a - b."""
-    if len(diffs) < 2:
-        return "not run"
-    _, lo, hi = interval(diffs)
-    if hi < 0:
-        return "holds"
-    if lo >= 0:
-        return "does not hold"
-    return "not resolved (interval spans 0)"
-
-
-def combine(verdicts: list[str]) -> str:
-    if not verdicts or "not run" in verdicts:
-        return "not run"
-    if all(v == "holds" for v in verdicts):
-        return "holds"
-    if any(v == "does not hold" for v in verdicts):
-        return "does not hold"
-    return "not resolved"
-
-
 def claims(runs: Any, memo: Any) -> list[str]:
     rows: list[tuple[str, str, str, str]] = []
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import multiprocessing as mp
 import os
 import queue
@@ -41,13 +42,20 @@ class ProcessExecutor(Executor):
 
     name = "process"
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, *, start: str = "spawn") -> None:
+        """``start="fork"`` shares the parent's pages (torch, the shards) copy-on-write, so a worker costs
+        little memory and starts at once; it is safe only for single-threaded jobs that do not render
+        (a forked child hangs in its first multi-threaded torch op once the parent has used OpenMP, and
+        in OSMesa once the parent has rendered). ``"spawn"`` starts fresh interpreters, safe for all."""
         super().__init__()
-        ctx = mp.get_context("spawn")
+        if start not in ("spawn", "fork"):
+            raise ValueError(f"start must be 'spawn' or 'fork', not {start!r}")
+        self.start_method = start
+        ctx = mp.get_context(start)
         self.workers = workers
         self._results: Any = ctx.Queue()
         self._inboxes: list[Any] = [ctx.Queue() for _ in range(workers)]
-        with _without_main():
+        with _without_main(), _frozen_gc(start == "fork"):
             self._procs = [ctx.Process(target=_worker_main, args=(inbox, self._results, os.getpid(), w),
                                        name=f"p2pfl-worker-{w}", daemon=True) for w, inbox in enumerate(self._inboxes)]
             for p in self._procs:
@@ -75,6 +83,9 @@ class ProcessExecutor(Executor):
             inbox.put(("pools", pools))
 
     def submit(self, job: Job) -> Future[Any]:
+        if job.threads != 1 and self.start_method == "fork":
+            raise ExecutorError(f"a job with threads: {job.threads} was sent to forked workers, which run "
+                                "single-threaded jobs only; use ProcessExecutor(workers) (spawned workers)")
         self._drain()
         job_id, self._next = self._next, self._next + 1
         cost = job.flops or 1.0
@@ -145,6 +156,24 @@ def _without_main() -> Iterator[None]:
         if main is not None:
             main.__dict__.pop("__spec__", None)
             main.__dict__.update(saved)
+
+
+@contextlib.contextmanager
+def _frozen_gc(on: bool) -> Iterator[None]:
+    """Fork with every existing object in the collector's permanent generation: a forked child's
+    collections then never write to the parent's objects, whose pages stay shared."""
+    if not on:
+        yield
+        return
+    enabled = gc.isenabled()
+    gc.disable()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if enabled:
+            gc.enable()
 
 
 def _worker_main(inbox: Any, results: Any, parent: int, index: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
 from typing import TYPE_CHECKING
 
 import torch
@@ -58,14 +59,16 @@ def stacks_well(model: nn.Module) -> bool:
         isinstance(m, nn.Linear) for m in model.modules())
 
 
-def make_executor(kind: str, spec: ExecutorSpec, *, threads: int) -> Executor:
+def make_executor(kind: str, spec: ExecutorSpec, *, threads: int, renders: bool = False) -> Executor:
     """The executor of ``kind`` (from ``resolve_kind``) with ``spec``'s settings; ``workers`` defaults to
-    the cores divided by the scenario's threads."""
+    the cores divided by the scenario's threads. Process workers are forked (sharing the parent's
+    memory) where that is safe: single-threaded jobs and no rendering (``renders``: robot rollouts)."""
     workers = spec.workers or max(1, available_cores() // threads)
     if kind == "process":
         from p2pfl.executors.process import ProcessExecutor
 
-        return ProcessExecutor(workers)
+        fork = threads == 1 and not renders and "fork" in mp.get_all_start_methods()
+        return ProcessExecutor(workers, start="fork" if fork else "spawn")
     if kind == "ray":
         from p2pfl.executors.ray import RayExecutor
 

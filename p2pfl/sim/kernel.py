@@ -129,7 +129,8 @@ class Simulation:
                                 train_flops=self._estimated_train_flops(model), model=model)
             if kind in ("process", "ray"):  # they start workers
                 setup(f"executor:{kind}")
-            executor = make_executor(kind, scenario.executor, threads=scenario.threads)
+            executor = make_executor(kind, scenario.executor, threads=scenario.threads,
+                                     renders=getattr(self.federation, "rollout_call", None) is not None)
         self.executor = executor
         if self.executor.name != "inline":
             self.executor.share(self.federation.shards)
@@ -207,13 +208,16 @@ class Simulation:
         """The scenario's model; common initial weights, or node-specific ones when ``node`` is given.
 
         The common model is built once and copied (the same bits; building draws every weight anew),
-        and laid out flat (``p2pfl.learning.flat``) where its state allows.
+        and laid out flat (``p2pfl.learning.flat``) where its state allows. Every model handed out has
+        the common model's architecture, so its FLOPs per sample are counted once, on the common model.
         """
+        common = self._common_model()
         if node is not None:
             model = self.run_info.build_model(child_seed(self.seed, "init", node))
         else:
-            model = clone_module(self._common_model())
+            model = clone_module(common)
         flatten_live_(model)  # state maths in one operation per model (the same bits)
+        self._flops[model] = self.forward_flops(common)
         return model
 
     def _common_model(self) -> nn.Module:

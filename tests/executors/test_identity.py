@@ -48,7 +48,16 @@ CASES: dict[str, dict[str, Any]] = {
 
 @pytest.fixture(scope="module")
 def workers():
+    """Spawned workers: safe for every job (robot rollouts render)."""
     ex = ProcessExecutor(2)
+    yield ex
+    ex.close()
+
+
+@pytest.fixture(scope="module")
+def forked():
+    """Forked workers, as a scenario with 1 thread and no rendering gets them."""
+    ex = ProcessExecutor(2, start="fork")
     yield ex
     ex.close()
 
@@ -60,13 +69,43 @@ def _run(raw: dict[str, Any], executor=None) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_process_executor_is_byte_identical_to_inline(case, workers):
+def test_process_executor_is_byte_identical_to_inline(case, forked):
     inline = _run({**CASES[case], "executor": "inline"})
-    jobs_before = workers._next
-    shipped = _run(CASES[case], executor=workers)
-    assert workers._next > jobs_before  # the jobs really went to the workers
+    jobs_before = forked._next
+    shipped = _run(CASES[case], executor=forked)
+    assert forked._next > jobs_before  # the jobs really went to the workers
     assert shipped[0] == inline[0]
     assert shipped[1] == inline[1]
+
+
+@pytest.mark.parametrize("case", ["dsgd", "rnd_gossip"])
+def test_spawned_workers_give_the_same_bytes(case, workers):
+    assert _run(CASES[case], executor=workers) == _run({**CASES[case], "executor": "inline"})
+
+
+@pytest.mark.parametrize(("threads", "renders", "start"), [(1, False, "fork"), (2, False, "spawn"),
+                                                           (1, True, "spawn")])
+def test_workers_are_forked_only_for_single_threaded_jobs_that_do_not_render(threads, renders, start):
+    from p2pfl.executors.select import make_executor
+    from p2pfl.executors.spec import ExecutorSpec
+
+    ex = make_executor("process", ExecutorSpec(kind="process", workers=1), threads=threads, renders=renders)
+    try:
+        assert ex.start_method == start
+    finally:
+        ex.close()
+
+
+def test_forked_workers_refuse_a_multi_threaded_job(forked):
+    import torch
+
+    from p2pfl.executors.base import ExecutorError
+    from p2pfl.executors.jobs import EvalJob
+
+    job = EvalJob(node=0, model=torch.nn.Linear(2, 2), x=torch.zeros(1, 2), y=torch.zeros(1, dtype=torch.long),
+                  metric="accuracy", threads=2)
+    with pytest.raises(ExecutorError, match="threads: 2 was sent to forked workers"):
+        forked.submit(job)
 
 
 def test_scenario_executor_block_starts_and_stops_its_own_workers():

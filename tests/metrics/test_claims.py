@@ -1,0 +1,44 @@
+"""Claim verdicts come from the 95% t-interval of per-seed paired differences."""
+
+from __future__ import annotations
+
+import pytest
+
+from p2pfl.metrics.claims import at_least, below, combine, fmt_ci, fmt_diff, paired
+
+
+def test_paired_differences_use_the_seeds_both_sides_have():
+    assert paired({0: 0.5, 1: 0.7, 2: 0.9}, {1: 0.6, 2: 0.4, 3: 0.0}) == pytest.approx([0.1, 0.5])
+
+
+@pytest.mark.parametrize(("diffs", "verdict"), [
+    ([-0.10, -0.12, -0.11], "holds"),  # wholly below 0
+    ([0.10, 0.12, 0.11], "does not hold"),  # wholly above
+    ([-0.2, 0.1, -0.05], "not resolved (interval spans 0)"),
+    ([-0.1], "not run"),  # one seed has no interval
+])
+def test_below(diffs, verdict):
+    assert below(diffs) == verdict
+
+
+def test_at_least_allows_the_margin():
+    diffs = [-0.010, -0.012, -0.011]  # a is about 1.1 points below b
+    assert at_least(diffs, margin=0.02) == "holds"
+    assert at_least(diffs, margin=0.005) == "does not hold"
+    assert at_least([-0.02, 0.01, -0.01], margin=0.005).startswith("not resolved")
+
+
+def test_combine_holds_only_where_every_cell_holds():
+    assert combine(["holds", "holds"]) == "holds"
+    assert combine(["holds", "does not hold"]) == "does not hold"
+    assert combine(["holds", "not resolved (interval spans 0)"]) == "not resolved"
+    assert combine(["holds", "not run"]) == "not run"
+    assert combine([]) == "not run"
+
+
+def test_formats():
+    # mean 2, sd 1, n 3: half-width t(0.975, 2) * 1 / sqrt(3) = 4.303 / 1.732 = 2.484
+    assert fmt_ci([1.0, 2.0, 3.0], digits=2) == "2.00 ± 2.48"
+    assert fmt_ci([0.5]) == "0.500 (n=1)"
+    assert fmt_ci([]) == "—"
+    assert fmt_diff([0.01, 0.02, 0.03]) == "+2.0 [-0.5, +4.5]"
