@@ -85,7 +85,8 @@ class BatchedExecutor(Executor):
             return self._inline.submit(job)
         gen = torch.Generator(device=job.generator.device)
         gen.set_state(job.generator.get_state())
-        snap = copy.copy(job)
+        snap = object.__new__(TrainJob)  # a shallow copy (copy.copy's reduce protocol costs more than the job)
+        snap.__dict__.update(job.__dict__)
         snap.generator = gen
         snap.model = job.model  # kept for its architecture; the state is snapshotted below
         snap.__dict__["state"] = clone_state(live_state(job.model))  # one clone for a flat model

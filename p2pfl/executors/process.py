@@ -38,37 +38,50 @@ _POLL_S = 1.0
 
 
 class ProcessExecutor(Executor):
-    """``workers`` processes, each running one job at a time with the job's thread count."""
+    """``workers`` slots, each running one job at a time with the job's thread count: worker processes,
+    and with ``parent_share`` this process as one of the slots."""
 
     name = "process"
 
-    def __init__(self, workers: int, *, start: str = "spawn") -> None:
+    def __init__(self, workers: int, *, start: str = "spawn", parent_share: bool = False) -> None:
         """``start="fork"`` shares the parent's pages (torch, the shards) copy-on-write, so a worker costs
         little memory and starts at once; it is safe only for single-threaded jobs that do not render
         (a forked child hangs in its first multi-threaded torch op once the parent has used OpenMP, and
-        in OSMesa once the parent has rendered). ``"spawn"`` starts fresh interpreters, safe for all."""
+        in OSMesa once the parent has rendered). ``"spawn"`` starts fresh interpreters, safe for all.
+
+        ``parent_share=True`` makes this process one of the ``workers`` slots (``workers - 1``
+        processes are started): its jobs are packed at submit like the others and run when the kernel
+        next waits for an outcome, so the simulating process, otherwise idle while the workers train,
+        trains too, and one training workspace less is held in memory."""
         super().__init__()
         if start not in ("spawn", "fork"):
             raise ValueError(f"start must be 'spawn' or 'fork', not {start!r}")
         self.start_method = start
-        ctx = mp.get_context(start)
         self.workers = workers
+        self.parent_share = parent_share
+        self._first = 1 if parent_share else 0  # slot 0 is this process when it takes a share
+        ctx: Any = mp.get_context(start)
         self._results: Any = ctx.Queue()
-        self._inboxes: list[Any] = [ctx.Queue() for _ in range(workers)]
+        self._inboxes: list[Any] = [ctx.Queue() for _ in range(self._first, workers)]
         with _without_main(), _frozen_gc(start == "fork"):
             self._procs = [ctx.Process(target=_worker_main, args=(inbox, self._results, os.getpid(), w),
-                                       name=f"p2pfl-worker-{w}", daemon=True) for w, inbox in enumerate(self._inboxes)]
+                                       name=f"p2pfl-worker-{w}", daemon=True)
+                           for w, inbox in enumerate(self._inboxes, start=self._first)]
             for p in self._procs:
                 p.start()
         self._shared: dict[int, str] = {}
+        self._views = SharedViews({})
         self._keep: list[torch.Tensor] = []
         self._load = [0.0] * workers
         self._where: dict[int, tuple[int, float]] = {}
         self._done: dict[int, tuple[bool, Any]] = {}
+        self._local: dict[int, Packed] = {}  # this process's share, in submission order
         self._next = 0
         self._closed = False
 
     def describe(self) -> str:
+        if self.parent_share:
+            return f"process ({self.workers} workers: this process and {len(self._procs)} more)"
         return f"process ({self.workers} workers)"
 
     def share(self, shards: Sequence[Shard]) -> None:
@@ -79,6 +92,7 @@ class ProcessExecutor(Executor):
         self._keep = list(pools.values())
         self._keep.extend(getattr(s, f) for s in shards for f in SHARD_FIELDS)
         self._shared.update(keys)
+        self._views = SharedViews(pools)
         for inbox in self._inboxes:
             inbox.put(("pools", pools))
 
@@ -92,12 +106,22 @@ class ProcessExecutor(Executor):
         w = min(range(self.workers), key=lambda i: (self._load[i], i))
         self._load[w] += cost
         self._where[job_id] = (w, cost)
-        self._inboxes[w].put(("job", job_id, pack(job, self._shared)))
+        if w < self._first:
+            self._local[job_id] = pack(job, self._shared)  # the inputs as they are now
+        else:
+            self._inboxes[w - self._first].put(("job", job_id, pack(job, self._shared)))
         return Deferred(functools.partial(self.await_job, job_id))
 
     def await_job(self, job_id: int) -> Any:
-        """Block until ``job_id`` is back; its outcome (or the worker's error)."""
+        """Block until ``job_id`` is back; its outcome (or the worker's error). Meanwhile this process
+        runs its own share of the jobs, oldest first."""
         while job_id not in self._done:
+            self._drain()
+            if job_id in self._done:
+                break
+            if self._local:
+                self._run_local(next(iter(self._local)))
+                continue
             try:
                 self._receive(self._results.get(timeout=_POLL_S))
             except queue.Empty:
@@ -108,7 +132,14 @@ class ProcessExecutor(Executor):
         ok, payload = self._done.pop(job_id)
         if not ok:
             raise ExecutorError(f"a job failed in a worker process:\n{payload}")
-        return unpack(payload)
+        return payload.outcome if isinstance(payload, _Ran) else unpack(payload)
+
+    def _run_local(self, job_id: int) -> None:
+        """Run one job of this process's share (an error propagates with its own traceback)."""
+        packed = self._local.pop(job_id)
+        w, cost = self._where.pop(job_id)
+        self._load[w] -= cost
+        self._done[job_id] = (True, _Ran(run_job(unpack(packed, self._views))))
 
     def _receive(self, item: tuple[int, bool, Any]) -> None:
         job_id, ok, payload = item
@@ -138,6 +169,15 @@ class ProcessExecutor(Executor):
         for q in (*self._inboxes, self._results):
             q.cancel_join_thread()
             q.close()
+
+
+class _Ran:
+    """The outcome of a job this process ran itself (nothing to unpack)."""
+
+    __slots__ = ("outcome",)
+
+    def __init__(self, outcome: Any) -> None:
+        self.outcome = outcome
 
 
 @contextlib.contextmanager

@@ -62,13 +62,14 @@ def stacks_well(model: nn.Module) -> bool:
 def make_executor(kind: str, spec: ExecutorSpec, *, threads: int, renders: bool = False) -> Executor:
     """The executor of ``kind`` (from ``resolve_kind``) with ``spec``'s settings; ``workers`` defaults to
     the cores divided by the scenario's threads. Process workers are forked (sharing the parent's
-    memory) where that is safe: single-threaded jobs and no rendering (``renders``: robot rollouts)."""
+    memory) where that is safe: single-threaded jobs and no rendering (``renders``: robot rollouts);
+    with two or more, this process is one of them (it would otherwise wait idle while they train)."""
     workers = spec.workers or max(1, available_cores() // threads)
     if kind == "process":
         from p2pfl.executors.process import ProcessExecutor
 
         fork = threads == 1 and not renders and "fork" in mp.get_all_start_methods()
-        return ProcessExecutor(workers, start="fork" if fork else "spawn")
+        return ProcessExecutor(workers, start="fork" if fork else "spawn", parent_share=workers >= 2)
     if kind == "ray":
         from p2pfl.executors.ray import RayExecutor
 

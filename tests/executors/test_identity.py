@@ -56,8 +56,8 @@ def workers():
 
 @pytest.fixture(scope="module")
 def forked():
-    """Forked workers, as a scenario with 1 thread and no rendering gets them."""
-    ex = ProcessExecutor(2, start="fork")
+    """Forked workers, as a scenario with 1 thread and no rendering gets them, this process one of them."""
+    ex = ProcessExecutor(2, start="fork", parent_share=True)
     yield ex
     ex.close()
 
@@ -73,7 +73,7 @@ def test_process_executor_is_byte_identical_to_inline(case, forked):
     inline = _run({**CASES[case], "executor": "inline"})
     jobs_before = forked._next
     shipped = _run(CASES[case], executor=forked)
-    assert forked._next > jobs_before  # the jobs really went to the workers
+    assert forked._next > jobs_before  # the jobs really went to the executor
     assert shipped[0] == inline[0]
     assert shipped[1] == inline[1]
 
@@ -96,6 +96,26 @@ def test_workers_are_forked_only_for_single_threaded_jobs_that_do_not_render(thr
         ex.close()
 
 
+def test_this_process_takes_a_share_and_one_worker_the_rest(monkeypatch):
+    """With parent_share, jobs split between this process (run when an outcome is awaited) and the
+    worker process by modelled load; the run is the inline run, byte for byte."""
+    import p2pfl.executors.process as process
+
+    ran_here: list[int] = []
+    run_job = process.run_job
+    monkeypatch.setattr(process, "run_job", lambda job: ran_here.append(job.node) or run_job(job))
+    ex = ProcessExecutor(2, start="fork", parent_share=True)
+    try:
+        assert len(ex._procs) == 1
+        submitted_before = ex._next
+        shipped = _run(CASES["fedavg"], executor=ex)
+        total = ex._next - submitted_before
+    finally:
+        ex.close()
+    assert 0 < len(ran_here) < total  # both slots trained
+    assert shipped == _run({**CASES["fedavg"], "executor": "inline"})
+
+
 def test_forked_workers_refuse_a_multi_threaded_job(forked):
     import torch
 
@@ -112,7 +132,9 @@ def test_scenario_executor_block_starts_and_stops_its_own_workers():
     raw = {**CASES["fedavg"], "executor": {"kind": "process", "workers": 2}}
     sim = Simulation(load_dict(raw))
     assert isinstance(sim.executor, ProcessExecutor) and sim.executor.workers == 2
+    assert sim.executor.parent_share and sim.executor.start_method == "fork"
     procs = sim.executor._procs
+    assert len(procs) == 1  # this process is the other worker
     summary = sim.run()
     assert not any(p.is_alive() for p in procs)
     assert json.dumps(summary, sort_keys=True) == _run({**CASES["fedavg"], "executor": "inline"})[0]
