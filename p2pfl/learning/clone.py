@@ -9,6 +9,7 @@ weights) falls back to ``copy.deepcopy``, so the copy is always a true one.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any, Optional
 
 import torch
@@ -42,6 +43,7 @@ def is_plain(module: nn.Module) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=4096)  # the same few attribute names, asked for every module of every copy
 def _is_hooks(key: str) -> bool:
     return key.endswith(("hooks", "hooks_with_kwargs")) or key == "_forward_hooks_always_called"
 
