@@ -176,14 +176,26 @@ def _remove_temps(out: Path, study: Study) -> int:
 
 
 def _same_cell(run_dir: Path, cell: Cell, study: str) -> bool:
-    """Is ``run_dir`` this cell: the same resolved scenario and the same cell.json?"""
+    """Is ``run_dir`` this cell: the same resolved scenario and the same cell.json?
+
+    The run's scenario.yaml is read through the current schema, so a field added to the schema
+    since the run (absent from its file, so at its default) does not orphan it; every field the
+    file states, defaults included, must still resolve to the same value.
+    """
+    from p2pfl.config import load_dict
+
     try:
         old_scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text(encoding="utf-8"))
         old_cell = json.loads((run_dir / "cell.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, yaml.YAMLError):
+        old = load_dict(old_scenario, source=str(run_dir / "scenario.yaml"))
+    except (OSError, ValueError, yaml.YAMLError, UserError):
         return False
-    new_scenario = yaml.safe_load(yaml.safe_dump(cell.scenario.model_dump(mode="json"), sort_keys=False))
-    return bool(old_scenario == new_scenario and old_cell == json.loads(json.dumps(cell.record(study))))
+    return bool(_resolved(old) == _resolved(cell.scenario) and old_cell == json.loads(json.dumps(cell.record(study))))
+
+
+def _resolved(scenario: Any) -> Any:
+    """A scenario's resolved fields as plain YAML values (tuples as lists)."""
+    return yaml.safe_load(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
 
 
 def _complete(study: Study, out: Path) -> list[str]:

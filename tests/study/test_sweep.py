@@ -145,6 +145,23 @@ def test_changed_study_bad_study_and_bad_jobs_exit_2_with_one_line(tmp_path, cap
     assert not (tmp_path / "o2").exists()
 
 
+def test_a_field_added_to_the_schema_since_a_run_does_not_orphan_it(tmp_path):
+    """Resume reads a run's scenario.yaml through the current schema: a field the file does not state
+    (added since, so at its default) matches; a value the file states must still match."""
+    study = _write_study(tmp_path, name="one", grid={}, seeds=[0], variants={})
+    out = tmp_path / "out"
+    assert p2pfl.sweep(study, jobs=1, out=out).ran == ("seed0",)
+    path = out / "seed0" / "scenario.yaml"
+    written = yaml.safe_load(path.read_text())
+    assert written["training"].pop("weight_decay") == 0.0  # as if the run predated the field (default 0.0)
+    path.write_text(yaml.safe_dump(written, sort_keys=False))
+    assert p2pfl.sweep(study, jobs=1, out=out).skipped == ("seed0",)
+    written["training"]["weight_decay"] = 0.5  # a stated value that no longer resolves the same
+    path.write_text(yaml.safe_dump(written, sort_keys=False))
+    with pytest.raises(UserError, match="this complete cell differs from what"):
+        p2pfl.sweep(study, jobs=1, out=out)
+
+
 def test_dry_run_lists_and_validates_the_cells_and_writes_nothing(tmp_path, capsys):
     study = _write_study(tmp_path)
     assert main(["sweep", str(study), "--dry-run", "--out", str(tmp_path / "out")]) == 0
