@@ -192,8 +192,12 @@ class ParameterShiftPartition(_Clustered):
 
 #: The partition kind whose federation ``p2pfl.data.build_federation`` does not build (robot demos).
 ROBOT_PARTITION_KIND = "robot_suites"
-#: The generated MuJoCo task suites (``p2pfl.robotics.suites.SUITES``); LIBERO suites are named freely.
+#: The generated MuJoCo task suites (``p2pfl.robotics.suites.SUITES``).
 SUITE_NAMES = ("spatial", "object", "goal")
+#: LIBERO's suites (``source: libero``) and the control steps an episode gets in the usual LIBERO
+#: evaluation (OpenVLA's ``max_steps``, sized to the longest human demonstration of each suite).
+LIBERO_HORIZONS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520,
+                   "libero_90": 400}
 
 
 class RobotSuitesPartition(Strict):
@@ -212,7 +216,10 @@ class RobotSuitesPartition(Strict):
     demos_per_task: int = Field(150, ge=2, description="20 are too few to localise objects on unseen layouts")
     history: int = Field(1, ge=1, le=8, description="observation steps per sample; 1 by default: with 2, the proprio history reveals the last action and BC learns to copy it (the copycat problem: spatial 10% with 2 steps, 57.5% with 1, same training)")
     eval_episodes: int = Field(10, ge=1)
-    horizon: int = Field(80, ge=1)
+    horizon: int = Field(80, ge=1, description="control steps per episode (generated suites, and suites not in horizons)")
+    horizons: dict[str, int] = Field(default_factory=dict,
+                                     description="control steps per episode by suite; source libero fills in "
+                                                 "LIBERO's own (libero_object 280, ...) for suites not given")
     source: Literal["generated", "libero"] = "generated"
     libero_tasks: dict[str, list[str]] = Field(default_factory=dict,
                                                description="libero source: suite -> demo files (relative to data.root)")
@@ -223,6 +230,21 @@ class RobotSuitesPartition(Strict):
         if len(set(v)) != len(v):
             raise ValueError(f"suites must be distinct; got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _suites_of_source(self) -> RobotSuitesPartition:
+        known = SUITE_NAMES if self.source == "generated" else tuple(LIBERO_HORIZONS)
+        bad = [s for s in self.suites if s not in known]
+        if bad:
+            raise ValueError(f"suites: {bad[0]!r} is not a {self.source} suite; valid: {', '.join(known)}")
+        extra = sorted(set(self.libero_tasks) - set(self.suites)) + sorted(set(self.horizons) - set(self.suites))
+        if extra:
+            raise ValueError(f"{extra[0]!r} is not one of the suites {self.suites}")
+        if any(h < 1 for h in self.horizons.values()):
+            raise ValueError("horizons: control steps must be at least 1")
+        if self.source == "libero":
+            object.__setattr__(self, "horizons", {s: self.horizons.get(s, LIBERO_HORIZONS[s]) for s in self.suites})
+        return self
 
     @property
     def n_clusters(self) -> int:

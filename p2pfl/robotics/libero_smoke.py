@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"libero not importable ({reason}); skipping the rollout")
         return 1
     tid = f"{a.suite}/{files[0].stem.removesuffix('_demo')}"
-    out = rollout_tasks(model, lay, [tid], episodes=1, horizon=a.steps, make_env=libero_env_factory(lay.image))
+    instruction = read_demo_file(files[0], max_demos=1).instruction
+    out = rollout_tasks(model, lay, [tid], episodes=1, horizon=a.steps,
+                        make_env=libero_env_factory(lay.image, {tid: instruction}))
     print(f"rollout {tid}: success {out.success:.2f} in {out.steps} steps (an untrained policy is expected to fail)")
     return 0
 

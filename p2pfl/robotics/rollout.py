@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,7 +37,8 @@ class RolloutResult:
 @torch.no_grad()
 def rollout_tasks(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], episodes: int, horizon: int, *,
                   seed: int = 0, make_env: Callable | None = None) -> RolloutResult:
-    """Run ``episodes`` episodes of every task (all episodes of a task step together)."""
+    """Run ``episodes`` episodes of every task: all episodes of a task step together (the policy batched over
+    them), or, when ``make_env.one_env_per_task`` (LIBERO), one after another in one environment."""
     if make_env is None:
         from p2pfl.robotics.env import RobotEnv
         from p2pfl.robotics.suites import get_task
@@ -47,28 +49,42 @@ def rollout_tasks(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], epi
     out = RolloutResult()
     try:
         for ti, tid in enumerate(tasks):
-            envs = [make_env(tid) for _ in range(episodes)]
-            obs = [e.reset(EVAL_SEED_OFFSET + seed * 7919 + ti * 1009 + k) for k, e in enumerate(envs)]
-            instr = envs[0].task.instruction
-            hist = [[o] for o in obs]
-            done = np.zeros(episodes, bool)
-            success = np.zeros(episodes, bool)
-            for _ in range(horizon):
-                live = np.flatnonzero(~done)
-                if live.size == 0:
-                    break
-                x = np.stack([_pack_last(layout, hist[k], instr) for k in live])
-                act = model(torch.from_numpy(x)).numpy()
-                for a, k in zip(act, live):
-                    o, info = envs[k].step(a)
-                    out.steps += 1
-                    hist[k] = (hist[k] + [o])[-layout.history:]
-                    if info.success:
-                        done[k] = success[k] = True
+            seeds = [EVAL_SEED_OFFSET + seed * 7919 + ti * 1009 + k for k in range(episodes)]
+            if getattr(make_env, "one_env_per_task", False):  # heavy envs (LIBERO): one, reused, closed
+                env: Any = make_env(tid)
+                try:
+                    success = np.concatenate([_episodes(model, layout, [env], [s], horizon, out) for s in seeds])
+                finally:
+                    env.close()
+            else:  # all episodes of the task step together, the policy batched over them
+                success = _episodes(model, layout, [make_env(tid) for _ in range(episodes)], seeds, horizon, out)
             out.per_task[tid] = float(success.mean())
     finally:
         model.train(was_training)
     return out
+
+
+def _episodes(model: nn.Module, layout: ObsLayout, envs: Sequence, seeds: Sequence[int], horizon: int,
+              out: RolloutResult) -> np.ndarray:
+    """One episode in each env (env k reset with ``seeds[k]``), stepped together; success per episode."""
+    obs = [e.reset(s) for e, s in zip(envs, seeds)]
+    instr = envs[0].task.instruction
+    hist = [[o] for o in obs]
+    done = np.zeros(len(envs), bool)
+    success = np.zeros(len(envs), bool)
+    for _ in range(horizon):
+        live = np.flatnonzero(~done)
+        if live.size == 0:
+            break
+        x = np.stack([_pack_last(layout, hist[k], instr) for k in live])
+        act = model(torch.from_numpy(x)).numpy()
+        for a, k in zip(act, live):
+            o, info = envs[int(k)].step(a)
+            out.steps += 1
+            hist[k] = (hist[k] + [o])[-layout.history:]
+            if info.success:
+                done[k] = success[k] = True
+    return success
 
 
 def run_rollouts(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], episodes: int, horizon: int,

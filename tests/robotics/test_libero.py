@@ -1,0 +1,106 @@
+"""The LIBERO adapter against real LIBERO environments (``pip install -e '.[libero]'``; skipped, with the
+reason, without it). The schema checks at the top need no LIBERO."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import p2pfl
+from p2pfl.config import load_dict
+from p2pfl.errors import DataError, UserError
+from p2pfl.robotics.libero import LiberoEnv, LiberoEnvFactory, check_layout, libero_available, libero_task_names
+from p2pfl.robotics.policy import ObsLayout, ResNetTPolicy
+from p2pfl.robotics.rollout import rollout_tasks
+
+from .conftest import needs_mujoco
+from .test_suites import _libero_style_file
+
+SUITE = "libero_object"
+TASK = "pick_up_the_alphabet_soup_and_place_it_in_the_basket"
+TID = f"{SUITE}/{TASK}"
+_REASON = libero_available()
+needs_libero = pytest.mark.skipif(_REASON is not None, reason=f"needs LIBERO: pip install -e '.[libero]' ({_REASON})")
+
+
+def _scenario(root, partition: dict) -> dict:
+    return {"name": "libero", "seed": 0, "topology": {"kind": "complete", "n": 2, "servers": [{"attach": "all"}]},
+            "data": {"dataset": "robotics", "root": str(root), "test_fraction": 0.5,
+                     "partition": {"kind": "robot_suites", "suites": [SUITE], "clients_per_suite": 2,
+                                   "reference_clients": 2, "demos_per_task": 3, "eval_episodes": 1,
+                                   "source": "libero", "libero_tasks": {SUITE: [f"{TASK}_demo.hdf5"]}, **partition}},
+            "training": {"batch_size": 4, "lr": 0.001, "optimizer": "adamw"},
+            "protocol": {"name": "fedavg", "rounds": 1}}
+
+
+def test_suite_names_are_checked_against_the_source(tmp_path):
+    with pytest.raises(UserError, match="'object' is not a libero suite; valid: libero_spatial, libero_object"):
+        load_dict(_scenario(tmp_path, {"suites": ["object"]}))
+    with pytest.raises(UserError, match="'libero_object' is not a generated suite; valid: spatial, object, goal"):
+        load_dict(_scenario(tmp_path, {"source": "generated"}))
+    with pytest.raises(UserError, match="'libero_goal' is not one of the suites"):
+        load_dict(_scenario(tmp_path, {"horizons": {"libero_goal": 10}}))
+
+
+def test_libero_suites_get_liberos_horizons_unless_given(tmp_path):
+    assert load_dict(_scenario(tmp_path, {})).data.partition.horizons == {SUITE: 280}
+    assert load_dict(_scenario(tmp_path, {"horizons": {SUITE: 7}})).data.partition.horizons == {SUITE: 7}
+    generated = _scenario(tmp_path, {"source": "generated", "suites": ["object"], "libero_tasks": {}})
+    assert load_dict(generated).data.partition.horizons == {}  # generated suites keep `horizon`
+
+
+@needs_libero
+def test_task_names_come_from_the_benchmark():
+    names = libero_task_names(SUITE)
+    assert len(names) == 10 and TASK in names
+    with pytest.raises(DataError, match="LIBERO suite 'object' is not one of libero_spatial"):
+        libero_task_names("object")
+
+
+@needs_mujoco
+@needs_libero
+def test_observations_action_and_instruction_of_a_real_env():
+    env = LiberoEnv(SUITE, TASK, image=32, instruction="from the demo file")
+    try:
+        obs = env.reset(0)
+        assert obs["agentview_rgb"].shape == (32, 32, 3) and obs["agentview_rgb"].dtype == np.uint8
+        assert obs["joint_states"].shape == (7,) and obs["gripper_states"].shape == (2,)
+        assert env.action_dim == 7 and env.task.instruction == "from the demo file"
+        o2, info = env.step(np.zeros(7))
+        assert o2["joint_states"].shape == (7,) and info.success is False
+        assert env.env.env.camera_names == ["agentview"]  # only the camera the policy reads is rendered
+    finally:
+        env.close()
+    factory = LiberoEnvFactory(32, ((TID, "x"),))
+    with pytest.raises(DataError, match="a 7-D action, the demos 7, 2 and 4; use demos recorded with this robot"):
+        check_layout(factory, TID, joint=7, gripper=2, action=4)
+
+
+@needs_mujoco
+@needs_libero
+def test_rollouts_build_one_env_per_task_reuse_it_and_close_it():
+    built, closed = [], []
+
+    class Counting(LiberoEnvFactory):
+        def __call__(self, tid):
+            env = super().__call__(tid)
+            built.append(tid)
+            close = env.close
+            env.close = lambda: (closed.append(tid), close())  # type: ignore[method-assign]
+            return env
+
+    lay = ObsLayout(image=32, joint=7, gripper=2, action=7)
+    out = rollout_tasks(ResNetTPolicy(lay), lay, [TID], episodes=3, horizon=2, make_env=Counting(32, ((TID, "go"),)))
+    assert built == [TID] and closed == [TID]
+    assert out.steps == 3 * 2 and out.per_task == {TID: 0.0}
+
+
+@needs_mujoco
+@needs_libero
+def test_a_one_round_fedavg_scenario_on_a_libero_task(tmp_path):
+    _libero_style_file(tmp_path / f"{TASK}_demo.hdf5", n=3, t=6, size=32)
+    summary = p2pfl.run(_scenario(tmp_path, {"horizons": {SUITE: 2}}), write=False).summary
+    logs = summary["logs"]["rollout_success"]
+    assert {e["suite"] for e in logs} == {SUITE} and all(e["value"] == 0.0 for e in logs)
+    per_task = [e["per_task"] for e in logs]
+    assert all(set(p) == {TID} for p in per_task)  # the rollouts ran on the LIBERO task
