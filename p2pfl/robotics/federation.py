@@ -28,11 +28,16 @@ from p2pfl.robotics.policy import ObsLayout, pack_samples
 from p2pfl.robotics.rollout import RolloutResult, run_rollouts
 from p2pfl.seeding import stream
 
-__all__ = ["RobotFederation", "RolloutReport", "build_robot_federation", "dirichlet_demo_split", "ROLLOUT_STEP_FLOPS"]
+__all__ = ["RobotFederation", "RolloutReport", "build_robot_federation", "dirichlet_demo_split", "ROLLOUT_STEP_FLOPS",
+           "LIBERO_STEP_FLOPS"]
 
 #: Modelled FLOPs of one physics + render control step (4 physics steps, a 32x32 render), added
 #: to the policy's forward FLOPs per step when rollouts are charged.
 ROLLOUT_STEP_FLOPS = 2_000_000
+#: A real LIBERO control step (25 physics steps, one 128 px agent-view render), measured in seconds by
+#: ``analysis/bench_libero.py`` and charged as FLOPs at the rate the same core runs the policy's forward
+#: (batch 1, as rollouts run it): 123 ms x 1.85 GFLOP/s, about 100 policy forwards per step.
+LIBERO_STEP_FLOPS = 228_000_000
 
 
 @dataclass
@@ -67,6 +72,7 @@ class RobotFederation(Federation):
     eval_episodes: int = 10
     horizon: int = 80
     horizons: dict = field(default_factory=dict)  # suite -> control steps, where not ``horizon``
+    step_flops: int = ROLLOUT_STEP_FLOPS  # modelled cost of one environment step (physics and render)
     seed: int = 0
     make_env: Any = None
 
@@ -96,7 +102,7 @@ class RobotFederation(Federation):
 
     def report(self, res: RolloutResult, suite: str, cached: bool, forward_flops: int) -> RolloutReport:
         """The score of a rollout result; its FLOPs charged unless ``cached`` (another device's score already paid)."""
-        flops = 0 if cached else res.steps * (forward_flops + ROLLOUT_STEP_FLOPS)
+        flops = 0 if cached else res.steps * (forward_flops + self.step_flops)
         return RolloutReport(res.success, flops, {"suite": suite, "per_task": res.per_task, "cached": cached})
 
 
@@ -210,4 +216,5 @@ def build_robot_federation(spec: Any, n_devices: int, *, seed: int) -> RobotFede
     return RobotFederation(dataset="robotics", shards=tuple(shards), num_classes=0, input_shape=(layout.width,),
                            true_clusters=tuple(clusters), partition="robot_suites", task="robotics", layout=layout,
                            device_suites=tuple(suites), suite_tasks=tasks_of, eval_episodes=p.eval_episodes,
-                           horizon=p.horizon, horizons=dict(p.horizons), seed=seed, make_env=make_env)
+                           horizon=p.horizon, horizons=dict(p.horizons), seed=seed, make_env=make_env,
+                           step_flops=LIBERO_STEP_FLOPS if p.source == "libero" else ROLLOUT_STEP_FLOPS)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import p2pfl
 from p2pfl.config import load_dict
 from p2pfl.errors import DataError, UserError
 from p2pfl.robotics.libero import LiberoEnv, LiberoEnvFactory, check_layout, libero_available, libero_task_names
@@ -98,8 +97,17 @@ def test_rollouts_build_one_env_per_task_reuse_it_and_close_it():
 @needs_mujoco
 @needs_libero
 def test_a_one_round_fedavg_scenario_on_a_libero_task(tmp_path):
+    """The whole path on a LIBERO task (demo file in LIBERO's layout, random content): rollouts run in the
+    real env, 1 episode of 2 steps, charged at LIBERO's measured step cost."""
+    from p2pfl.robotics.federation import LIBERO_STEP_FLOPS
+    from p2pfl.sim.kernel import Simulation
+
     _libero_style_file(tmp_path / f"{TASK}_demo.hdf5", n=3, t=6, size=32)
-    summary = p2pfl.run(_scenario(tmp_path, {"horizons": {SUITE: 2}}), write=False).summary
+    sim = Simulation(load_dict(_scenario(tmp_path, {"horizons": {SUITE: 2}})))
+    summary = sim.run()
+    charged = [e["flops"] for e in sim.recorder.events if e["kind"] == "compute" and e["what"] == "rollout"]
+    forward = sim.forward_flops(sim.new_model())
+    assert charged and all(f == 2 * (forward + LIBERO_STEP_FLOPS) for f in charged)
     logs = summary["logs"]["rollout_success"]
     assert {e["suite"] for e in logs} == {SUITE} and all(e["value"] == 0.0 for e in logs)
     per_task = [e["per_task"] for e in logs]

@@ -1,0 +1,114 @@
+"""What a real LIBERO rollout costs here: seconds per control step, and memory over 20 episodes.
+
+    python analysis/bench_libero.py [--suite libero_object] [--episodes 20] [--steps 10]
+
+Needs the ``libero`` extra (``pip install -e '.[libero]'``). One torch thread, one process.
+Prints one table: building an env, resetting it, one control step (25 physics steps and one 128 px
+agent-view render; the policy's forward timed apart), and the process's resident memory after each
+of ``--episodes`` short episodes in one reused environment (the adapter's way), beside the old way
+(a new environment per episode, never closed) for 3 episodes. The last line gives the control step
+as FLOPs at this core's measured rate for the policy's forward: the figure the cost model charges
+for a LIBERO step (``p2pfl.robotics.federation.LIBERO_STEP_FLOPS``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def rss_mib() -> float:
+    """Resident memory of this process now (not the peak)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", default="libero_object")
+    ap.add_argument("--episodes", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=10, help="control steps per episode")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    from p2pfl.robotics.gl import require_gl
+    from p2pfl.robotics.libero import LiberoEnv, libero_available, libero_task_names
+    from p2pfl.robotics.policy import ObsLayout, ResNetTPolicy
+    from p2pfl.sim.cost import forward_flops_per_sample
+
+    require_gl()  # the rendering backend (OSMesa by default), as rollouts set it
+    reason = libero_available()
+    if reason is not None:
+        print(f"needs LIBERO: pip install -e '.[libero]' ({reason})", file=sys.stderr)
+        return 2
+    task = libero_task_names(a.suite)[0]
+    lay = ObsLayout(joint=7, gripper=2, action=7)
+    policy = ResNetTPolicy(lay).eval()
+    rows: list[tuple[str, str]] = []
+    base = rss_mib()
+    t0 = time.perf_counter()
+    env = LiberoEnv(a.suite, task, lay.image, "bench")
+    rows.append(("build one env (s)", f"{time.perf_counter() - t0:.2f}"))
+    t0 = time.perf_counter()
+    env.reset(0)
+    rows.append(("reset, incl. 5 settling steps (s)", f"{time.perf_counter() - t0:.2f}"))
+    rng = np.random.default_rng(0)
+    steps = []
+    for _ in range(100):
+        act = rng.uniform(-0.2, 0.2, 7)
+        t0 = time.perf_counter()
+        env.step(act)
+        steps.append(time.perf_counter() - t0)
+    step_s = statistics.median(steps)
+    rows.append(("control step, median of 100 (ms)", f"{1e3 * step_s:.1f}"))
+    x = torch.rand(1, lay.width)
+    x[:, -lay.tokens:] = 0
+    with torch.no_grad():
+        for _ in range(5):
+            policy(x)
+        t0 = time.perf_counter()
+        for _ in range(50):
+            policy(x)
+    fwd_s = (time.perf_counter() - t0) / 50
+    flops = forward_flops_per_sample(policy, (lay.width,))
+    rate = flops / fwd_s
+    rows.append(("policy forward, batch 1 (ms)", f"{1e3 * fwd_s:.2f}"))
+    rows.append(("policy forward FLOPs / measured FLOP/s of this core", f"{flops:,} / {rate / 1e9:.2f} G"))
+    mem = []
+    for ep in range(a.episodes):
+        env.reset(ep)
+        for _ in range(a.steps):
+            env.step(np.zeros(7))
+        gc.collect()
+        mem.append(rss_mib())
+    env.close()
+    rows.append((f"RSS after episodes 1, 10, {a.episodes} of one reused env (MiB)",
+                 f"{mem[0]:.0f}, {mem[min(9, len(mem) - 1)]:.0f}, {mem[-1]:.0f} (before the env: {base:.0f})"))
+    old = []
+    kept = []
+    for ep in range(3):  # the old adapter: a new env per episode, never closed
+        e = LiberoEnv(a.suite, task, lay.image, "bench")
+        e.reset(ep)
+        for _ in range(a.steps):
+            e.step(np.zeros(7))
+        kept.append(e)
+        old.append(rss_mib())
+    rows.append(("RSS after episodes 1, 2, 3 with a new env each, not closed (MiB)", ", ".join(f"{m:.0f}" for m in old)))
+    print(f"LIBERO {a.suite}/{task}; torch {torch.__version__}, 1 thread\n")
+    print("| measure | value |\n|---|---:|")
+    for k, v in rows:
+        print(f"| {k} | {v} |")
+    print(f"\nLIBERO_STEP_FLOPS = control step x this core's rate = {step_s * rate:,.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
