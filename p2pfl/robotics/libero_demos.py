@@ -215,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--suite", default="libero_object", choices=["libero_object"])
     ap.add_argument("--tasks", default="all", help="comma-separated task indices (0-9), or all")
     ap.add_argument("--demos", type=int, default=20, help="successful demos per task")
+    ap.add_argument("--attempts", type=int, default=None, help="attempts per task (default: 2 x demos)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     from p2pfl.robotics.gl import require_gl
@@ -226,15 +227,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"needs LIBERO: pip install -e '.[libero]' ({reason})", file=sys.stderr)
         return 2
     indices = range(10) if a.tasks == "all" else [int(t) for t in a.tasks.split(",")]
-    results = []
+    kept = tried = 0
     for i in indices:
-        r = record_task(a.suite, i, a.demos, a.out.expanduser(), progress=lambda s: print(s, flush=True))
-        results.append(r)
+        try:
+            r = record_task(a.suite, i, a.demos, a.out.expanduser(), max_attempts=a.attempts,
+                            progress=lambda s: print(s, flush=True))
+        except DataError as err:  # every attempt failed: no file for this task
+            print(err, flush=True)
+            tried += a.attempts or 2 * a.demos
+            continue
+        kept, tried = kept + r.demos, tried + r.attempts
         print(f"{r.path.name}: {r.demos} demos in {r.attempts} attempts ({100 * r.success_rate:.0f}%), "
               f"{int(np.mean(r.steps))} steps on average", flush=True)
-    kept, tried = sum(r.demos for r in results), sum(r.attempts for r in results)
-    print(f"scripted expert: {kept} successes in {tried} attempts ({100 * kept / tried:.1f}%) over {len(results)} tasks")
-    return 0
+    print(f"scripted expert: {kept} successes in {tried} attempts ({100 * kept / max(tried, 1):.1f}%) over "
+          f"{len(indices)} tasks")
+    return 0 if kept else 1
 
 
 if __name__ == "__main__":  # pragma: no cover
