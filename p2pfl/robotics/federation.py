@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from p2pfl.data.federation import Federation, Shard
-from p2pfl.data.schema import SUITE_NAMES, RobotSuitesPartition
+from p2pfl.data.schema import RobotSuitesPartition
 from p2pfl.errors import ConfigError, DataError
 from p2pfl.robotics.gl import require_gl
 from p2pfl.robotics.policy import ObsLayout, pack_samples
@@ -112,10 +112,8 @@ def _suite_demos(p: RobotSuitesPartition, suite: str, root: Optional[str]):
     from p2pfl.robotics.demos import read_demo_file, task_demos
 
     if p.source == "generated":
-        from p2pfl.robotics.suites import SUITES
+        from p2pfl.robotics.suites import SUITES  # suite names: checked by the schema
 
-        if suite not in SUITES:
-            raise ConfigError(f"data.partition.suites: unknown suite {suite!r}; valid: {', '.join(SUITE_NAMES)}")
         out = []
         for t in SUITES[suite]:
             df = task_demos(t.id, p.demos_per_task, root)
@@ -161,11 +159,9 @@ def build_robot_federation(spec: Any, n_devices: int, *, seed: int) -> RobotFede
                           f"{len(p.suites) * p.clients_per_suite} devices; the topology has {n_devices}")
     require_gl()
     if p.source == "libero":
-        from p2pfl.robotics.libero import libero_available
+        from p2pfl.robotics.libero import require_libero
 
-        reason = libero_available()
-        if reason is not None:
-            raise DataError(f"data.partition.source: libero needs LIBERO ({reason}); pip install -e '.[libero]'")
+        require_libero()  # before any demo file is read
     shards, suites, clusters, tasks_of, layout = [], [], [], {}, None
     instructions: dict[str, str] = {}  # task id -> the demo file's instruction (training and rollouts)
     make_env = None

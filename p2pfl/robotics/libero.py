@@ -25,8 +25,8 @@ from p2pfl.data.schema import LIBERO_HORIZONS
 from p2pfl.errors import DataError
 from p2pfl.robotics.gl import require_gl
 
-__all__ = ["libero_available", "libero_env_factory", "libero_task_names", "check_layout", "LiberoEnv",
-           "LiberoEnvFactory", "CAMERA_PX"]
+__all__ = ["libero_available", "require_libero", "libero_benchmark", "bddl_path", "libero_env_factory",
+           "libero_task_names", "check_layout", "LiberoEnv", "LiberoEnvFactory", "CAMERA_PX"]
 
 CAMERA_PX = 128  # LIBERO's camera size; images are resized to the policy's layout
 _SETTLE_STEPS = 5  # LIBERO's evaluations idle 5 steps after placing the objects
@@ -44,7 +44,15 @@ def libero_available() -> str | None:
     return None
 
 
-def _benchmark(suite: str) -> Any:
+def require_libero() -> None:
+    """Raise the one-line error a scenario with ``source: libero`` gets when LIBERO is missing."""
+    reason = libero_available()
+    if reason is not None:
+        raise DataError(f"data.partition.source: libero needs LIBERO ({reason}); pip install -e '.[libero]'")
+
+
+def libero_benchmark(suite: str) -> Any:
+    """LIBERO's benchmark object of one of its five suites (one-line error for another name)."""
     from libero.libero import benchmark
 
     if suite not in LIBERO_HORIZONS:
@@ -52,9 +60,16 @@ def _benchmark(suite: str) -> Any:
     return benchmark.get_benchmark_dict()[suite]()
 
 
+def bddl_path(task: Any) -> str:
+    """The BDDL file of a benchmark task, in LIBERO's installed assets."""
+    from libero.libero import get_libero_path
+
+    return os.path.join(get_libero_path("bddl_files"), task.problem_folder, task.bddl_file)
+
+
 def libero_task_names(suite: str) -> list[str]:
     """The task names of a LIBERO suite, in the benchmark's order (no environment is built)."""
-    return [t.name for t in _benchmark(suite).tasks]
+    return [t.name for t in libero_benchmark(suite).tasks]
 
 
 @dataclass
@@ -72,17 +87,14 @@ class LiberoEnv:
     resized to ``image`` px."""
 
     def __init__(self, suite: str, task_name: str, image: int, instruction: str) -> None:
-        from libero.libero import get_libero_path
         from libero.libero.envs import OffScreenRenderEnv
 
-        bench = _benchmark(suite)
+        bench = libero_benchmark(suite)
         names = [t.name for t in bench.tasks]
         if task_name not in names:
             raise DataError(f"LIBERO suite {suite!r} has no task {task_name!r}; tasks: {', '.join(names)}")
         i = names.index(task_name)
-        t = bench.get_task(i)
-        bddl = os.path.join(get_libero_path("bddl_files"), t.problem_folder, t.bddl_file)
-        self.env = OffScreenRenderEnv(bddl_file_name=bddl, camera_names=["agentview"],
+        self.env = OffScreenRenderEnv(bddl_file_name=bddl_path(bench.get_task(i)), camera_names=["agentview"],
                                       camera_heights=CAMERA_PX, camera_widths=CAMERA_PX)
         self.init_states = bench.get_task_init_states(i)
         self.task = _Task(instruction)
@@ -139,9 +151,7 @@ class LiberoEnvFactory:
 def libero_env_factory(image: int, instructions: Mapping[str, str]) -> Callable[[str], LiberoEnv]:
     """``make_env(task_id)`` for rollouts; one-line error when LIBERO or rendering is missing."""
     require_gl()  # robosuite renders with MuJoCo too: same backend check
-    reason = libero_available()
-    if reason is not None:
-        raise DataError(f"data.partition.source: libero needs LIBERO ({reason}); pip install -e '.[libero]'")
+    require_libero()
     return LiberoEnvFactory(image, tuple(sorted(instructions.items())))
 
 

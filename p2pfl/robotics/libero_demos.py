@@ -115,13 +115,14 @@ def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: in
                 max_attempts: int | None = None, progress: Any = None) -> RecordResult:
     """Record ``n`` successful expert episodes of one task (attempts from LIBERO's fixed initial states)."""
     import h5py
-    from libero.libero import benchmark, get_libero_path
     from libero.libero.envs import OffScreenRenderEnv
 
-    bench = benchmark.get_benchmark_dict()[suite]()
+    from p2pfl.robotics.libero import bddl_path, libero_benchmark
+
+    bench = libero_benchmark(suite)
     task = bench.get_task(task_index)
     obj = object_of(task.name)
-    bddl = os.path.join(get_libero_path("bddl_files"), task.problem_folder, task.bddl_file)
+    bddl = bddl_path(task)
     env_kwargs = {"bddl_file_name": bddl, "camera_heights": camera_px, "camera_widths": camera_px,
                   "camera_names": ["agentview", "robot0_eye_in_hand"]}
     env = OffScreenRenderEnv(**env_kwargs)

@@ -130,7 +130,7 @@ class Simulation:
             if kind in ("process", "ray"):  # they start workers
                 setup(f"executor:{kind}")
             executor = make_executor(kind, scenario.executor, threads=scenario.threads,
-                                     renders=getattr(self.federation, "rollout_call", None) is not None)
+                                     renders=_rolls_out(self.federation))
         self.executor = executor
         if self.executor.name != "inline":
             self.executor.share(self.federation.shards)
@@ -237,7 +237,7 @@ class Simulation:
         """The metric's score of ``model`` on ``device``'s local test set (accuracy, RMSE or rollout
         success), recorded for it."""
         t0 = time.perf_counter()
-        if getattr(self.federation, "rollout_call", None) is not None:
+        if _rolls_out(self.federation):
             self._rollout_on(device, model, round)
             self.eval_wall_s += time.perf_counter() - t0
             return None
@@ -450,8 +450,13 @@ def build_only(scenario: Scenario) -> Simulation:
     return sim
 
 
+def _rolls_out(federation: Federation) -> bool:
+    """Whether the federation is scored by rollouts in rendered environments (robot suites)."""
+    return getattr(federation, "rollout_call", None) is not None
+
+
 def _metric_of(federation: Federation) -> str:
     """The score every evaluation reports: rollout success, RMSE (regression) or accuracy."""
-    if getattr(federation, "rollout_call", None) is not None:
+    if _rolls_out(federation):
         return "success"
     return "rmse" if federation.task == "regression" else "accuracy"
