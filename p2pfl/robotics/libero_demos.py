@@ -6,7 +6,9 @@ The expert (LIBERO-Object's "pick up the X and place it in the basket") reads th
 basket's poses from the environment and drives the end effector through OSC_POSE position deltas:
 above the object, down, grasp, up, over the basket, down, release. An episode counts only when
 LIBERO's own goal check (``done``) fires; failed attempts are discarded and the success rate is
-reported. Files carry what LIBERO's dataset files carry: ``data`` attributes ``problem_info``,
+reported. Attempt k starts from a placement drawn by LIBERO's own reset seeded with
+``DEMO_SEED + k``, not from the task's 50 fixed initial states: those stay unseen for evaluation
+(rollouts start from them), as LIBERO's human demonstrations were collected apart from them. Files carry what LIBERO's dataset files carry: ``data`` attributes ``problem_info``,
 ``env_args``, ``bddl_file_name``, ``bddl_file_content``, ``macros_image_convention``, ``num_demos``
 and ``total``; per demo ``num_samples``, ``model_file`` and ``init_state`` and the datasets
 ``actions``, ``states``, ``robot_states``, ``rewards``, ``dones`` and ``obs/{agentview_rgb,
@@ -27,6 +29,10 @@ import numpy as np
 
 from p2pfl.data.schema import LIBERO_HORIZONS
 from p2pfl.errors import DataError
+
+#: Seed of a recording's first attempt (LIBERO's reset draws the placement); rollouts use the fixed
+#: initial states instead, so no evaluation episode starts where a demonstration did.
+DEMO_SEED = 10_000
 
 __all__ = ["ObjectExpert", "RecordResult", "record_task", "object_of"]
 
@@ -113,7 +119,7 @@ def _quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
 
 def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: int = 128,
                 max_attempts: int | None = None, progress: Any = None) -> RecordResult:
-    """Record ``n`` successful expert episodes of one task (attempts from LIBERO's fixed initial states)."""
+    """Record ``n`` successful expert episodes of one task (attempt k: LIBERO's reset seeded ``DEMO_SEED + k``)."""
     import h5py
     from libero.libero.envs import OffScreenRenderEnv
 
@@ -126,7 +132,6 @@ def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: in
     env_kwargs = {"bddl_file_name": bddl, "camera_heights": camera_px, "camera_widths": camera_px,
                   "camera_names": ["agentview", "robot0_eye_in_hand"]}
     env = OffScreenRenderEnv(**env_kwargs)
-    inits = bench.get_task_init_states(task_index)
     horizon = LIBERO_HORIZONS[suite]
     path = out / f"{task.name}_demo.hdf5"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,9 +144,8 @@ def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: in
             while kept < n and attempts < (max_attempts or 2 * n):
                 k = attempts
                 attempts += 1
-                env.seed(k)
-                env.reset()
-                o = env.set_init_state(inits[k % len(inits)])
+                env.seed(DEMO_SEED + k)
+                o = env.reset()
                 init_state = env.env.sim.get_state().flatten()
                 expert = ObjectExpert(obj)
                 rec: dict[str, list] = {key: [] for key in ("actions", "states", "robot_states", "agentview_rgb",

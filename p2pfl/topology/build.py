@@ -80,7 +80,8 @@ def _generate(spec: TopologySpec, seed: int, base_dir: str | Path | None) -> nx.
         "erdos_renyi": lambda: random_graphs.erdos_renyi(spec.n, spec.p, seed=seed, **random_opts),
         "watts_strogatz": lambda: random_graphs.watts_strogatz(spec.n, spec.k, spec.p, seed=seed, **random_opts),
         "barabasi_albert": lambda: random_graphs.barabasi_albert(spec.n, spec.m, seed=seed, **random_opts),
-        "random_geometric": lambda: geometric.random_geometric(spec.n, spec.radius, seed=seed, **random_opts),
+        "random_geometric": lambda: geometric.random_geometric(spec.n, spec.radius, seed=seed, placement=spec.placement,
+                                                                  **random_opts),
         "edge_list": lambda: files.edge_list(spec.with_base_dir(base_dir or ".").path),
         "graphml": lambda: files.graphml(spec.with_base_dir(base_dir or ".").path),
     }

@@ -1,6 +1,10 @@
 """Random geometric graph: devices scattered in the unit square, linked when close.
 
-Models a neighbourhood of devices that can talk to whoever is within radio range.
+Models a neighbourhood of devices that can talk to whoever is within radio range. Placement
+``strips`` keeps the same positions but numbers the devices from left to right, so a contiguous
+block of ids (how the data partitions assign true groups, ``blocks``) is a vertical strip: the
+groups live together in space. ``scattered`` (ids in drawing order) mixes them everywhere. Both
+draw the same graph up to the numbering, so a comparison of the two changes only where groups sit.
 """
 
 from __future__ import annotations
@@ -15,19 +19,25 @@ from p2pfl.topology._common import fresh_graph, retry_connected
 __all__ = ["random_geometric"]
 
 
-def random_geometric(n: int, radius: float, *, seed: int, tries: int = 100, connected: bool = True) -> nx.Graph:
+def random_geometric(n: int, radius: float, *, seed: int, tries: int = 100, connected: bool = True,
+                     placement: str = "scattered") -> nx.Graph:
     """n devices placed uniformly in [0, 1)^2, linked when their distance is <= radius.
 
     Each node has attribute ``pos`` = (x, y). With ``connected`` the positions
-    are redrawn up to ``tries`` times until the graph is connected.
+    are redrawn up to ``tries`` times until the graph is connected. ``placement``:
+    ``scattered`` (ids in drawing order) or ``strips`` (ids by increasing x).
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise TopologyError(f"random_geometric needs n to be an integer >= 1; got n={n!r}")
     if not radius > 0:
         raise TopologyError(f"random_geometric needs radius > 0; got radius={radius!r}")
+    if placement not in ("scattered", "strips"):
+        raise TopologyError(f"random_geometric placement must be 'scattered' or 'strips'; got {placement!r}")
 
     def make(s: int) -> nx.Graph:
         xy = np.random.default_rng(s).random((n, 2))
+        if placement == "strips":
+            xy = xy[np.argsort(xy[:, 0], kind="stable")]
         # A k-d tree finds the pairs within range in O(n log n) (a dense distance matrix is O(n^2)).
         close = cKDTree(xy).query_pairs(radius, output_type="ndarray")
         close = close[np.lexsort((close[:, 1], close[:, 0]))] if len(close) else close

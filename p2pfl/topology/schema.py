@@ -113,6 +113,10 @@ class TopologySpec(Strict):
     tries: int = Field(default=100, ge=1)
     seed: int | None = None
     allow_disconnected: bool = False
+    placement: Literal["scattered", "strips"] = Field(
+        default="scattered",
+        description="random_geometric: 'strips' numbers the devices by x, so each contiguous block of ids "
+                    "(the data partitions' true groups) is a vertical strip of the square; same positions")
     link: LinkSpec = LinkSpec()
     edges: list[EdgeOverride] = Field(default_factory=list)
     servers: list[ServerSpec] = Field(default_factory=list)
@@ -178,6 +182,8 @@ class TopologySpec(Strict):
                 f"'{unused[0]}' is only used by random kinds ({', '.join(RANDOM_KINDS)}); "
                 f"remove it for kind '{self.kind}'"
             )
+        if self.placement != "scattered" and self.kind != "random_geometric":
+            raise ValueError(f"'placement' is only used by kind 'random_geometric'; remove it for kind '{self.kind}'")
         if self.kind in FILE_KINDS:
             if self.n is not None:
                 raise ValueError(f"kind '{self.kind}' takes 'n' from the file; remove 'n'")

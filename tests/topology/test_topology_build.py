@@ -26,6 +26,14 @@ def edges(g: nx.Graph) -> list[tuple[int, int]]:
     return sorted(tuple(sorted(e)) for e in g.edges())
 
 
+def test_placement_is_for_random_geometric_only() -> None:
+    g = build_topology(spec(kind="random_geometric", n=20, radius=0.5, placement="strips"), seed=1)
+    xs = [g.graph.nodes[i]["pos"][0] for i in range(20)]
+    assert xs == sorted(xs)
+    with pytest.raises(ValueError, match="'placement' is only used by kind 'random_geometric'; remove it for kind 'ring'"):
+        spec(kind="ring", n=6, placement="strips")
+
+
 def test_builders_describes_every_kind() -> None:
     assert set(BUILDERS) == set(KIND_PARAMS)
     assert all(isinstance(text, str) and text for text in BUILDERS.values())

@@ -159,6 +159,25 @@ def test_random_geometric_pinned_for_seed_0() -> None:
     assert g.nodes[0]["pos"] == pytest.approx((0.73756377, 0.10931013))
 
 
+def test_random_geometric_strips_is_the_same_graph_numbered_left_to_right() -> None:
+    from p2pfl.data.splitters import assign_clusters
+
+    a = random_geometric(40, 0.3, seed=3)
+    b = random_geometric(40, 0.3, seed=3, placement="strips")
+    pa, pb = nx.get_node_attributes(a, "pos"), nx.get_node_attributes(b, "pos")
+    xs = [pb[i][0] for i in range(40)]
+    assert xs == sorted(xs) and sorted(pa.values()) == sorted(pb.values())
+    relabel = {i: sorted(pa, key=lambda j: pa[j][0]).index(i) for i in pa}  # a's id -> b's id
+    assert edges(nx.relabel_nodes(a, relabel)) == edges(b)
+    # the data partitions' blocks of ids are disjoint strips: group k lies left of group k + 1
+    group = assign_clusters(40, 4)
+    for k in range(3):
+        right = max(pb[i][0] for i in range(40) if group[i] == k)
+        assert right < min(pb[i][0] for i in range(40) if group[i] == k + 1)
+    with pytest.raises(TopologyError, match="placement must be 'scattered' or 'strips'"):
+        random_geometric(10, 0.5, seed=0, placement="rings")
+
+
 RANDOM = [
     lambda s: k_regular(12, 3, seed=s),
     lambda s: erdos_renyi(12, 0.4, seed=s),
