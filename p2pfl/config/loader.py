@@ -19,6 +19,7 @@ Sizes are checked against ``p2pfl.limits`` before anything is built.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -383,6 +384,13 @@ def _check_sizes(sc: Scenario, source: str) -> None:
         n_test = n_train * data.test_fraction / (1 - data.test_fraction)
         need += n * (n_train + n_test) * d * 4.0 + k * d * d * 8.0
         what += f" and {n_train + n_test:,.0f} generated samples of {d} features each"
+    elif data.overlap and data.samples_per_client:  # shards may hold more samples than the pool: count them
+        from p2pfl.data.datasets import dataset_info
+
+        d = math.prod(dataset_info(data.dataset).input_shape)
+        per = data.samples_per_client / (1 - data.test_fraction)
+        need += n * per * d * 4.0
+        what += f" and {per:,.0f} samples of {d} features each (data.overlap)"
     try:
         limits.check_fits(need, what + " would", "use fewer devices (topology n), a smaller model "
                           "(model.hidden) or fewer samples (data.samples_per_client, data.test_fraction)")

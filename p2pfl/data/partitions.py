@@ -60,7 +60,8 @@ def _plan(spec, pool, clusters, train, label_maps=None, transforms=None, num_cla
 
 
 def _iid(spec: DataSpec, pool: Pool, n: int, seed: int) -> list[np.ndarray]:
-    return iid_partition(len(pool.train_y), n, rng=_rng(seed), samples_per_device=spec.samples_per_client)
+    return iid_partition(len(pool.train_y), n, rng=_rng(seed), samples_per_device=spec.samples_per_client,
+                         overlap=spec.overlap)
 
 
 # ---------------------------------------------------------------- one cluster
@@ -96,7 +97,8 @@ def plan_label_shift(spec: DataSpec, n: int, seed: int) -> Plan:
     p, pool = spec.partition, _pool(spec)
     clusters = assign_clusters(n, p.n_clusters, p.assignment)
     groups = sem.label_shift_groups(spec.dataset, pool.num_classes, p.n_clusters, pool.fine_to_coarse)
-    train = group_partition(pool.train_y, clusters, groups, rng=_rng(seed), samples_per_device=spec.samples_per_client)
+    train = group_partition(pool.train_y, clusters, groups, rng=_rng(seed), samples_per_device=spec.samples_per_client,
+                            overlap=spec.overlap)
     return _plan(spec, pool, clusters, train)
 
 
@@ -106,7 +108,8 @@ def plan_covariate_subclass(spec: DataSpec, n: int, seed: int) -> Plan:
     clusters = assign_clusters(n, p.n_clusters, p.assignment)
     supers = sem.superclasses(spec.dataset, pool.fine_to_coarse)
     groups = sem.subclass_groups(supers, p.n_clusters)
-    train = group_partition(pool.train_y, clusters, groups, rng=_rng(seed), samples_per_device=spec.samples_per_client)
+    train = group_partition(pool.train_y, clusters, groups, rng=_rng(seed), samples_per_device=spec.samples_per_client,
+                            overlap=spec.overlap)
     to_super = sem.superclass_map(supers, pool.num_classes)
     return _plan(spec, pool, clusters, train, label_maps=[to_super] * n, num_classes=len(supers))
 
@@ -210,7 +213,8 @@ def plan_combined(spec: DataSpec, n: int, seed: int) -> Plan:
     covariate = clusters % c_count
     concept = clusters // c_count
     groups = sem.subclass_groups(sem.superclasses(spec.dataset, pool.fine_to_coarse), c_count)
-    train = group_partition(pool.train_y, covariate, groups, rng=_rng(seed), samples_per_device=spec.samples_per_client)
+    train = group_partition(pool.train_y, covariate, groups, rng=_rng(seed), samples_per_device=spec.samples_per_client,
+                            overlap=spec.overlap)
     maps = sem.semantic_label_maps(spec.dataset)
     n_out = int(max(m.max() for m in maps)) + 1
     return _plan(spec, pool, clusters, train, label_maps=[maps[g] for g in concept], num_classes=n_out)

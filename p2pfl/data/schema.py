@@ -298,6 +298,12 @@ def _n_clusters(p) -> int:
     return p.n_clusters
 
 
+#: Partitions whose devices can draw overlapping samples (``data.overlap``): one pool or one class group
+#: per device, with a fixed ``samples_per_client``.
+OVERLAP_KINDS = ("iid", "feature_skew", "label_shift", "covariate_subclass", "rotation", "semantic_concept",
+                 "label_permutation", "combined")
+
+
 class DataSpec(Strict):
     """Dataset, partition and sizes of a federation (the scenario's ``data:``)."""
 
@@ -307,6 +313,8 @@ class DataSpec(Strict):
     partition: PartitionSpec = Field(default_factory=IIDPartition)
     test_fraction: float = Field(0.2, gt=0, lt=1)
     samples_per_client: int | None = Field(None, ge=1, le=limits.MAX_SAMPLES_PER_CLIENT)
+    overlap: bool = Field(False, description="each device draws samples_per_client samples independently (a sample "
+                                             "may sit on several devices): fleets larger than the dataset allows")
     clients_per_cluster: int | None = Field(None, ge=1, le=limits.MAX_DEVICES)
     sparsity: Literal["rich", "med", "sparse", "very_sparse", "super_sparse"] | None = None
 
@@ -346,6 +354,12 @@ class DataSpec(Strict):
             if info.synthetic:
                 raise ValueError(f"dataset {name!r} is generated per cluster; set partition.kind: parameter_shift")
             raise ValueError(f"partition.kind parameter_shift needs dataset synthetic_linear or synthetic_logistic; got {name!r}")
+        if self.overlap:
+            if self.samples_per_client is None:
+                raise ValueError("overlap needs samples_per_client (how many samples each device draws); set it")
+            if p.kind not in OVERLAP_KINDS:
+                raise ValueError(f"overlap is not supported by partition.kind {p.kind}; valid with: "
+                                 f"{', '.join(OVERLAP_KINDS)}")
         if (name == "robotics") != (p.kind == "robot_suites"):
             raise ValueError("dataset robotics goes with partition.kind robot_suites (and only with it); "
                              f"got dataset {name!r} with partition.kind {p.kind!r}")

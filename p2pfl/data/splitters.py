@@ -73,22 +73,37 @@ def assign_clusters(n_devices: int, n_clusters: int, mode: str = "blocks") -> np
 
 # ---------------------------------------------------------------- iid
 def iid_partition(
-    n_samples: int, n_devices: int, *, rng: np.random.Generator, samples_per_device: int | None = None
+    n_samples: int, n_devices: int, *, rng: np.random.Generator, samples_per_device: int | None = None,
+    overlap: bool = False,
 ) -> list[np.ndarray]:
     """Uniform random split of ``range(n_samples)``.
 
     With ``samples_per_device`` every device gets exactly that many samples;
-    otherwise all samples are dealt and sizes differ by at most one.
+    otherwise all samples are dealt and sizes differ by at most one. With
+    ``overlap`` each device draws its ``samples_per_device`` independently
+    (without replacement on the device, so a sample may sit on several devices).
     """
     if n_devices < 1:
         raise DataError(f"n_devices must be >= 1; got {n_devices}")
+    if overlap:
+        return _overlapping(np.arange(n_samples, dtype=np.int64), n_devices, samples_per_device, rng, "the pool")
     need = n_devices if samples_per_device is None else n_devices * samples_per_device
     if need > n_samples:
         raise DataError(
             f"{n_devices} devices x {samples_per_device or 1} samples need {need} training samples; "
-            f"the pool has {n_samples}; lower samples_per_client or the number of devices"
+            f"the pool has {n_samples}; lower samples_per_client or the number of devices, or set data.overlap: true"
         )
     return _iid_split(n_samples, n_devices, rng, samples_per_device)
+
+
+def _overlapping(members: np.ndarray, n_devices: int, per: int | None, rng: np.random.Generator,
+                 what: str) -> list[np.ndarray]:
+    """Each of ``n_devices`` devices draws ``per`` of ``members`` without replacement, independently."""
+    if per is None:
+        raise DataError("data.overlap needs data.samples_per_client (how many samples each device draws)")
+    if per > members.size:
+        raise DataError(f"a device draws {per} samples but {what} has {members.size}; lower samples_per_client")
+    return [np.sort(members[rng.choice(members.size, per, replace=False)]) for _ in range(n_devices)]
 
 
 def _iid_split(n_samples: int, n_devices: int, rng: np.random.Generator, per: int | None) -> list[np.ndarray]:
@@ -240,6 +255,7 @@ def group_partition(
     *,
     rng: np.random.Generator,
     samples_per_device: int | None = None,
+    overlap: bool = False,
 ) -> list[np.ndarray]:
     """Split each group's samples (those whose label is in its class set) among its devices.
 
@@ -247,6 +263,8 @@ def group_partition(
     classes group g draws from (groups must have disjoint class sets).  Within
     a group the samples are shuffled and dealt in device-id order: exactly
     ``samples_per_device`` each, or all of them with sizes differing by at most one.
+    With ``overlap`` each device draws its ``samples_per_device`` from its group's
+    samples independently, in device-id order.
     """
     labels = np.asarray(labels)
     device_group = np.asarray(device_group, dtype=np.int64)
@@ -258,6 +276,15 @@ def group_partition(
         seen |= set(cls)
     if device_group.min(initial=0) < 0 or device_group.max(initial=0) >= n_groups:
         raise DataError(f"device groups must lie in 0..{n_groups - 1}")
+    if overlap:
+        out: list[np.ndarray] = [np.empty(0, np.int64)] * device_group.size
+        for g, cls in enumerate(group_classes):
+            devices = np.flatnonzero(device_group == g)
+            members = np.flatnonzero(np.isin(labels, cls))
+            for i, idx in zip(devices, _overlapping(members, devices.size, samples_per_device, rng,
+                                                    f"cluster {g} (classes {list(cls)})")):
+                out[i] = idx
+        return out
     for g, cls in enumerate(group_classes):
         m = int((device_group == g).sum())
         have = int(np.isin(labels, cls).sum())
@@ -265,7 +292,7 @@ def group_partition(
         if m and need > have:
             raise DataError(
                 f"cluster {g} (classes {list(cls)}) has {have} training samples but its {m} devices need {need}; "
-                "lower samples_per_client or the number of devices"
+                "lower samples_per_client or the number of devices, or set data.overlap: true"
             )
     return _group_split(labels, device_group, group_classes, rng, samples_per_device)
 

@@ -154,6 +154,8 @@ SIZES: dict[str, tuple[str, Any, str]] = {
                    "field 'data.partition.n_features'"),
     "synthetic test_fraction": ("data", {"dataset": "synthetic_linear", "test_fraction": 1 - 1e-12,
                                          "partition": {"kind": "parameter_shift", "n_clusters": 1}}, "too large for this machine"),
+    "overlapping samples": ("data", {"dataset": "digits28", "samples_per_client": 10**7, "overlap": True},
+                            "and 12,500,000 samples of 784 features each (data.overlap) would need at least"),
     "hidden": ("model.hidden", 10**12, "field 'model.hidden'"),
     "hidden 0": ("model.hidden", 0, "field 'model.hidden'"),
     "hidden x devices": ("topology", {"kind": "ring", "n": 10**6}, "too large for this machine"),

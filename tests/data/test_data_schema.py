@@ -43,6 +43,9 @@ def test_defaults():
     ({"partition": {"kind": "iid", "alpha": 1}}, "unknown field 'data.partition.alpha'"),
     ({"partition": {"kind": "shuffle"}}, "data.partition"),
     ({"test_fraction": 1.0}, "field 'data.test_fraction': Input should be less than 1"),
+    ({"overlap": True}, "overlap needs samples_per_client (how many samples each device draws); set it"),
+    ({"overlap": True, "samples_per_client": 5, "partition": {"kind": "dirichlet", "alpha": 0.5}},
+     "overlap is not supported by partition.kind dirichlet; valid with: iid, feature_skew"),
 ])
 def test_bad_combinations_are_one_line_config_errors(data, message):
     with pytest.raises(ConfigError) as err:

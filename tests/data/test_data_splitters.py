@@ -161,6 +161,33 @@ def test_group_partition_overlapping_groups_rejected():
         group_partition(_labels(50, 5, 0), [0, 1], [(0, 1, 2), (2, 3)], rng=np.random.default_rng(0))
 
 
+def test_overlap_draws_fixed_sizes_beyond_the_pool_without_repeats_on_a_device() -> None:
+    parts = iid_partition(50, 30, rng=np.random.default_rng(1), samples_per_device=20, overlap=True)
+    assert len(parts) == 30 and all(len(p) == 20 == len(set(p.tolist())) for p in parts)
+    assert all(np.all(np.diff(p) > 0) and p.min() >= 0 and p.max() < 50 for p in parts)
+    assert len({tuple(p) for p in parts}) == 30  # independent draws
+    again = iid_partition(50, 30, rng=np.random.default_rng(1), samples_per_device=20, overlap=True)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again))
+    with pytest.raises(DataError, match=r"need 600 training samples; the pool has 50; .* or set data.overlap: true"):
+        iid_partition(50, 30, rng=np.random.default_rng(1), samples_per_device=20)
+    with pytest.raises(DataError, match="a device draws 60 samples but the pool has 50"):
+        iid_partition(50, 3, rng=np.random.default_rng(1), samples_per_device=60, overlap=True)
+
+
+def test_group_partition_overlap_keeps_each_device_in_its_groups_classes() -> None:
+    labels = _labels(300, 4, 0)
+    groups = [[0, 1], [2, 3]]
+    device_group = [0] * 20 + [1] * 20
+    parts = group_partition(labels, device_group, groups, rng=np.random.default_rng(2), samples_per_device=50,
+                            overlap=True)
+    for i, p in enumerate(parts):
+        assert len(p) == 50 == len(set(p.tolist()))
+        assert set(labels[p].tolist()) <= set(groups[device_group[i]])
+    assert sum(len(p) for p in parts) > (labels < 2).sum()  # more than the pool: samples are shared
+    with pytest.raises(DataError, match=r"a device draws 400 samples but cluster 0 \(classes \[0, 1\]\) has 137"):
+        group_partition(labels, device_group, groups, rng=np.random.default_rng(2), samples_per_device=400, overlap=True)
+
+
 @FAST
 @given(seed=st.integers(0, 2**32 - 1), n_devices=st.integers(1, 12), frac=st.floats(0.05, 0.5))
 def test_local_test_sets_follow_train_labels_and_are_disjoint_when_pool_allows(seed, n_devices, frac):
