@@ -205,11 +205,9 @@ def cost_tables(table: dict[Key, dict[str, list[dict[str, Any]]]]) -> list[str]:
             tt = f"{np.mean(reached):.2f} ({len(reached)}/{len(runs)})" if reached else f"never (0/{len(runs)})"
             churn = table.get((n, part, "together, churn"), {}).get(p, [])
             mob = table.get((n, part, "group mobility"), {}).get(p, [])
+            lost = [f"{mean(runs_, 'lost'):.0f}" if runs_ else "—" for runs_ in (churn, mob)]
             out.append(f"| {p} | {fmt_bytes(mean(runs, 'bytes_device'))} | {fmt_bytes(mean(runs, 'bytes_server'))} | "
-                       f"{mean(runs, 'sim_s'):.2f} | {tt} | {mean(runs, 'flops_device') / 1e9:.2f} | "
-                       f"{mean(churn, 'lost'):.0f} | {mean(mob, 'lost'):.0f} |" if churn or mob else
-                       f"| {p} | {fmt_bytes(mean(runs, 'bytes_device'))} | {fmt_bytes(mean(runs, 'bytes_server'))} | "
-                       f"{mean(runs, 'sim_s'):.2f} | {tt} | {mean(runs, 'flops_device') / 1e9:.2f} | — | — |")
+                       f"{mean(runs, 'sim_s'):.2f} | {tt} | {mean(runs, 'flops_device') / 1e9:.2f} | {lost[0]} | {lost[1]} |")
         out.append("")
     return out
 
