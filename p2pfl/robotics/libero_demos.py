@@ -8,8 +8,8 @@ above the object, down, grasp, up, over the basket, down, release. An episode co
 LIBERO's own goal check (``done``) fires; failed attempts are discarded and the success rate is
 reported. Attempt k starts from a placement drawn by LIBERO's own reset seeded with
 ``DEMO_SEED + k``, not from the task's 50 fixed initial states: those stay unseen for evaluation
-(rollouts start from them), as LIBERO's human demonstrations were collected apart from them. Files carry what LIBERO's dataset files carry: ``data`` attributes ``problem_info``,
-``env_args``, ``bddl_file_name``, ``bddl_file_content``, ``macros_image_convention``, ``num_demos``
+(rollouts start from them), as LIBERO's human demonstrations were collected apart from them.
+Files carry what LIBERO's dataset files carry: ``data`` attributes ``problem_info``, ``env_args``, ``bddl_file_name``, ``bddl_file_content``, ``macros_image_convention``, ``num_demos``
 and ``total``; per demo ``num_samples``, ``model_file`` and ``init_state`` and the datasets
 ``actions``, ``states``, ``robot_states``, ``rewards``, ``dones`` and ``obs/{agentview_rgb,
 eye_in_hand_rgb, joint_states, gripper_states, ee_pos, ee_ori, ee_states}``.
