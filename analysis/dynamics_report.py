@@ -33,6 +33,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from p2pfl.clustering.plots import federation_frames
 from p2pfl.metrics.report import ci95
 from p2pfl.metrics.runs import find_runs
 
@@ -157,41 +158,12 @@ def frames_figure(rows: list[dict[str, Any]], out: Path) -> Path | None:
     if not runs:
         return None
     run = next((r for r in runs if r["setting"] == "mobility 0.2"), runs[0])
-    with np.load(run["path"] / "positions.npz") as z:
-        times, pos = z["t"], z["pos"]
-    scenario = (run["path"] / "scenario.yaml").read_text()
     import yaml
 
-    radius = float(yaml.safe_load(scenario)["topology"]["radius"])
-    logs = run["labels_log"]
-    picks = [logs[0], logs[len(logs) // 2], logs[-1]]
-    fig = Figure(figsize=(12, 4.2))
-    FigureCanvasAgg(fig)
-    cmap = fig.colormaps["tab20"] if hasattr(fig, "colormaps") else None
-    for k, entry in enumerate(picks):
-        ax = fig.add_subplot(1, 3, k + 1)
-        i = int(np.argmin(np.abs(times - entry["t"])))
-        xy = pos[i]
-        for a in range(len(xy)):
-            for b in range(a + 1, len(xy)):
-                if np.hypot(*(xy[a] - xy[b])) <= radius:
-                    ax.plot(*zip(xy[a], xy[b]), color="0.85", lw=0.6, zorder=1)
-        labels = entry["value"]
-        uniq = sorted(set(labels))
-        colours = [uniq.index(lab) for lab in labels]
-        import matplotlib
-
-        ax.scatter(xy[:, 0], xy[:, 1], c=colours, cmap=cmap or matplotlib.colormaps["tab20"], s=60,
-                   edgecolors="k", zorder=2)
-        ari = next((e["value"] for e in run["ari_log"] if e.get("round") == entry.get("round")), float("nan"))
-        ax.set(title=f"round {entry.get('round')}, t = {times[i]:.1f} s: {len(uniq)} federations, ARI {ari:.2f}",
-               xlim=(0, 1), ylim=(0, 1), aspect="equal", xticks=[], yticks=[])
-        ax.title.set_fontsize(9)
-    fig.suptitle(f"rnd_gossip under mobility ({run['setting']} units/s, seed {run['seed']}): links within radio "
-                 f"range {radius:g}, colour = federation", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    return out
+    radius = float(yaml.safe_load((run["path"] / "scenario.yaml").read_text())["topology"]["radius"])
+    return federation_frames(run["path"] / "positions.npz", run["labels_log"], run["ari_log"], radius, out,
+                             title=f"rnd_gossip under mobility ({run['setting']} units/s, seed {run['seed']}): links "
+                                   f"within radio range {radius:g}, colour = federation")
 
 
 def costs(rows: list[dict[str, Any]]) -> list[str]:

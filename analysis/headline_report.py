@@ -33,6 +33,7 @@ from matplotlib.ticker import NullFormatter
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from p2pfl.clustering.plots import federation_frames  # noqa: E402
 from p2pfl.metrics.claims import at_least, fmt_ci, fmt_diff, interval, paired  # noqa: E402
 from p2pfl.metrics.runs import find_runs  # noqa: E402
 
@@ -382,34 +383,14 @@ def frames_figure(rows: list[dict[str, Any]], out: Path) -> Path | None:
     if not runs:
         return None
     run = runs[0]
-    summary = json.loads((run["path"] / "summary.json").read_text())
-    labels = summary.get("logs", {}).get("federation_labels", [])
-    if not labels:
+    logs = json.loads((run["path"] / "summary.json").read_text()).get("logs", {})
+    if not logs.get("federation_labels"):
         return None
-    with np.load(run["path"] / "positions.npz", allow_pickle=False) as z:
-        times, pos = z["t"], z["pos"]
     radius = float(yaml.safe_load((run["path"] / "scenario.yaml").read_text())["topology"]["radius"])
-    from scipy.spatial import cKDTree
-
-    fig = Figure(figsize=(13, 4.5))
-    FigureCanvasAgg(fig)
-    for k, entry in enumerate((labels[0], labels[len(labels) // 2], labels[-1])):
-        ax = fig.add_subplot(1, 3, k + 1)
-        i = int(np.argmin(np.abs(times - entry["t"])))
-        xy = pos[i]
-        for a, b in cKDTree(xy).query_pairs(radius):
-            ax.plot(*zip(xy[a], xy[b]), color="0.85", lw=0.4, zorder=1)
-        uniq = sorted(set(entry["value"]))
-        ax.scatter(xy[:, 0], xy[:, 1], c=[uniq.index(v) for v in entry["value"]], cmap="tab20", s=18,
-                   edgecolors="k", linewidths=0.3, zorder=2)
-        ax.set(title=f"t = {times[i]:.2f} s: {len(uniq)} federations", xlim=(0, 1), ylim=(0, 1), aspect="equal",
-               xticks=[], yticks=[])
-        ax.title.set_fontsize(9)
-    fig.suptitle(f"rnd_gossip_h1 under group mobility (N = {run['n']}, {run['partition']}, seed {run['seed']}): "
-                 f"links within radio range {radius:g}, colour = federation", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    return out
+    return federation_frames(run["path"] / "positions.npz", logs["federation_labels"], logs.get("ari", []), radius, out,
+                             title=f"rnd_gossip_h1 under group mobility (N = {run['n']}, {run['partition']}, seed "
+                                   f"{run['seed']}): links within radio range {radius:g}, colour = federation",
+                             marker_size=18.0)
 
 
 # ------------------------------------------------------------------------------------------ report

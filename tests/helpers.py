@@ -1,9 +1,23 @@
-"""Small scenario builders shared by tests."""
+"""Small scenario builders shared by tests, and the analysis scripts as modules."""
 
 from __future__ import annotations
 
 import copy
+import importlib.util
+from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def analysis_module(name: str) -> ModuleType:
+    """``analysis/<name>.py`` (a script, not a package) loaded as a module."""
+    spec = importlib.util.spec_from_file_location(f"analysis_{name}", ROOT / "analysis" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def digits_scenario(protocol: dict[str, Any], *, n: int = 6, kind: str = "ring", servers: bool = False,

@@ -1,4 +1,4 @@
-"""Figures of the novelty matrix (RND clustered-FL paper, Fig. 2)."""
+"""Figures of clustering: the novelty matrix (RND clustered-FL paper, Fig. 2) and federations in space."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-__all__ = ["novelty_heatmap"]
+__all__ = ["novelty_heatmap", "federation_frames"]
 
 
 def novelty_heatmap(
@@ -70,3 +70,43 @@ def _cmap():
     from matplotlib import colormaps
 
     return colormaps["RdBu"].with_extremes(bad="0.8")
+
+
+def federation_frames(
+    positions: str | Path,
+    labels_log: Sequence[dict],
+    ari_log: Sequence[dict],
+    radius: float,
+    out_path: str | Path,
+    *,
+    title: str,
+    marker_size: float = 60.0,
+) -> Path:
+    """Save the moving neighbourhood at three moments (first, middle and last ``federation_labels`` entry):
+    devices at their positions of a run's ``positions.npz`` (frames ``t``, ``pos``), links within
+    ``radius``, colour = federation, the ARI logged in the same round in each panel's title."""
+    from scipy.spatial import cKDTree
+
+    with np.load(positions, allow_pickle=False) as z:
+        times, pos = z["t"], z["pos"]
+    fig = Figure(figsize=(12, 4.2))
+    FigureCanvasAgg(fig)
+    picks = [labels_log[0], labels_log[len(labels_log) // 2], labels_log[-1]]
+    for k, entry in enumerate(picks):
+        ax = fig.add_subplot(1, 3, k + 1)
+        i = int(np.argmin(np.abs(times - entry["t"])))
+        xy = pos[i]
+        for a, b in sorted(cKDTree(xy).query_pairs(radius)):
+            ax.plot(*zip(xy[a], xy[b]), color="0.85", lw=0.6, zorder=1)
+        uniq = sorted(set(entry["value"]))
+        ax.scatter(xy[:, 0], xy[:, 1], c=[uniq.index(v) for v in entry["value"]], cmap="tab20", s=marker_size,
+                   edgecolors="k", zorder=2)
+        ari = next((e["value"] for e in ari_log if e.get("round") == entry.get("round")), float("nan"))
+        ax.set(title=f"round {entry.get('round')}, t = {times[i]:.1f} s: {len(uniq)} federations, ARI {ari:.2f}",
+               xlim=(0, 1), ylim=(0, 1), aspect="equal", xticks=[], yticks=[])
+        ax.title.set_fontsize(9)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=120)
+    return Path(out_path)
+

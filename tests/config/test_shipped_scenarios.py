@@ -8,7 +8,6 @@ also builds topology, data and protocol) runs on a few. scenarios/studies/ holds
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import yaml
 
 from p2pfl.config import load
 from p2pfl.registry import get_protocol
+from tests.helpers import analysis_module
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
@@ -57,16 +57,8 @@ def test_p2pfl_validate_accepts(name: str) -> None:
 
 
 # --- the server-vs-serverless files and the analysis that runs them ----------------------------
-def _svs_module():
-    spec = importlib.util.spec_from_file_location("svs_analysis", ROOT / "analysis" / "server_vs_serverless.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_each_protocol_file_extends_the_common_base() -> None:
-    svs = _svs_module()
+    svs = analysis_module("server_vs_serverless")
     base = load(SCENARIOS / "server_vs_serverless" / "base.yaml")
     for label, (name, fname) in svs.PROTOCOL_FILES.items():
         raw = yaml.safe_load((SCENARIOS / "server_vs_serverless" / fname).read_text(encoding="utf-8"))
@@ -81,7 +73,7 @@ def test_each_protocol_file_extends_the_common_base() -> None:
 def test_the_study_runs_every_protocol_file_over_n_partitions_and_seeds() -> None:
     from p2pfl.config.study import load_study
 
-    svs = _svs_module()
+    svs = analysis_module("server_vs_serverless")
     study = load_study(SCENARIOS / "studies" / "server_vs_serverless.yaml")
     assert {c.variant for c in study.cells} == set(svs.PROTOCOL_FILES)
     assert len(study.cells) == len(svs.PROTOCOL_FILES) * 2 * 3 * 3

@@ -3,19 +3,7 @@ Table I layout (no LIBERO needed: it reads summaries)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _report():
-    spec = importlib.util.spec_from_file_location("libero_report", ROOT / "analysis" / "libero_report.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from tests.helpers import analysis_module
 
 T0 = "libero_object/pick_up_the_alphabet_soup_and_place_it_in_the_basket"
 T1 = "libero_object/pick_up_the_butter_and_place_it_in_the_basket"
@@ -26,7 +14,7 @@ def _log(round_: int, a: float, b: float) -> dict:
 
 
 def test_last_round_per_task_is_averaged_over_the_devices() -> None:
-    rep = _report()
+    rep = analysis_module("libero_report")
     summary = {"logs": {"rollout_success": [_log(10, 1.0, 1.0), _log(20, 0.2, 0.0), _log(20, 0.6, 0.4)]}}
     last, per_task = rep.final_per_task(summary)
     assert last == 20 and per_task == {T0: 0.4, T1: 0.2}
@@ -34,7 +22,7 @@ def test_last_round_per_task_is_averaged_over_the_devices() -> None:
 
 
 def test_table_rows_follow_the_paper_order_with_means_and_bytes() -> None:
-    rep = _report()
+    rep = analysis_module("libero_report")
     rows = [{"label": lab, "seed": 0, "round": 20, "per_task": {T0: a, T1: b}, "success": 50 * (a + b),
              "bytes": 4_000_000, "messages": 40, "sim_s": 1.0, "wall_s": 120.0}
             for lab, a, b in (("feddrman", 0.4, 0.2), ("local", 0.0, 0.2), ("fedavg", 0.2, 0.2), ("centralized", 0.6, 0.4))]

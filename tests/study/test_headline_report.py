@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _report():
-    spec = importlib.util.spec_from_file_location("headline_report", ROOT / "analysis" / "headline_report.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import analysis_module
 
 
 def _run(protocol: str, seed: int, acc: float, nbytes: float, sim_s: float, server: float = 0.0) -> dict[str, Any]:
@@ -23,7 +13,7 @@ def _run(protocol: str, seed: int, acc: float, nbytes: float, sim_s: float, serv
 
 
 def test_setting_and_worst_decile() -> None:
-    rep = _report()
+    rep = analysis_module("headline_report")
     base = {"topology": {"placement": "strips"}, "dynamics": {"churn": {"offline": 0.0}}}
     assert rep.setting_of(base) == "together, static"
     assert rep.setting_of({"topology": {}, "dynamics": {"churn": {"offline": 0.3}}}) == "scattered, churn"
@@ -33,14 +23,14 @@ def test_setting_and_worst_decile() -> None:
 
 
 def test_pareto_drops_only_dominated_protocols() -> None:
-    rep = _report()
+    rep = analysis_module("headline_report")
     protos = {"fedavg": [_run("fedavg", 0, 0.6, 100.0, 5.0)], "gossip": [_run("gossip", 0, 0.5, 100.0, 1.0)],
               "dsgd": [_run("dsgd", 0, 0.5, 200.0, 2.0)], "local": [_run("local", 0, 0.3, 0.0, 0.1)]}
     assert rep.pareto(protos) == ["fedavg", "gossip", "local"]  # dsgd: gossip is as accurate, cheaper, faster
 
 
 def test_crossover_needs_a_paired_match_and_fewer_bytes() -> None:
-    rep = _report()
+    rep = analysis_module("headline_report")
     seeds = (0, 1, 2)
     small = {"ifca": [_run("ifca", s, 0.60 + 0.01 * s, 1e6, 10.0) for s in seeds],
              "rnd_gossip_h1": [_run("rnd_gossip_h1", s, 0.40 + 0.01 * s, 5e5, 50.0) for s in seeds]}
