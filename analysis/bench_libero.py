@@ -4,11 +4,11 @@
 
 Needs the ``libero`` extra (``pip install -e '.[libero]'``). One torch thread, one process.
 Prints one table: building an env, resetting it, one control step (25 physics steps and one 128 px
-agent-view render; the policy's forward timed apart), and the process's resident memory after each
+agent-view render; with the wrist camera too, two renders; the policy's forward timed apart), and the process's resident memory after each
 of ``--episodes`` short episodes in one reused environment (the adapter's way), beside the old way
 (a new environment per episode, never closed) for 3 episodes. The last line gives the control step
-as FLOPs at this core's measured rate for the policy's forward: the figure the cost model charges
-for a LIBERO step (``p2pfl.robotics.federation.LIBERO_STEP_FLOPS``).
+as FLOPs at this core's measured rate for the policy's forward: the figures the cost model charges
+for a LIBERO step (``p2pfl.robotics.federation.LIBERO_STEP_FLOPS``, ``LIBERO_WRIST_STEP_FLOPS``).
 """
 
 from __future__ import annotations
@@ -69,6 +69,17 @@ def main(argv: list[str] | None = None) -> int:
         steps.append(time.perf_counter() - t0)
     step_s = statistics.median(steps)
     rows.append(("control step, median of 100 (ms)", f"{1e3 * step_s:.1f}"))
+    wrist_env = LiberoEnv(a.suite, task, lay.image, "bench", wrist=True)
+    wrist_env.reset(0)
+    steps = []
+    for _ in range(100):
+        act = rng.uniform(-0.2, 0.2, 7)
+        t0 = time.perf_counter()
+        wrist_env.step(act)
+        steps.append(time.perf_counter() - t0)
+    wrist_env.close()
+    wrist_s = statistics.median(steps)
+    rows.append(("control step with the wrist camera too, median of 100 (ms)", f"{1e3 * wrist_s:.1f}"))
     x = torch.rand(1, lay.width)
     x[:, -lay.tokens:] = 0
     with torch.no_grad():
@@ -107,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in rows:
         print(f"| {k} | {v} |")
     print(f"\nLIBERO_STEP_FLOPS = control step x this core's rate = {step_s * rate:,.0f}")
+    print(f"LIBERO_WRIST_STEP_FLOPS = control step with the wrist camera x this core's rate = {wrist_s * rate:,.0f}")
     return 0
 
 

@@ -223,6 +223,8 @@ class RobotSuitesPartition(Strict):
     source: Literal["generated", "libero"] = "generated"
     libero_tasks: dict[str, list[str]] = Field(default_factory=dict,
                                                description="libero source: suite -> demo files (relative to data.root)")
+    wrist: bool = Field(False, description="the eye-in-hand camera as a second image modality (the paper's wrist "
+                                           "RGB; libero source: the demos' obs/eye_in_hand_rgb)")
 
     @field_validator("suites")
     @classmethod
@@ -240,6 +242,8 @@ class RobotSuitesPartition(Strict):
         extra = sorted(set(self.libero_tasks) - set(self.suites)) + sorted(set(self.horizons) - set(self.suites))
         if extra:
             raise ValueError(f"{extra[0]!r} is not one of the suites {self.suites}")
+        if self.wrist and self.source != "libero":
+            raise ValueError("wrist: true needs source: libero (the generated suites render the agent view only)")
         if self.source == "libero":
             object.__setattr__(self, "horizons", {s: self.horizons.get(s, LIBERO_HORIZONS[s]) for s in self.suites})
         return self

@@ -6,6 +6,7 @@ Layout (as LIBERO's ``*_demo.hdf5``)::
     data/demo_i                attrs: num_samples
     data/demo_i/actions        (T, A) float
     data/demo_i/obs/agentview_rgb   (T, H, W, 3) uint8
+    data/demo_i/obs/eye_in_hand_rgb (T, H, W, 3) uint8   (LIBERO's files; read only when asked)
     data/demo_i/obs/joint_states    (T, J)
     data/demo_i/obs/gripper_states  (T, G)
     data/demo_i/dones, rewards      (T,)
@@ -35,12 +36,14 @@ CACHE_VERSION = "v4"
 
 @dataclass
 class Demo:
-    """One trajectory: images (T, H, W, 3) uint8, joint (T, J), gripper (T, G), actions (T, A)."""
+    """One trajectory: images (T, H, W, 3) uint8, joint (T, J), gripper (T, G), actions (T, A);
+    the wrist camera's images (T, H, W, 3) where read."""
 
     agentview_rgb: np.ndarray
     joint_states: np.ndarray
     gripper_states: np.ndarray
     actions: np.ndarray
+    eye_in_hand_rgb: Optional[np.ndarray] = None
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])
@@ -99,8 +102,11 @@ def _demo_index(name: str) -> int:
     return int(m.group(1)) if m else -1
 
 
-def read_demo_file(path: str | Path, max_demos: Optional[int] = None) -> DemoFile:
-    """Read a LIBERO-layout demo file (ours or LIBERO's own); demos in numeric order."""
+def read_demo_file(path: str | Path, max_demos: Optional[int] = None, *, wrist: bool = False) -> DemoFile:
+    """Read a LIBERO-layout demo file (ours or LIBERO's own); demos in numeric order.
+
+    ``wrist``: also read each demo's ``obs/eye_in_hand_rgb`` (one-line error where a demo lacks it).
+    """
     h5py = _import_h5py()
     path = Path(path)
     if not path.is_file():
@@ -119,8 +125,11 @@ def read_demo_file(path: str | Path, max_demos: Optional[int] = None) -> DemoFil
         demos = []
         for k in names:
             o = g[k]["obs"]
+            if wrist and "eye_in_hand_rgb" not in o:
+                raise DataError(f"{path}: {k} has no obs/eye_in_hand_rgb; set data.partition.wrist: false")
             demos.append(Demo(np.asarray(o["agentview_rgb"], dtype=np.uint8), np.asarray(o["joint_states"], np.float32),
-                              np.asarray(o["gripper_states"], np.float32), np.asarray(g[k]["actions"], np.float32)))
+                              np.asarray(o["gripper_states"], np.float32), np.asarray(g[k]["actions"], np.float32),
+                              np.asarray(o["eye_in_hand_rgb"], dtype=np.uint8) if wrist else None))
         attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in g.attrs.items()}
     return DemoFile(str(instruction), demos, attrs)
 

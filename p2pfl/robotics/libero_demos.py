@@ -37,7 +37,8 @@ DEMO_SEED = 10_000
 __all__ = ["ObjectExpert", "RecordResult", "record_task", "object_of"]
 
 _GAIN = 12.0  # action per metre of position error (OSC_POSE maps 1.0 to 5 cm per step)
-_GRASP_STEPS = 12
+_GRASP_STEPS = 12  # lift after this many closing steps if the fingers never both touch the object
+_CLOSE_DZ = 0.02  # close the gripper this far above the object's centre (m)
 _ABOVE, _CARRY, _RELEASE = 0.10, 0.28, 0.18  # heights above the object / the basket (m)
 
 
@@ -53,28 +54,36 @@ def object_of(task_name: str) -> str:
 @dataclass
 class ObjectExpert:
     """A phase machine over the environment's object and basket poses (ground truth the expert may read:
-    it stands in for a human demonstrator)."""
+    it stands in for a human demonstrator).
+
+    Every switch that changes the gripper or starts the lift fires on an observable state while the
+    arm is still moving: close once the end effector is within ``_CLOSE_DZ`` of the object's centre
+    height, lift once both fingers touch the object. A switch after a wait in a still state (the
+    first recorder closed after the descent stalled for 5 steps and lifted after 12 closing steps)
+    gives a memoryless policy identical observations with different actions, and the cloned policy
+    then stays at that state (measured: it pushed down with the gripper open until the horizon).
+    """
 
     obj: str
     phase: int = 0
     count: int = 0
     last: Any = None  # the end effector's previous position (a descent that stalls on a tall object grasps)
 
-    def act(self, o: dict[str, np.ndarray]) -> np.ndarray:
+    def act(self, o: dict[str, np.ndarray], grasped: bool = False) -> np.ndarray:
+        """The action for observation ``o``; ``grasped``: both fingers touch the object (from the env)."""
         eef, p, basket = o["robot0_eef_pos"], o[f"{self.obj}_1_pos"], o["basket_1_pos"]
+        if self.phase == 1:
+            still = self.last is not None and np.linalg.norm(eef - self.last) < 0.0015
+            self._next_if(eef[2] <= p[2] + _CLOSE_DZ or np.linalg.norm(p - eef) < 0.01 or still)
+        elif self.phase == 2:
+            self.count += 1
+            self._next_if(grasped or self.count > _GRASP_STEPS)
         grip = 1.0 if 2 <= self.phase <= 5 else -1.0
         if self.phase == 0:
             target = p + [0, 0, _ABOVE]
             self._next_if(np.linalg.norm(target - eef) < 0.012)
-        elif self.phase == 1:
+        elif self.phase in (1, 2):
             target = p
-            still = self.last is not None and np.linalg.norm(eef - self.last) < 0.0015
-            self.count = self.count + 1 if still else 0
-            self._next_if(np.linalg.norm(target - eef) < 0.01 or self.count >= 5)
-        elif self.phase == 2:
-            target = p
-            self.count += 1
-            self._next_if(self.count > _GRASP_STEPS)
         elif self.phase == 3:
             target = np.array([eef[0], eef[1], basket[2] + _CARRY])
             self._next_if(abs(target[2] - eef[2]) < 0.02)
@@ -153,7 +162,8 @@ def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: in
                                                             "ee_pos", "ee_ori")}
                 done = False
                 for _ in range(horizon):
-                    a = expert.act(o)
+                    a = expert.act(o, grasped=bool(env.env._check_grasp(gripper=env.env.robots[0].gripper,
+                                                                            object_geoms=env.env.objects_dict[f"{obj}_1"])))
                     ori = _quat_to_axis_angle(o["robot0_eef_quat"])
                     rec["states"].append(env.env.sim.get_state().flatten())
                     rec["robot_states"].append(np.concatenate([o["robot0_gripper_qpos"], o["robot0_eef_pos"],

@@ -1,9 +1,10 @@
 """ResNet-T-lite: a small language-conditioned visuomotor GMM policy (LIBERO's ResNet-T in spirit).
 
 Per time step: a conv encoder with FiLM language conditioning and a spatial-softmax keypoint
-projector whose keypoints the instruction also gates (agent view), linear encoders for joint and
-gripper states standardised by running statistics; a language token (hashed
-words, mean-pooled embedding). A one-layer transformer runs over the text token and the
+projector whose keypoints the instruction also gates (agent view; a second one for the wrist
+camera where the layout has it, as the paper's M = {text, agent, wrist, joint, gripper}, Sec. III-B),
+linear encoders for joint and gripper states standardised by running statistics; a language token
+(hashed words, mean-pooled embedding). A one-layer transformer runs over the text token and the
 history's modality tokens; the last step's agent token feeds a 5-mode GMM head.
 
 Samples travel packed in one float vector (see ``ObsLayout``) so shards stay plain tensors.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -23,10 +25,11 @@ from torch.nn import functional as F
 
 from p2pfl.robotics.gmm import GMM, GMMHead, gmm_nll
 
-__all__ = ["ObsLayout", "tokenize", "pack_samples", "ResNetTPolicy", "MODALITIES", "VOCAB"]
+__all__ = ["ObsLayout", "tokenize", "pack_samples", "ResNetTPolicy", "MODALITIES", "VOCAB", "Packed"]
 
 VOCAB = 512
-MODALITIES = ("text", "agent", "joint", "gripper")
+#: The paper's modalities (Sec. III-B); "wrist" only where the layout has the eye-in-hand camera.
+MODALITIES = ("text", "agent", "wrist", "joint", "gripper")
 
 
 def tokenize(instruction: str, length: int) -> np.ndarray:
@@ -38,7 +41,8 @@ def tokenize(instruction: str, length: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ObsLayout:
-    """How one sample is packed: history x (RGB image, joint, gripper), then instruction tokens."""
+    """How one sample is packed: history x agent-view RGB image, [history x wrist RGB image,]
+    history x joint, history x gripper, then instruction tokens."""
 
     history: int = 2
     image: int = 32
@@ -46,35 +50,61 @@ class ObsLayout:
     gripper: int = 2
     tokens: int = 16
     action: int = 4
+    wrist: bool = False  # the eye-in-hand camera (LIBERO's ``eye_in_hand_rgb``) as a second image
 
     @property
     def frame(self) -> int:
         return 3 * self.image * self.image
 
     @property
-    def width(self) -> int:
-        return self.history * (self.frame + self.joint + self.gripper) + self.tokens
+    def cameras(self) -> int:
+        return 2 if self.wrist else 1
 
-    def unpack(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(B, width) -> images (B, H, 3, S, S) in [0, 1], joint (B, H, J), gripper (B, H, G), tokens (B, L)."""
-        b, h = x.shape[0], self.history
+    @property
+    def width(self) -> int:
+        return self.history * (self.cameras * self.frame + self.joint + self.gripper) + self.tokens
+
+    def unpack(self, x: torch.Tensor) -> Packed:
+        """(B, width) -> images (B, H, 3, S, S) in [0, 1] (agent, wrist or None), joint (B, H, J),
+        gripper (B, H, G), tokens (B, L)."""
+        b, h, s = x.shape[0], self.history, self.image
         i = h * self.frame
-        img = x[:, :i].reshape(b, h, 3, self.image, self.image)
+        img = x[:, :i].reshape(b, h, 3, s, s)
+        wrist = None
+        if self.wrist:
+            wrist = x[:, i : i + h * self.frame].reshape(b, h, 3, s, s)
+            i += h * self.frame
         j = x[:, i : i + h * self.joint].reshape(b, h, self.joint)
         i += h * self.joint
         g = x[:, i : i + h * self.gripper].reshape(b, h, self.gripper)
         i += h * self.gripper
-        return img, j, g, x[:, i : i + self.tokens].round().long()
+        return Packed(img, wrist, j, g, x[:, i : i + self.tokens].round().long())
+
+
+class Packed(NamedTuple):
+    """One batch of samples, unpacked (see ``ObsLayout.unpack``)."""
+
+    agent: torch.Tensor
+    wrist: Optional[torch.Tensor]
+    joint: torch.Tensor
+    gripper: torch.Tensor
+    tokens: torch.Tensor
 
 
 def pack_samples(layout: ObsLayout, images: np.ndarray, joint: np.ndarray, gripper: np.ndarray,
-                 instruction: str) -> np.ndarray:
-    """Packed samples (T, width) of one trajectory; step t sees frames t-H+1..t (first frame repeated)."""
+                 instruction: str, wrist: Optional[np.ndarray] = None) -> np.ndarray:
+    """Packed samples (T, width) of one trajectory; step t sees frames t-H+1..t (first frame repeated).
+
+    ``wrist``: the eye-in-hand images (T, S, S, 3), required exactly when ``layout.wrist``.
+    """
+    if layout.wrist != (wrist is not None):
+        raise ValueError(f"layout.wrist={layout.wrist} but wrist images {'missing' if wrist is None else 'given'}")
     t = images.shape[0]
     h = layout.history
     idx = np.clip(np.arange(t)[:, None] + np.arange(-h + 1, 1)[None, :], 0, t - 1)  # (T, H)
-    img = images[idx].transpose(0, 1, 4, 2, 3).reshape(t, -1).astype(np.float32) / 255.0
-    out = np.concatenate([img, joint[idx].reshape(t, -1), gripper[idx].reshape(t, -1),
+    cams = [images] if wrist is None else [images, wrist]
+    imgs = [c[idx].transpose(0, 1, 4, 2, 3).reshape(t, -1).astype(np.float32) / 255.0 for c in cams]
+    out = np.concatenate([*imgs, joint[idx].reshape(t, -1), gripper[idx].reshape(t, -1),
                           np.broadcast_to(tokenize(instruction, layout.tokens), (t, layout.tokens)).astype(np.float32)], axis=1)
     return out.astype(np.float32)
 
@@ -161,25 +191,36 @@ class ResNetTPolicy(nn.Module):
         self.embed = nn.Embedding(VOCAB, 32, padding_idx=0)
         self.text = nn.Linear(32, d)
         self.agent = FiLMConvEncoder(d, layout.image)
+        if layout.wrist:
+            self.wrist = FiLMConvEncoder(d, layout.image)
         self.joint = nn.Linear(layout.joint, d)
         self.gripper = nn.Linear(layout.gripper, d)
         self.joint_norm, self.gripper_norm = RunningNorm(layout.joint), RunningNorm(layout.gripper)
-        self.pos = nn.Parameter(torch.zeros(1, 1 + 3 * layout.history, d))
+        self.pos = nn.Parameter(torch.zeros(1, 1 + self.tokens_per_step * layout.history, d))
         self.temporal = TemporalBlock(d)
         self.head = GMMHead(d, layout.action, modes)
 
+    @property
+    def tokens_per_step(self) -> int:
+        """Modality tokens per history step: agent, [wrist,] joint, gripper."""
+        return 2 + self.layout.cameras
+
     def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """(trunk output (B, d), per-modality features: text (B, d), agent/joint/gripper (B*H, d))."""
-        img, j, g, tok = self.layout.unpack(x)
-        b, h = img.shape[:2]
-        mask = (tok > 0).float()
-        lang = self.text((self.embed(tok) * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp_min(1))
-        agent = self.agent(img.reshape(b * h, *img.shape[2:]), lang.repeat_interleave(h, 0))
-        joint = self.joint(self.joint_norm(j.reshape(b * h, -1)))
-        grip = self.gripper(self.gripper_norm(g.reshape(b * h, -1)))
-        steps = torch.stack([agent, joint, grip], 1).reshape(b, 3 * h, -1)
+        """(trunk output (B, d), per-modality features: text (B, d), agent/wrist/joint/gripper (B*H, d))."""
+        o = self.layout.unpack(x)
+        b, h = o.agent.shape[:2]
+        mask = (o.tokens > 0).float()
+        lang = self.text((self.embed(o.tokens) * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp_min(1))
+        lang_h = lang.repeat_interleave(h, 0)
+        feats = {"text": lang, "agent": self.agent(o.agent.reshape(b * h, *o.agent.shape[2:]), lang_h)}
+        if o.wrist is not None:
+            feats["wrist"] = self.wrist(o.wrist.reshape(b * h, *o.wrist.shape[2:]), lang_h)
+        feats["joint"] = self.joint(self.joint_norm(o.joint.reshape(b * h, -1)))
+        feats["gripper"] = self.gripper(self.gripper_norm(o.gripper.reshape(b * h, -1)))
+        m = self.tokens_per_step
+        steps = torch.stack([feats[k] for k in MODALITIES[1:] if k in feats], 1).reshape(b, m * h, -1)
         z = self.temporal(torch.cat([lang[:, None], steps], 1) + self.pos)
-        return z[:, -3], {"text": lang, "agent": agent, "joint": joint, "gripper": grip}
+        return z[:, -m], feats
 
     def distribution(self, x: torch.Tensor) -> GMM:
         return self.head(self.encode(x)[0])

@@ -97,4 +97,5 @@ def _pack_last(layout: ObsLayout, frames: list[dict], instruction: str) -> np.nd
     imgs = np.stack([f["agentview_rgb"] for f in frames])
     joint = np.stack([f["joint_states"] for f in frames])
     grip = np.stack([f["gripper_states"] for f in frames])
-    return pack_samples(layout, imgs, joint, grip, instruction)[-1]
+    wrist = np.stack([f["eye_in_hand_rgb"] for f in frames]) if layout.wrist else None
+    return pack_samples(layout, imgs, joint, grip, instruction, wrist)[-1]

@@ -51,7 +51,7 @@ def test_list_protocols_name_says_when_a_server_is_needed() -> None:
     assert {"rounds", "eval_every", "client_fraction", "round_timeout_s", "mu"} <= set(rows)  # FedAvg's inherited
     assert rows["mu"][:2] == ["float", "0.01"]
     feddrman = _table(_p2pfl("list", "protocols", "feddrman").stdout)
-    assert feddrman["lambda_sub"][:2] == ["dict[str, float]", "{agent: 0.03, gripper: 0.03, joint: 0.03, text: 0.03}"]
+    assert feddrman["lambda_sub"][:2] == ["dict[str, float]", "{agent: 0.03, gripper: 0.03, joint: 0.03, text: 0.03, wrist: 0.03}"]
     assert feddrman["omega"][1] == "temporal."
     conditional = _p2pfl("list", "protocols", "conditional").stdout
     assert "needs a server: yes for some settings" in conditional

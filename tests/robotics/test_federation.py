@@ -38,10 +38,41 @@ def test_policy_size_features_and_packing():
     assert m(x).shape == (3, lay.action) and m.distribution(x).logits.shape == (3, 5)
     imgs = torch.randint(0, 255, (4, 32, 32, 3), dtype=torch.uint8).numpy()
     packed = pack_samples(lay, imgs, torch.zeros(4, 3).numpy(), torch.zeros(4, 2).numpy(), "go")
-    img, _, _, _ = lay.unpack(torch.from_numpy(packed))
+    img = lay.unpack(torch.from_numpy(packed)).agent
     assert torch.allclose(img[2, 1] * 255, torch.from_numpy(imgs[2]).permute(2, 0, 1).float(), atol=1e-3)
     assert torch.equal(img[0, 0], img[0, 1])  # history padded with the first frame
     assert tokenize("Go", 4)[0] == tokenize("go", 4)[0] and tokenize("go", 4)[1] == 0
+
+
+def test_a_wrist_layout_packs_a_second_camera_with_its_own_encoder():
+    """The paper's wrist RGB (M = {text, agent, wrist, joint, gripper}): packed after the agent view, read by
+    its own encoder, a modality token per step; the default layout has neither."""
+    plain, lay = ObsLayout(), ObsLayout(wrist=True)
+    assert lay.width == plain.width + lay.history * lay.frame
+    g = torch.Generator().manual_seed(0)
+    agent = torch.randint(0, 255, (4, 32, 32, 3), dtype=torch.uint8, generator=g).numpy()
+    wrist = torch.randint(0, 255, (4, 32, 32, 3), dtype=torch.uint8, generator=g).numpy()
+    joint, grip = torch.rand(4, 3, generator=g).numpy(), torch.rand(4, 2, generator=g).numpy()
+    o = lay.unpack(torch.from_numpy(pack_samples(lay, agent, joint, grip, "go", wrist)))
+    assert torch.allclose(o.agent[2, 1] * 255, torch.from_numpy(agent[2]).permute(2, 0, 1).float(), atol=1e-3)
+    assert torch.allclose(o.wrist[2, 1] * 255, torch.from_numpy(wrist[2]).permute(2, 0, 1).float(), atol=1e-3)
+    assert torch.allclose(o.joint[3, 1], torch.from_numpy(joint[3])) and o.tokens[0, 0] == tokenize("go", 1)[0]
+    assert plain.unpack(torch.from_numpy(pack_samples(plain, agent, joint, grip, "go"))).wrist is None
+    with pytest.raises(ValueError, match=r"layout\.wrist=True but wrist images missing"):
+        pack_samples(lay, agent, joint, grip, "go")
+    with pytest.raises(ValueError, match=r"layout\.wrist=False but wrist images given"):
+        pack_samples(plain, agent, joint, grip, "go", wrist)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        m, m0 = ResNetTPolicy(lay), ResNetTPolicy(plain)
+    assert not any(k.startswith("wrist.") for k in m0.state_dict()) and m0.pos.shape == (1, 1 + 3 * 2, 64)
+    assert m.pos.shape == (1, 1 + 4 * 2, 64)
+    x = torch.from_numpy(pack_samples(lay, agent, joint, grip, "go", wrist))
+    _, feats = m.encode(x)
+    assert list(feats) == ["text", "agent", "wrist", "joint", "gripper"] and feats["wrist"].shape == (4 * 2, 64)
+    x2 = torch.from_numpy(pack_samples(lay, agent, joint, grip, "go", 255 - wrist))
+    with torch.no_grad():
+        assert not torch.allclose(m.encode(x)[0], m.encode(x2)[0])  # the policy sees the wrist camera
 
 
 def test_train_local_uses_the_models_own_loss():

@@ -39,6 +39,8 @@ def test_suite_names_are_checked_against_the_source(tmp_path):
         load_dict(_scenario(tmp_path, {"source": "generated"}))
     with pytest.raises(UserError, match="'libero_goal' is not one of the suites"):
         load_dict(_scenario(tmp_path, {"horizons": {"libero_goal": 10}}))
+    with pytest.raises(UserError, match="wrist: true needs source: libero"):
+        load_dict(_scenario(tmp_path, {"source": "generated", "suites": ["object"], "libero_tasks": {}, "wrist": True}))
 
 
 def test_libero_suites_get_liberos_horizons_unless_given(tmp_path):
@@ -68,6 +70,15 @@ def test_observations_action_and_instruction_of_a_real_env():
         o2, info = env.step(np.zeros(7))
         assert o2["joint_states"].shape == (7,) and info.success is False
         assert env.env.env.camera_names == ["agentview"]  # only the camera the policy reads is rendered
+        assert "eye_in_hand_rgb" not in obs
+    finally:
+        env.close()
+    env = LiberoEnv(SUITE, TASK, image=32, instruction="x", wrist=True)
+    try:
+        obs = env.reset(0)
+        assert env.env.env.camera_names == ["agentview", "robot0_eye_in_hand"]
+        assert obs["eye_in_hand_rgb"].shape == (32, 32, 3) and obs["eye_in_hand_rgb"].dtype == np.uint8
+        assert not np.array_equal(obs["eye_in_hand_rgb"], obs["agentview_rgb"])
     finally:
         env.close()
     factory = LiberoEnvFactory(32, ((TID, "x"),))
@@ -96,18 +107,22 @@ def test_rollouts_build_one_env_per_task_reuse_it_and_close_it():
 
 @needs_mujoco
 @needs_libero
-def test_a_one_round_fedavg_scenario_on_a_libero_task(tmp_path):
+@pytest.mark.parametrize("wrist", [False, True])
+def test_a_one_round_fedavg_scenario_on_a_libero_task(tmp_path, wrist):
     """The whole path on a LIBERO task (demo file in LIBERO's layout, random content): rollouts run in the
-    real env, 1 episode of 2 steps, charged at LIBERO's measured step cost."""
-    from p2pfl.robotics.federation import LIBERO_STEP_FLOPS
+    real env, 1 episode of 2 steps, charged at LIBERO's measured step cost (with the wrist camera's render)."""
+    from p2pfl.robotics.federation import LIBERO_STEP_FLOPS, LIBERO_WRIST_STEP_FLOPS
     from p2pfl.sim.kernel import Simulation
 
     _libero_style_file(tmp_path / f"{TASK}_demo.hdf5", n=3, t=6, size=32)
-    sim = Simulation(load_dict(_scenario(tmp_path, {"horizons": {SUITE: 2}})))
+    sim = Simulation(load_dict(_scenario(tmp_path, {"horizons": {SUITE: 2}, "wrist": wrist})))
     summary = sim.run()
     charged = [e["flops"] for e in sim.recorder.events if e["kind"] == "compute" and e["what"] == "rollout"]
-    forward = sim.forward_flops(sim.new_model())
-    assert charged and all(f == 2 * (forward + LIBERO_STEP_FLOPS) for f in charged)
+    model = sim.new_model()
+    assert any(k.startswith("wrist.") for k in model.state_dict()) == wrist
+    forward = sim.forward_flops(model)
+    step = LIBERO_WRIST_STEP_FLOPS if wrist else LIBERO_STEP_FLOPS
+    assert charged and all(f == 2 * (forward + step) for f in charged)
     logs = summary["logs"]["rollout_success"]
     assert {e["suite"] for e in logs} == {SUITE} and all(e["value"] == 0.0 for e in logs)
     per_task = [e["per_task"] for e in logs]

@@ -134,6 +134,22 @@ def test_loader_reads_a_libero_layout_file(tmp_path):
         read_demo_file(tmp_path / "missing.hdf5")
 
 
+
+def test_loader_reads_the_wrist_camera_only_when_asked(tmp_path):
+    import h5py
+
+    p = tmp_path / "pick_up_the_ketchup_demo.hdf5"
+    _libero_style_file(p, n=2)
+    assert read_demo_file(p).demos[0].eye_in_hand_rgb is None
+    with h5py.File(p, "r") as f:
+        want = f["data/demo_1/obs/eye_in_hand_rgb"][()]
+    got = read_demo_file(p, wrist=True).demos[1].eye_in_hand_rgb
+    assert got is not None and np.array_equal(got, want)
+    with h5py.File(p, "a") as f:
+        del f["data/demo_1/obs/eye_in_hand_rgb"]
+    with pytest.raises(DataError, match=r"demo_1 has no obs/eye_in_hand_rgb; set data.partition.wrist: false$"):
+        read_demo_file(p, wrist=True)
+
 def test_writer_round_trips_in_libero_layout(tmp_path):
     import h5py
 

@@ -18,6 +18,10 @@ Deviation: the paper's subspace rank is 48 (Sec. IV-A) with batch 32; its text f
 per sample (N = B = 32), and with our one-step history so are the others, so a rank-48 projector
 keeps every feature vector and Eq. 6 degenerates to plain feature matching. The default rank is 16
 and a rank not below ``training.batch_size`` is refused.
+
+Modalities (Sec. III-B): M = {text, agent, wrist, joint, gripper}. The wrist camera exists where the
+data has it (LIBERO demos with ``data.partition.wrist: true``); the generated suites render the agent
+view only, so there the wrist weight has no features to act on and is skipped.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, cast
 
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator
 from torch import nn
 
 from p2pfl.clustering import adjusted_rand_index
@@ -57,12 +61,27 @@ class FedDRManParams(FedAvgParams):
     beta: float = Field(0.9, ge=0, le=1, description="cumulative singular-value threshold (Eq. 14)")
     sub_loss: bool = True
     act_loss: bool = True
-    lambda_sub: dict[str, float] = Field(default_factory=lambda: {"text": 0.03, "agent": 0.03, "joint": 0.03, "gripper": 0.03})
+    lambda_sub: dict[str, float] = Field(default_factory=lambda: {"text": 0.03, "agent": 0.03, "wrist": 0.03, "joint": 0.03,
+                                                                  "gripper": 0.03},
+                                         description="lambda_m per modality (Sec. IV-A: 0.03 for language, vision and "
+                                                     "proprioception); wrist acts only where the policy has the camera")
     lambda_act: float = Field(0.005, ge=0)
     rank: int = Field(16, ge=1, description="subspace rank r_m, below training.batch_size (the paper's 48 exceeds "
                                           "the 32 text features of its batches; see the class docstring)")
     feature_noise: float = Field(0.01, ge=0, description="std of the pre-SVD perturbation")
     omega: str = Field("temporal.", description="parameter-name prefix of the clustering submodule Omega")
+
+    @field_validator("lambda_sub")
+    @classmethod
+    def _modalities(cls, v: dict[str, float]) -> dict[str, float]:
+        from p2pfl.robotics.policy import MODALITIES
+
+        bad = [k for k in v if k not in MODALITIES]
+        if bad:
+            raise ValueError(f"lambda_sub: {bad[0]!r} is not a modality; use {', '.join(MODALITIES)}")
+        if any(w < 0 for w in v.values()):
+            raise ValueError("lambda_sub: weights must be >= 0")
+        return v
 
 
 def aggregate_clusters(cluster_states: list[State], updates: dict[int, tuple[State, float]], groups: list[list[int]],
@@ -210,7 +229,7 @@ class DistillationLoss:
             dist_t = teacher.head(zt)
         if p.sub_loss:
             for m, lam in p.lambda_sub.items():
-                if lam > 0:
+                if lam > 0 and m in feats:  # wrist only where the policy has the camera
                     total = total + lam * subspace_distillation(feats_t[m].T, feats[m].T, p.rank, p.feature_noise, self.gen)
         if p.act_loss and p.lambda_act > 0:
             total = total + p.lambda_act * action_distillation(dist_t, dist, self.gen)
