@@ -106,6 +106,8 @@ def read_demo_file(path: str | Path, max_demos: Optional[int] = None, *, wrist: 
     """Read a LIBERO-layout demo file (ours or LIBERO's own); demos in numeric order.
 
     ``wrist``: also read each demo's ``obs/eye_in_hand_rgb`` (one-line error where a demo lacks it).
+    Actions are a demo's ``expert_actions`` where it has them (demos recorded with noise injection: the
+    expert's labels, not the noisy actions executed), else its ``actions``.
     """
     h5py = _import_h5py()
     path = Path(path)
@@ -128,7 +130,8 @@ def read_demo_file(path: str | Path, max_demos: Optional[int] = None, *, wrist: 
             if wrist and "eye_in_hand_rgb" not in o:
                 raise DataError(f"{path}: {k} has no obs/eye_in_hand_rgb; set data.partition.wrist: false")
             demos.append(Demo(np.asarray(o["agentview_rgb"], dtype=np.uint8), np.asarray(o["joint_states"], np.float32),
-                              np.asarray(o["gripper_states"], np.float32), np.asarray(g[k]["actions"], np.float32),
+                              np.asarray(o["gripper_states"], np.float32),
+                              np.asarray(g[k]["expert_actions" if "expert_actions" in g[k] else "actions"], np.float32),
                               np.asarray(o["eye_in_hand_rgb"], dtype=np.uint8) if wrist else None))
         attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in g.attrs.items()}
     return DemoFile(str(instruction), demos, attrs)

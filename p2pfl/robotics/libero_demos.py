@@ -9,6 +9,14 @@ LIBERO's own goal check (``done``) fires; failed attempts are discarded and the 
 reported. Attempt k starts from a placement drawn by LIBERO's own reset seeded with
 ``DEMO_SEED + k``, not from the task's 50 fixed initial states: those stay unseen for evaluation
 (rollouts start from them), as LIBERO's human demonstrations were collected apart from them.
+
+Noise injection (DART, Laskey et al., CoRL 2017): with ``noise`` > 0 the arm executes the expert's
+action plus Gaussian noise on its translation, and the expert's own action is recorded beside it as
+``expert_actions`` (``actions`` stays what was executed, so a demo replays from its ``init_state``).
+A noiseless expert only ever visits centred states, and a cloned policy that drifts 2 cm off the
+object never saw how to come back (measured: it closed its gripper beside the can); the noise puts
+such states in the demos, labelled with the expert's correction. Training reads ``expert_actions``
+where a file has them.
 Files carry what LIBERO's dataset files carry: ``data`` attributes ``problem_info``, ``env_args``, ``bddl_file_name``, ``bddl_file_content``, ``macros_image_convention``, ``num_demos``
 and ``total``; per demo ``num_samples``, ``model_file`` and ``init_state`` and the datasets
 ``actions``, ``states``, ``robot_states``, ``rewards``, ``dones`` and ``obs/{agentview_rgb,
@@ -127,8 +135,9 @@ def _quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
 
 
 def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: int = 128,
-                max_attempts: int | None = None, progress: Any = None) -> RecordResult:
-    """Record ``n`` successful expert episodes of one task (attempt k: LIBERO's reset seeded ``DEMO_SEED + k``)."""
+                max_attempts: int | None = None, noise: float = 0.0, progress: Any = None) -> RecordResult:
+    """Record ``n`` successful expert episodes of one task (attempt k: LIBERO's reset seeded ``DEMO_SEED + k``;
+    ``noise``: std of the Gaussian added to the executed translation, drawn from a stream seeded the same)."""
     import h5py
     from libero.libero.envs import OffScreenRenderEnv
 
@@ -157,7 +166,9 @@ def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: in
                 o = env.reset()
                 init_state = env.env.sim.get_state().flatten()
                 expert = ObjectExpert(obj)
-                rec: dict[str, list] = {key: [] for key in ("actions", "states", "robot_states", "agentview_rgb",
+                rng = np.random.default_rng(DEMO_SEED + k)
+                rec: dict[str, list] = {key: [] for key in ("actions", "expert_actions", "states", "robot_states",
+                                                            "agentview_rgb",
                                                             "eye_in_hand_rgb", "joint_states", "gripper_states",
                                                             "ee_pos", "ee_ori")}
                 done = False
@@ -174,6 +185,10 @@ def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: in
                     rec["gripper_states"].append(o["robot0_gripper_qpos"])
                     rec["ee_pos"].append(o["robot0_eef_pos"])
                     rec["ee_ori"].append(ori)
+                    rec["expert_actions"].append(a)
+                    if noise > 0:
+                        a = a.copy()
+                        a[:3] = np.clip(a[:3] + rng.normal(0.0, noise, 3), -1.0, 1.0)
                     rec["actions"].append(a)
                     o, _, done, _ = env.step(a)
                     if done:
@@ -188,7 +203,7 @@ def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: in
                 d.attrs["num_samples"] = t
                 d.attrs["model_file"] = env.env.sim.model.get_xml()
                 d.attrs["init_state"] = init_state
-                for key in ("actions", "states", "robot_states"):
+                for key in ("actions", "expert_actions", "states", "robot_states"):
                     d.create_dataset(key, data=np.asarray(rec[key], np.float64))
                 rewards = np.zeros(t, np.uint8)
                 rewards[-1] = 1
@@ -231,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", default="all", help="comma-separated task indices (0-9), or all")
     ap.add_argument("--demos", type=int, default=20, help="successful demos per task")
     ap.add_argument("--attempts", type=int, default=None, help="attempts per task (default: 2 x demos)")
+    ap.add_argument("--noise", type=float, default=0.0,
+                    help="std of the noise on the executed translation (DART; the expert's labels are kept)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     from p2pfl.robotics.gl import require_gl
@@ -245,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     kept = tried = 0
     for i in indices:
         try:
-            r = record_task(a.suite, i, a.demos, a.out.expanduser(), max_attempts=a.attempts,
+            r = record_task(a.suite, i, a.demos, a.out.expanduser(), max_attempts=a.attempts, noise=a.noise,
                             progress=lambda s: print(s, flush=True))
         except DataError as err:  # every attempt failed: no file for this task
             print(err, flush=True)

@@ -145,20 +145,24 @@ def test_a_recorded_expert_demo_is_in_liberos_format_and_replays_to_success(tmp_
     assert object_of(TASK) == "alphabet_soup"
     with pytest.raises(DataError, match="not a LIBERO-Object pick-and-place task"):
         object_of("open_the_top_drawer")
-    res = record_task(SUITE, 0, 1, tmp_path, camera_px=64, max_attempts=3)
+    res = record_task(SUITE, 0, 1, tmp_path, camera_px=64, max_attempts=3, noise=0.2)
     assert res.path.name == f"{TASK}_demo.hdf5" and res.demos == 1 and res.attempts <= 3
     with h5py.File(res.path) as f:
         g = f["data"]
         assert {"problem_info", "env_args", "bddl_file_name", "bddl_file_content", "num_demos", "total"} <= set(g.attrs)
         d = g["demo_0"]
         assert {"num_samples", "model_file", "init_state"} <= set(d.attrs)
-        assert {"actions", "states", "robot_states", "rewards", "dones"} <= set(d)
+        assert {"actions", "expert_actions", "states", "robot_states", "rewards", "dones"} <= set(d)
         assert set(d["obs"]) == {"agentview_rgb", "eye_in_hand_rgb", "joint_states", "gripper_states", "ee_pos",
                                  "ee_ori", "ee_states"}
         actions, init, bddl = d["actions"][()], d.attrs["init_state"], g.attrs["bddl_file_name"]
+        labels = d["expert_actions"][()]
+        assert labels.shape == actions.shape and np.array_equal(labels[:, 3:], actions[:, 3:])
+        assert np.abs(labels[:, :3] - actions[:, :3]).mean() > 0.05  # the arm executed noisy translations
         assert d["robot_states"].shape == (len(actions), 9) and g.attrs["total"] == len(actions)
     df = read_demo_file(res.path)
     assert len(df.demos) == 1 and df.demos[0].agentview_rgb.shape == (len(actions), 64, 64, 3)
+    assert np.allclose(df.demos[0].actions, labels)  # training reads the expert's labels
     env = OffScreenRenderEnv(bddl_file_name=bddl, camera_names=["agentview"], camera_heights=32, camera_widths=32)
     try:
         env.seed(0)

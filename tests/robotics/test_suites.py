@@ -150,6 +150,21 @@ def test_loader_reads_the_wrist_camera_only_when_asked(tmp_path):
     with pytest.raises(DataError, match=r"demo_1 has no obs/eye_in_hand_rgb; set data.partition.wrist: false$"):
         read_demo_file(p, wrist=True)
 
+
+def test_loader_trains_on_the_experts_labels_where_a_demo_has_them(tmp_path):
+    """Noise-injected demos (DART) keep the executed ``actions`` and the expert's ``expert_actions``."""
+    import h5py
+
+    p = tmp_path / "pick_up_the_ketchup_demo.hdf5"
+    _libero_style_file(p, n=2)
+    with h5py.File(p, "a") as f:
+        executed = f["data/demo_0/actions"][()]
+        f["data/demo_0"].create_dataset("expert_actions", data=executed * 0.5)
+    df = read_demo_file(p)
+    assert np.allclose(df.demos[0].actions, executed * 0.5)
+    with h5py.File(p, "r") as f:
+        assert np.allclose(df.demos[1].actions, f["data/demo_1/actions"][()])  # no labels: what was executed
+
 def test_writer_round_trips_in_libero_layout(tmp_path):
     import h5py
 
