@@ -1,6 +1,6 @@
 """FedDRMan vs FedAvg vs Local, with a centralized reference, on real LIBERO-Object (the paper's Table I layout).
 
-    python -m p2pfl.robotics.libero_demos --suite libero_object --tasks 0,3,6 --demos 30 --out ~/.cache/p2pfl/libero/libero_object
+    python -m p2pfl.robotics.libero_demos --suite libero_object --tasks 0,3,6 --demos 30 --noise 0.2 --out ~/.cache/p2pfl/libero/libero_object
     p2pfl sweep scenarios/studies/libero_object.yaml --jobs 1 --out runs/libero_object
     python analysis/libero_report.py runs/libero_object        # -> analysis/results/libero_object.md
 
@@ -32,7 +32,7 @@ ORDER = ("centralized", "local", "fedavg", "feddrman")
 LABELS = {"centralized": "Centralized BC", "local": "Local BC", "fedavg": "FedAvg", "feddrman": "FedDRMan"}
 #: The paper's LIBERO-Object column of Table I (SR %, all 10 tasks, 50 rounds, 3 seeds).
 PAPER_OBJECT = {"centralized": 56.0, "local": 27.2, "fedavg": 75.2, "feddrman": 88.0}
-COMMAND = ("python -m p2pfl.robotics.libero_demos --suite libero_object --tasks 0,3,6 --demos 30 "
+COMMAND = ("python -m p2pfl.robotics.libero_demos --suite libero_object --tasks 0,3,6 --demos 30 --noise 0.2 "
            "--out ~/.cache/p2pfl/libero/libero_object\n"
            "p2pfl sweep scenarios/studies/libero_object.yaml --jobs 1 --out runs/libero_object\n"
            "python analysis/libero_report.py runs/libero_object")
@@ -67,8 +67,9 @@ def rows_from_runs(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         part = scenario["data"]["partition"]
         budget = {"rounds": scenario["protocol"]["rounds"], "eval_every": scenario["protocol"]["eval_every"],
                   "episodes": part["eval_episodes"], "horizon": part["horizons"]["libero_object"],
-                  "demos": part["demos_per_task"], "history": part["history"], "clients": part["clients_per_suite"], "alpha": part["alpha"],
+                  "demos": part["demos_per_task"], "history": part["history"], "wrist": part.get("wrist", False), "clients": part["clients_per_suite"], "alpha": part["alpha"],
                   "tasks": [Path(f).stem.removesuffix("_demo") for f in part["libero_tasks"]["libero_object"]]}
+        budget["dart"] = demos_have_labels(scenario)
         last, per_task = final_per_task(summary)
         timing = json.loads((path / "timing.json").read_text())
         rows.append({"label": r["variant"], "seed": int(r["seed"]), "round": last, "per_task": per_task,
@@ -79,11 +80,24 @@ def rows_from_runs(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return rows, budget
 
 
-def policy_params(history: int) -> int:
+def demos_have_labels(scenario: dict) -> bool | None:
+    """Whether the runs' first demo file holds ``expert_actions`` (noise-injected demos); None if it is gone."""
+    import h5py
+
+    files = scenario["data"]["partition"]["libero_tasks"]["libero_object"]
+    path = Path(scenario["data"]["root"]).expanduser() / files[0]
+    if not path.is_file():
+        return None
+    with h5py.File(path, "r") as f:
+        return "expert_actions" in f["data/demo_0"]
+
+
+def policy_params(history: int, wrist: bool) -> int:
     """Parameters of the policy the runs trained (LIBERO's robot: 7 joints, 2 gripper values, 7-D action)."""
     from p2pfl.robotics.policy import ObsLayout, ResNetTPolicy
 
-    return sum(p.numel() for p in ResNetTPolicy(ObsLayout(history=history, joint=7, gripper=2, action=7)).parameters())
+    lay = ObsLayout(history=history, joint=7, gripper=2, action=7, wrist=wrist)
+    return sum(p.numel() for p in ResNetTPolicy(lay).parameters())
 
 
 def short(task: str) -> str:
@@ -147,6 +161,8 @@ def write(root: Path, out: Path) -> str:
         "Regenerate:", "", "```", COMMAND, "```", "",
         f"Real LIBERO-Object environments (LIBERO's BDDL tasks in robosuite/MuJoCo): tasks {tasks}; "
         f"{b['demos']} scripted demos per task (`p2pfl.robotics.libero_demos`: placements from LIBERO's seeded reset, "
+        + {True: "executed with noise on the translation and labelled with the expert's actions (DART), ",
+           False: "executed as the expert acted (no noise injection), ", None: ""}[b["dart"]] +
         f"LIBERO's hdf5 format), split over {b['clients']} clients by Dirichlet({b['alpha']}) over tasks, 10% of each "
         f"task's demos held out for the BC test loss. {b['rounds']} rounds of one local epoch; every policy is scored by "
         f"{b['episodes']} rollouts per task from LIBERO's fixed initial states (which no demo used), up to "
@@ -154,7 +170,8 @@ def write(root: Path, out: Path) -> str:
         f"Rollouts run on the process executor (2 workers). {len(rows)} runs, {cpu_min:.0f} min of wall time in all.", "",
         f"Differences from the paper's Table I, stated: {len(b['tasks'])} of LIBERO-Object's 10 tasks, scripted demos instead of "
         f"LIBERO's 50 human demos per task, {b['rounds']} rounds instead of 50, a policy of "
-        f"{policy_params(b['history']) / 1e6:.2f} M parameters on 32 px images (the paper's 5.38 M), "
+        f"{policy_params(b['history'], b['wrist']) / 1e6:.2f} M parameters on 32 px "
+        f"{'agent-view and wrist' if b['wrist'] else 'agent-view (no wrist camera)'} images (the paper's 5.38 M, both cameras), "
         "one evaluation round (no 'best round' column: the round shown is the one evaluated), "
         "FedProx, FedKD and FedVLA not run (the generated-suite study covers FedProx and FedKD).", "",
         *table(rows), "",

@@ -1,6 +1,6 @@
 """Scripted demonstrations recorded in real LIBERO environments, written in LIBERO's own hdf5 format.
 
-    python -m p2pfl.robotics.libero_demos --suite libero_object --demos 20 --out ~/.cache/p2pfl/libero
+    python -m p2pfl.robotics.libero_demos --suite libero_object --demos 20 --noise 0.2 --out ~/.cache/p2pfl/libero
 
 The expert (LIBERO-Object's "pick up the X and place it in the basket") reads the object's and the
 basket's poses from the environment and drives the end effector through OSC_POSE position deltas:
