@@ -17,9 +17,10 @@ A noiseless expert only ever visits centred states, and a cloned policy that dri
 object never saw how to come back (measured: it closed its gripper beside the can); the noise puts
 such states in the demos, labelled with the expert's correction. Training reads ``expert_actions``
 where a file has them.
+
 Files carry what LIBERO's dataset files carry: ``data`` attributes ``problem_info``, ``env_args``, ``bddl_file_name``, ``bddl_file_content``, ``macros_image_convention``, ``num_demos``
 and ``total``; per demo ``num_samples``, ``model_file`` and ``init_state`` and the datasets
-``actions``, ``states``, ``robot_states``, ``rewards``, ``dones`` and ``obs/{agentview_rgb,
+``actions``, ``expert_actions``, ``states``, ``robot_states``, ``rewards``, ``dones`` and ``obs/{agentview_rgb,
 eye_in_hand_rgb, joint_states, gripper_states, ee_pos, ee_ori, ee_states}``.
 """
 
