@@ -136,9 +136,12 @@ def _quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
 
 
 def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: int = 128,
-                max_attempts: int | None = None, noise: float = 0.0, progress: Any = None) -> RecordResult:
+                max_attempts: int | None = None, noise: float = 0.0, joint_noise: float = 0.0,
+                progress: Any = None) -> RecordResult:
     """Record ``n`` successful expert episodes of one task (attempt k: LIBERO's reset seeded ``DEMO_SEED + k``;
-    ``noise``: std of the Gaussian added to the executed translation, drawn from a stream seeded the same)."""
+    ``noise``: std of the Gaussian added to the executed translation; ``joint_noise``: std (rad) of the
+    Gaussian added to the arm's starting joint positions, as LIBERO's fixed initial states carry about
+    0.02; both drawn from a stream seeded like the reset)."""
     import h5py
     from libero.libero.envs import OffScreenRenderEnv
 
@@ -165,9 +168,13 @@ def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: in
                 attempts += 1
                 env.seed(DEMO_SEED + k)
                 o = env.reset()
-                init_state = env.env.sim.get_state().flatten()
-                expert = ObjectExpert(obj)
                 rng = np.random.default_rng(DEMO_SEED + k)
+                init_state = env.env.sim.get_state().flatten()
+                if joint_noise > 0:  # the arm's start perturbed as in LIBERO's fixed initial states
+                    arm = 1 + np.asarray(env.env.robots[0]._ref_joint_pos_indexes)  # flattened state: time, qpos, qvel
+                    init_state[arm] += rng.normal(0.0, joint_noise, arm.size)
+                    o = env.set_init_state(init_state)
+                expert = ObjectExpert(obj)
                 rec: dict[str, list] = {key: [] for key in ("actions", "expert_actions", "states", "robot_states",
                                                             "agentview_rgb",
                                                             "eye_in_hand_rgb", "joint_states", "gripper_states",
@@ -249,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--attempts", type=int, default=None, help="attempts per task (default: 2 x demos)")
     ap.add_argument("--noise", type=float, default=0.0,
                     help="std of the noise on the executed translation (DART; the expert's labels are kept)")
+    ap.add_argument("--joint-noise", type=float, default=0.0,
+                    help="std (rad) of the noise on the arm's starting joints (LIBERO's initial states: about 0.02)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     from p2pfl.robotics.gl import require_gl
@@ -264,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     for i in indices:
         try:
             r = record_task(a.suite, i, a.demos, a.out.expanduser(), max_attempts=a.attempts, noise=a.noise,
+                            joint_noise=a.joint_noise,
                             progress=lambda s: print(s, flush=True))
         except DataError as err:  # every attempt failed: no file for this task
             print(err, flush=True)

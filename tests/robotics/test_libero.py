@@ -145,7 +145,7 @@ def test_a_recorded_expert_demo_is_in_liberos_format_and_replays_to_success(tmp_
     assert object_of(TASK) == "alphabet_soup"
     with pytest.raises(DataError, match="not a LIBERO-Object pick-and-place task"):
         object_of("open_the_top_drawer")
-    res = record_task(SUITE, 0, 1, tmp_path, camera_px=64, max_attempts=3, noise=0.2)
+    res = record_task(SUITE, 0, 1, tmp_path, camera_px=64, max_attempts=3, noise=0.2, joint_noise=0.02)
     assert res.path.name == f"{TASK}_demo.hdf5" and res.demos == 1 and res.attempts <= 3
     with h5py.File(res.path) as f:
         g = f["data"]
@@ -157,6 +157,8 @@ def test_a_recorded_expert_demo_is_in_liberos_format_and_replays_to_success(tmp_
                                  "ee_ori", "ee_states"}
         actions, init, bddl = d["actions"][()], d.attrs["init_state"], g.attrs["bddl_file_name"]
         labels = d["expert_actions"][()]
+        arm = d.attrs["init_state"][1:8]  # time, then the arm's 7 joints first in qpos
+        assert np.allclose(d["states"][0][1:8], arm)  # the episode started where init_state says
         assert labels.shape == actions.shape and np.array_equal(labels[:, 3:], actions[:, 3:])
         assert np.abs(labels[:, :3] - actions[:, :3]).mean() > 0.05  # the arm executed noisy translations
         assert d["robot_states"].shape == (len(actions), 9) and g.attrs["total"] == len(actions)
@@ -167,6 +169,8 @@ def test_a_recorded_expert_demo_is_in_liberos_format_and_replays_to_success(tmp_
     try:
         env.seed(0)
         env.reset()
+        default_arm = env.env.sim.get_state().flatten()[1:8]
+        assert 1e-3 < np.abs(arm - default_arm).max() < 0.1  # the arm started perturbed (joint_noise=0.02)
         env.set_init_state(init)
         done = False
         for a in actions:
