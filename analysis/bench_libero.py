@@ -32,6 +32,17 @@ def rss_mib() -> float:
         return int(f.read().split()[1]) * 4096 / 2**20
 
 
+def median_step_s(env, rng: np.random.Generator, n: int = 100) -> float:
+    """Median seconds of ``n`` control steps with small random actions."""
+    steps = []
+    for _ in range(n):
+        act = rng.uniform(-0.2, 0.2, 7)
+        t0 = time.perf_counter()
+        env.step(act)
+        steps.append(time.perf_counter() - t0)
+    return statistics.median(steps)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", default="libero_object")
@@ -61,24 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     env.reset(0)
     rows.append(("reset, incl. 5 settling steps (s)", f"{time.perf_counter() - t0:.2f}"))
     rng = np.random.default_rng(0)
-    steps = []
-    for _ in range(100):
-        act = rng.uniform(-0.2, 0.2, 7)
-        t0 = time.perf_counter()
-        env.step(act)
-        steps.append(time.perf_counter() - t0)
-    step_s = statistics.median(steps)
+    step_s = median_step_s(env, rng)
     rows.append(("control step, median of 100 (ms)", f"{1e3 * step_s:.1f}"))
     wrist_env = LiberoEnv(a.suite, task, lay.image, "bench", wrist=True)
     wrist_env.reset(0)
-    steps = []
-    for _ in range(100):
-        act = rng.uniform(-0.2, 0.2, 7)
-        t0 = time.perf_counter()
-        wrist_env.step(act)
-        steps.append(time.perf_counter() - t0)
+    wrist_s = median_step_s(wrist_env, rng)
     wrist_env.close()
-    wrist_s = statistics.median(steps)
     rows.append(("control step with the wrist camera too, median of 100 (ms)", f"{1e3 * wrist_s:.1f}"))
     x = torch.rand(1, lay.width)
     x[:, -lay.tokens:] = 0

@@ -24,7 +24,7 @@ from p2pfl.data.federation import Federation, Shard
 from p2pfl.data.schema import RobotSuitesPartition
 from p2pfl.errors import ConfigError, DataError
 from p2pfl.robotics.gl import require_gl
-from p2pfl.robotics.policy import ObsLayout, pack_samples
+from p2pfl.robotics.policy import ObsLayout, pack_samples, resize_frames
 from p2pfl.robotics.rollout import RolloutResult, run_rollouts
 from p2pfl.seeding import stream
 
@@ -141,14 +141,6 @@ def _suite_demos(p: RobotSuitesPartition, suite: str, root: Optional[str]):
     return out
 
 
-def _resize(images: np.ndarray, size: int) -> np.ndarray:
-    if images.shape[1] == size and images.shape[2] == size:
-        return images
-    t = torch.from_numpy(images).permute(0, 3, 1, 2).float()
-    t = torch.nn.functional.interpolate(t, size=(size, size), mode="area")
-    return t.round().clamp(0, 255).byte().permute(0, 2, 3, 1).numpy()
-
-
 def _step_flops(source: str, wrist: bool) -> int:
     if source != "libero":
         return ROLLOUT_STEP_FLOPS
@@ -188,8 +180,8 @@ def build_robot_federation(spec: Any, n_devices: int, *, seed: int) -> RobotFede
         demo_x, demo_y, demo_task = [], [], []
         for ti, (_, instr, demos) in enumerate(items):
             for d in demos:
-                wrist = None if d.eye_in_hand_rgb is None else _resize(d.eye_in_hand_rgb, lay.image)
-                demo_x.append(pack_samples(lay, _resize(d.agentview_rgb, lay.image), d.joint_states, d.gripper_states,
+                wrist = None if d.eye_in_hand_rgb is None else resize_frames(d.eye_in_hand_rgb, lay.image)
+                demo_x.append(pack_samples(lay, resize_frames(d.agentview_rgb, lay.image), d.joint_states, d.gripper_states,
                                            instr, wrist))
                 demo_y.append(d.actions.astype(np.float32))
                 demo_task.append(ti)

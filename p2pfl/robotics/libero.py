@@ -107,11 +107,9 @@ class LiberoEnv:
         return int(self.env.env.action_dim)
 
     def _resize(self, image: np.ndarray) -> np.ndarray:
-        import torch
+        from p2pfl.robotics.policy import resize_frames
 
-        img = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None].float()
-        img = torch.nn.functional.interpolate(img, size=(self.image, self.image), mode="area")[0].permute(1, 2, 0)
-        return img.round().clamp(0, 255).byte().numpy()
+        return resize_frames(image[None], self.image)[0]
 
     def _obs(self, o: dict) -> dict:
         out = {"agentview_rgb": self._resize(o["agentview_image"]),

@@ -23,9 +23,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from p2pfl.learning.train import TrainingSpec, train_local
     from p2pfl.robotics.demos import read_demo_file
-    from p2pfl.robotics.federation import _resize
     from p2pfl.robotics.libero import libero_available, libero_env_factory
-    from p2pfl.robotics.policy import ObsLayout, ResNetTPolicy, pack_samples
+    from p2pfl.robotics.policy import ObsLayout, ResNetTPolicy, pack_samples, resize_frames
     from p2pfl.robotics.rollout import rollout_tasks
 
     files = sorted(Path(a.demos).expanduser().glob("*_demo.hdf5"))[:2]
@@ -38,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         d0 = df.demos[0]
         lay = ObsLayout(joint=d0.joint_states.shape[1], gripper=d0.gripper_states.shape[1], action=d0.actions.shape[1])
         for d in df.demos:
-            xs.append(torch.from_numpy(pack_samples(lay, _resize(d.agentview_rgb, lay.image), d.joint_states, d.gripper_states, df.instruction)))
+            xs.append(torch.from_numpy(pack_samples(lay, resize_frames(d.agentview_rgb, lay.image), d.joint_states, d.gripper_states, df.instruction)))
             ys.append(torch.from_numpy(d.actions))
         print(f"{f.name}: {len(df.demos)} demos, '{df.instruction}', actions {d0.actions.shape}")
     model = ResNetTPolicy(lay)

@@ -25,7 +25,7 @@ from torch.nn import functional as F
 
 from p2pfl.robotics.gmm import GMM, GMMHead, gmm_nll
 
-__all__ = ["ObsLayout", "tokenize", "pack_samples", "ResNetTPolicy", "MODALITIES", "VOCAB", "Packed"]
+__all__ = ["ObsLayout", "tokenize", "pack_samples", "ResNetTPolicy", "MODALITIES", "VOCAB", "Packed", "resize_frames"]
 
 VOCAB = 512
 #: The paper's modalities (Sec. III-B); "wrist" only where the layout has the eye-in-hand camera.
@@ -89,6 +89,15 @@ class Packed(NamedTuple):
     joint: torch.Tensor
     gripper: torch.Tensor
     tokens: torch.Tensor
+
+
+def resize_frames(images: np.ndarray, size: int) -> np.ndarray:
+    """RGB frames (T, H, W, 3) uint8 resized to (T, size, size, 3) by area averaging (the policy's input size)."""
+    if images.shape[1] == size and images.shape[2] == size:
+        return images
+    t = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float()
+    t = F.interpolate(t, size=(size, size), mode="area")
+    return t.round().clamp(0, 255).byte().permute(0, 2, 3, 1).numpy()
 
 
 def pack_samples(layout: ObsLayout, images: np.ndarray, joint: np.ndarray, gripper: np.ndarray,
