@@ -38,8 +38,10 @@ COMMAND = ("python -m p2pfl.robotics.libero_demos --suite libero_object --tasks 
            "python analysis/libero_report.py runs/libero_object")
 
 
-def final_per_task(summary: dict) -> tuple[int, dict[str, float]]:
-    """(last evaluated round, task -> success averaged over the devices evaluated at that round)."""
+def final_per_task(summary: dict, key: str = "per_task") -> tuple[int, dict[str, float]]:
+    """(last evaluated round, task -> ``key`` averaged over the devices evaluated at that round): ``per_task``
+    is the success, ``reach`` the closest the gripper came to the task's object (m), ``grasp`` the share of
+    episodes that held it (the last two only in logs of runs whose rollouts report progress)."""
     logs = summary["logs"].get("rollout_success", [])
     if not logs:
         raise SystemExit("a run has no rollout_success log: not a robot run")
@@ -47,7 +49,7 @@ def final_per_task(summary: dict) -> tuple[int, dict[str, float]]:
     per: dict[str, list[float]] = {}
     for e in logs:
         if e["round"] == last:
-            for task, v in e["per_task"].items():
+            for task, v in e.get(key, {}).items():
                 per.setdefault(task, []).append(v)
     return last, {t: sum(v) / len(v) for t, v in sorted(per.items())}
 
@@ -71,9 +73,12 @@ def rows_from_runs(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                   "tasks": [Path(f).stem.removesuffix("_demo") for f in part["libero_tasks"]["libero_object"]]}
         budget["dart"] = demos_have_labels(scenario)
         last, per_task = final_per_task(summary)
+        reach, grasp = final_per_task(summary, "reach")[1], final_per_task(summary, "grasp")[1]
         timing = json.loads((path / "timing.json").read_text())
         rows.append({"label": r["variant"], "seed": int(r["seed"]), "round": last, "per_task": per_task,
                      "success": 100 * sum(per_task.values()) / len(per_task), "bytes": summary["bytes_total"],
+                     "reach_cm": 100 * sum(reach.values()) / len(reach) if reach else None,
+                     "grasp": 100 * sum(grasp.values()) / len(grasp) if grasp else None,
                      "messages": summary["messages_total"], "sim_s": summary["sim_time_s"], "wall_s": timing["wall_s"]})
     if not rows:
         raise SystemExit(f"{root}: no runs of the study {STUDY!r} (scenarios/studies/libero_object.yaml) found")
@@ -107,10 +112,14 @@ def short(task: str) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
-    """The Table I layout for the subset: per-task SR, mean SR, evaluated round, bytes, paper's Object SR."""
+    """The Table I layout for the subset: per-task SR, mean SR, then (where the rollouts report progress) the
+    closest reach to the task's object and the share of episodes that grasped it, evaluated round, bytes,
+    wall time, paper's Object SR."""
     tasks = sorted({t for r in rows for t in r["per_task"]})
-    head = (["Method"] + [f"{short(t)} SR (%)" for t in tasks]
-            + ["Mean SR (%)", "Round", "Comm. MB (MB/msg)", "Wall (min)", "Paper Object SR (%)"])
+    progress = all(r.get("reach_cm") is not None for r in rows)
+    head = (["Method"] + [f"{short(t)} SR (%)" for t in tasks] + ["Mean SR (%)"]
+            + (["Closest reach (cm)", "Grasped (%)"] if progress else [])
+            + ["Round", "Comm. MB (MB/msg)", "Wall (min)", "Paper Object SR (%)"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label in ORDER:
         rs = sorted((r for r in rows if r["label"] == label), key=lambda r: r["seed"])
@@ -120,6 +129,9 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
         for t in tasks:
             cells.append(fmt_ci([100 * r["per_task"][t] for r in rs], scale=1.0, digits=1))
         cells.append(fmt_ci([r["success"] for r in rs], scale=1.0, digits=1))
+        if progress:
+            cells.append(fmt_ci([r["reach_cm"] for r in rs], scale=1.0, digits=1))
+            cells.append(fmt_ci([r["grasp"] for r in rs], scale=1.0, digits=1))
         cells.append(str(rs[0]["round"]))
         mb = sum(r["bytes"] for r in rs) / len(rs) / 1e6
         per_msg = sum(r["bytes"] / r["messages"] for r in rs if r["messages"]) / len(rs) / 1e6
@@ -145,7 +157,15 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
                                                        if seeds == 1 else ""))
     if all(v == 0 for v in mean.values()):
         out.append("- No method completes a task: at this budget our policy does not reach LIBERO-Object's "
-                   "goal states, so the table does not rank the methods.")
+                   "goal states, so success does not rank the methods.")
+    if all(r.get("reach_cm") is not None for r in rows):
+        reach = {lab: sum(r["reach_cm"] for r in rs) / len(rs) for lab in ORDER
+                 if (rs := [r for r in rows if r["label"] == lab])}
+        grasp = {lab: sum(r["grasp"] for r in rs) / len(rs) for lab in ORDER
+                 if (rs := [r for r in rows if r["label"] == lab])}
+        out.append("- Progress (scored from the simulator's object poses, never shown to a policy): closest reach "
+                   + ", ".join(f"{LABELS[k]} {v:.1f} cm" for k, v in reach.items()) + "; episodes that grasped the "
+                   "object " + ", ".join(f"{LABELS[k]} {v:.0f}%" for k, v in grasp.items()) + ".")
     if "centralized" in mean and "local" in mean:
         out.append(f"- Pooling all clients' demos (Centralized {mean['centralized']:.1f}%) vs each client's own "
                    f"(Local {mean['local']:.1f}%): the gap collaboration can close at this budget.")
@@ -175,6 +195,10 @@ def write(root: Path, out: Path) -> str:
         "one evaluation round (no 'best round' column: the round shown is the one evaluated), "
         "FedProx, FedKD and FedVLA not run (the generated-suite study covers FedProx and FedKD).", "",
         *table(rows), "",
+        *(["Closest reach: per episode, the smallest distance between the end effector and the task's object, "
+           "averaged over episodes, tasks and devices. Grasped: the share of episodes in which both fingers held "
+           "the object at some step (robosuite's grasp check). Both are read from the simulator's state for "
+           "scoring; no policy sees them.", ""] if all(r.get("reach_cm") is not None for r in rows) else []),
         "## Reading", "", *reading(rows), "",
     ])
     out.parent.mkdir(parents=True, exist_ok=True)

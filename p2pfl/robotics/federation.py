@@ -108,7 +108,10 @@ class RobotFederation(Federation):
     def report(self, res: RolloutResult, suite: str, cached: bool, forward_flops: int) -> RolloutReport:
         """The score of a rollout result; its FLOPs charged unless ``cached`` (another device's score already paid)."""
         flops = 0 if cached else res.steps * (forward_flops + self.step_flops)
-        return RolloutReport(res.success, flops, {"suite": suite, "per_task": res.per_task, "cached": cached})
+        fields: dict[str, Any] = {"suite": suite, "per_task": res.per_task, "cached": cached}
+        if res.reach:  # progress, from environments that report it (LIBERO-Object)
+            fields.update(reach=res.reach, grasp=res.grasp)
+        return RolloutReport(res.success, flops, fields)
 
 
 def _suite_demos(p: RobotSuitesPartition, suite: str, root: Optional[str]):

@@ -26,10 +26,19 @@ from p2pfl.errors import DataError
 from p2pfl.robotics.gl import require_gl
 
 __all__ = ["libero_available", "require_libero", "libero_benchmark", "bddl_path", "libero_env_factory",
-           "libero_task_names", "check_layout", "LiberoEnv", "LiberoEnvFactory", "CAMERA_PX"]
+           "libero_task_names", "check_layout", "LiberoEnv", "LiberoEnvFactory", "CAMERA_PX", "object_of"]
 
 CAMERA_PX = 128  # LIBERO's camera size; images are resized to the policy's layout
 _SETTLE_STEPS = 5  # LIBERO's evaluations idle 5 steps after placing the objects
+
+
+def object_of(task_name: str) -> str:
+    """The object a LIBERO-Object task moves: 'pick_up_the_<object>_and_place_it_in_the_basket'."""
+    head, sep, tail = task_name.partition("pick_up_the_")
+    obj = tail.split("_and_place_it_in_the_basket")[0]
+    if head or not sep or obj == tail:
+        raise DataError(f"{task_name!r} is not a LIBERO-Object pick-and-place task; the scripted expert does those")
+    return obj
 
 
 def libero_available() -> str | None:
@@ -79,7 +88,13 @@ class _Task:
 
 @dataclass
 class _Info:
+    """A step's outcome: LIBERO's goal check, and for LIBERO-Object tasks the progress towards the named
+    object (ground truth read for scoring only): the gripper's distance to it (m) and whether both fingers
+    hold it (robosuite's ``_check_grasp``)."""
+
     success: bool
+    reach: float | None = None
+    grasped: bool | None = None
 
 
 class LiberoEnv:
@@ -101,6 +116,7 @@ class LiberoEnv:
         self.init_states = bench.get_task_init_states(i)
         self.task = _Task(instruction)
         self.image = image
+        self.obj = object_of(task_name) if suite == "libero_object" else None
 
     @property
     def action_dim(self) -> int:
@@ -130,7 +146,12 @@ class LiberoEnv:
 
     def step(self, action: np.ndarray) -> tuple[dict, _Info]:
         o, _, done, _ = self.env.step(np.asarray(action, dtype=np.float64))
-        return self._obs(o), _Info(bool(done))
+        if self.obj is None:
+            return self._obs(o), _Info(bool(done))
+        inner = self.env.env
+        reach = float(np.linalg.norm(o["robot0_eef_pos"] - o[f"{self.obj}_1_pos"]))
+        grasped = bool(inner._check_grasp(gripper=inner.robots[0].gripper, object_geoms=inner.objects_dict[f"{self.obj}_1"]))
+        return self._obs(o), _Info(bool(done), reach, grasped)
 
     def close(self) -> None:
         self.env.close()

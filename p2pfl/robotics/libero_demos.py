@@ -38,6 +38,7 @@ import numpy as np
 
 from p2pfl.data.schema import LIBERO_HORIZONS
 from p2pfl.errors import DataError
+from p2pfl.robotics.libero import object_of
 
 #: Seed of a recording's first attempt (LIBERO's reset draws the placement); rollouts use the fixed
 #: initial states instead, so no evaluation episode starts where a demonstration did.
@@ -49,15 +50,6 @@ _GAIN = 12.0  # action per metre of position error (OSC_POSE maps 1.0 to 5 cm pe
 _GRASP_STEPS = 12  # lift after this many closing steps if the fingers never both touch the object
 _CLOSE_DZ = 0.02  # close the gripper this far above the object's centre (m)
 _ABOVE, _CARRY, _RELEASE = 0.10, 0.28, 0.18  # heights above the object / the basket (m)
-
-
-def object_of(task_name: str) -> str:
-    """The object a LIBERO-Object task moves: 'pick_up_the_<object>_and_place_it_in_the_basket'."""
-    head, sep, tail = task_name.partition("pick_up_the_")
-    obj = tail.split("_and_place_it_in_the_basket")[0]
-    if head or not sep or obj == tail:
-        raise DataError(f"{task_name!r} is not a LIBERO-Object pick-and-place task; the scripted expert does those")
-    return obj
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Closed-loop rollouts: N seeded episodes per task, batched policy steps, success per task.
+"""Closed-loop rollouts: N seeded episodes per task, batched policy steps, success per task (and, where the
+environment reports it, progress: the closest the gripper came to the task's object and whether it held it).
 
 The initial poses of evaluation episodes come from seeds disjoint from the demonstrations', the
 same for every method, so success rates are comparable. The policy acts by the mean of its most
@@ -24,10 +25,18 @@ EVAL_SEED_OFFSET = 10_000_019  # evaluation layouts never coincide with demonstr
 
 @dataclass
 class RolloutResult:
-    """Success rate per task id, their mean, and the control steps taken (for the compute charge)."""
+    """Success rate per task id, their mean, and the control steps taken (for the compute charge).
+
+    ``reach`` and ``grasp`` only for environments whose steps report progress (LIBERO-Object): per task,
+    the mean over episodes of the closest the gripper came to the task's object (m), and the fraction of
+    episodes in which the gripper held it at some step. Success alone reads 0 for every policy that almost
+    does the task; these say how far each got.
+    """
 
     per_task: dict[str, float] = field(default_factory=dict)
     steps: int = 0
+    reach: dict[str, float] = field(default_factory=dict)
+    grasp: dict[str, float] = field(default_factory=dict)
 
     @property
     def success(self) -> float:
@@ -53,12 +62,16 @@ def rollout_tasks(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], epi
             if getattr(make_env, "one_env_per_task", False):  # heavy envs (LIBERO): one, reused, closed
                 env: Any = make_env(tid)
                 try:
-                    success = np.concatenate([_episodes(model, layout, [env], [s], horizon, out) for s in seeds])
+                    ep = np.concatenate([_episodes(model, layout, [env], [s], horizon, out) for s in seeds], axis=1)
                 finally:
                     env.close()
             else:  # all episodes of the task step together, the policy batched over them
-                success = _episodes(model, layout, [make_env(tid) for _ in range(episodes)], seeds, horizon, out)
+                ep = _episodes(model, layout, [make_env(tid) for _ in range(episodes)], seeds, horizon, out)
+            success, reach, grasp = ep
             out.per_task[tid] = float(success.mean())
+            if not np.isnan(reach).any():
+                out.reach[tid] = float(reach.mean())
+                out.grasp[tid] = float(grasp.mean())
     finally:
         model.train(was_training)
     return out
@@ -66,12 +79,15 @@ def rollout_tasks(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], epi
 
 def _episodes(model: nn.Module, layout: ObsLayout, envs: Sequence, seeds: Sequence[int], horizon: int,
               out: RolloutResult) -> np.ndarray:
-    """One episode in each env (env k reset with ``seeds[k]``), stepped together; success per episode."""
+    """One episode in each env (env k reset with ``seeds[k]``), stepped together. Rows per episode: success,
+    the closest reach (NaN where the env reports none), whether the object was held at some step."""
     obs = [e.reset(s) for e, s in zip(envs, seeds)]
     instr = envs[0].task.instruction
     hist = [[o] for o in obs]
     done = np.zeros(len(envs), bool)
     success = np.zeros(len(envs), bool)
+    reach = np.full(len(envs), np.nan)
+    grasped = np.zeros(len(envs), bool)
     for _ in range(horizon):
         live = np.flatnonzero(~done)
         if live.size == 0:
@@ -82,9 +98,12 @@ def _episodes(model: nn.Module, layout: ObsLayout, envs: Sequence, seeds: Sequen
             o, info = envs[int(k)].step(a)
             out.steps += 1
             hist[k] = (hist[k] + [o])[-layout.history:]
+            if getattr(info, "reach", None) is not None:
+                reach[k] = np.fmin(reach[k], info.reach)
+                grasped[k] |= bool(info.grasped)
             if info.success:
                 done[k] = success[k] = True
-    return success
+    return np.stack([success.astype(float), reach, grasped.astype(float)])
 
 
 def run_rollouts(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], episodes: int, horizon: int,

@@ -276,7 +276,8 @@ class Simulation:
             report = fed.report(res, suite, cached, forward)
             if charge is not None:
                 self.recorder.fill_compute(charge, report.flops, report.flops / rate)
-            self.recorder.fill_log(log, report.score, per_task=report.fields["per_task"])
+            progress = {k: report.fields[k] for k in ("reach", "grasp") if k in report.fields}
+            self.recorder.fill_log(log, report.score, per_task=report.fields["per_task"], **progress)
             self.recorder.fill_evaluation(entry, report.score)
 
         self._await(future, fill)

@@ -3,6 +3,8 @@ reason, without it). The schema checks at the top need no LIBERO."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -103,6 +105,7 @@ def test_rollouts_build_one_env_per_task_reuse_it_and_close_it():
     out = rollout_tasks(ResNetTPolicy(lay), lay, [TID], episodes=3, horizon=2, make_env=Counting(32, ((TID, "go"),)))
     assert built == [TID] and closed == [TID]
     assert out.steps == 3 * 2 and out.per_task == {TID: 0.0}
+    assert set(out.reach) == {TID} and 0.05 < out.reach[TID] < 1.0 and out.grasp == {TID: 0.0}  # 2 steps: far, empty
 
 
 @needs_mujoco
@@ -127,19 +130,21 @@ def test_a_one_round_fedavg_scenario_on_a_libero_task(tmp_path, wrist):
     assert {e["suite"] for e in logs} == {SUITE} and all(e["value"] == 0.0 for e in logs)
     per_task = [e["per_task"] for e in logs]
     assert all(set(p) == {TID} for p in per_task)  # the rollouts ran on the LIBERO task
+    assert all(set(e["reach"]) == {TID} and e["grasp"] == {TID: 0.0} for e in logs)  # with their progress
 
 
 @needs_mujoco
 @needs_libero
 def test_a_recorded_expert_demo_is_in_liberos_format_and_replays_to_success(tmp_path):
     """One scripted demo of LIBERO-Object task 0: every attribute LIBERO's dataset files carry, read back by
-    our reader, and its actions replayed from its init_state in a fresh env reach LIBERO's goal check."""
+    our reader, and its actions replayed from its init_state in the rollouts' env reach LIBERO's goal check,
+    with the progress that env reports (the gripper came within 3 cm of the soup and held it)."""
     import h5py
-    from libero.libero.envs import OffScreenRenderEnv
 
     from p2pfl.robotics.demos import read_demo_file
     from p2pfl.robotics.gl import require_gl
-    from p2pfl.robotics.libero_demos import object_of, record_task
+    from p2pfl.robotics.libero import LiberoEnv, object_of
+    from p2pfl.robotics.libero_demos import record_task
 
     require_gl()
     assert object_of(TASK) == "alphabet_soup"
@@ -157,6 +162,7 @@ def test_a_recorded_expert_demo_is_in_liberos_format_and_replays_to_success(tmp_
                                  "ee_ori", "ee_states"}
         actions, init, bddl = d["actions"][()], d.attrs["init_state"], g.attrs["bddl_file_name"]
         labels = d["expert_actions"][()]
+        assert os.path.isfile(bddl) and bddl.endswith(f"{TASK}.bddl")  # LIBERO's tools rebuild the env from it
         arm = d.attrs["init_state"][1:8]  # time, then the arm's 7 joints first in qpos
         assert np.allclose(d["states"][0][1:8], arm)  # the episode started where init_state says
         assert labels.shape == actions.shape and np.array_equal(labels[:, 3:], actions[:, 3:])
@@ -165,16 +171,20 @@ def test_a_recorded_expert_demo_is_in_liberos_format_and_replays_to_success(tmp_
     df = read_demo_file(res.path)
     assert len(df.demos) == 1 and df.demos[0].agentview_rgb.shape == (len(actions), 64, 64, 3)
     assert np.allclose(df.demos[0].actions, labels)  # training reads the expert's labels
-    env = OffScreenRenderEnv(bddl_file_name=bddl, camera_names=["agentview"], camera_heights=32, camera_widths=32)
+    env = LiberoEnv(SUITE, TASK, image=32, instruction="x")  # the rollouts' env, its progress report
     try:
-        env.seed(0)
-        env.reset()
-        default_arm = env.env.sim.get_state().flatten()[1:8]
+        inner = env.env
+        inner.seed(0)
+        inner.reset()
+        default_arm = inner.env.sim.get_state().flatten()[1:8]
         assert 1e-3 < np.abs(arm - default_arm).max() < 0.1  # the arm started perturbed (joint_noise=0.02)
-        env.set_init_state(init)
-        done = False
-        for a in actions:
-            _, _, done, _ = env.step(a)
-        assert done
+        o = inner.set_init_state(init)
+        infos = [env.step(a)[1] for a in actions]
+        raw = inner.env._get_observations()
+        assert infos[-1].success
+        assert infos[-1].reach == pytest.approx(float(np.linalg.norm(raw["robot0_eef_pos"] - raw["alphabet_soup_1_pos"])))
+        start = float(np.linalg.norm(o["robot0_eef_pos"] - o["alphabet_soup_1_pos"]))
+        assert infos[0].reach > 0.1 and not infos[0].grasped  # the expert starts away from the soup, hand empty
+        assert min(i.reach for i in infos) < 0.03 < start and any(i.grasped for i in infos)
     finally:
         env.close()

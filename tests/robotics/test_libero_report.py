@@ -3,6 +3,8 @@ Table I layout (no LIBERO needed: it reads summaries)."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.helpers import analysis_module
 
 T0 = "libero_object/pick_up_the_alphabet_soup_and_place_it_in_the_basket"
@@ -10,7 +12,8 @@ T1 = "libero_object/pick_up_the_butter_and_place_it_in_the_basket"
 
 
 def _log(round_: int, a: float, b: float) -> dict:
-    return {"round": round_, "value": (a + b) / 2, "suite": "libero_object", "per_task": {T0: a, T1: b}}
+    return {"round": round_, "value": (a + b) / 2, "suite": "libero_object", "per_task": {T0: a, T1: b},
+            "reach": {T0: 0.1 * a, T1: 0.1 * b}}
 
 
 def test_last_round_per_task_is_averaged_over_the_devices() -> None:
@@ -18,6 +21,9 @@ def test_last_round_per_task_is_averaged_over_the_devices() -> None:
     summary = {"logs": {"rollout_success": [_log(10, 1.0, 1.0), _log(20, 0.2, 0.0), _log(20, 0.6, 0.4)]}}
     last, per_task = rep.final_per_task(summary)
     assert last == 20 and per_task == {T0: 0.4, T1: 0.2}
+    last, reach = rep.final_per_task(summary, "reach")
+    assert last == 20 and reach == pytest.approx({T0: 0.04, T1: 0.02})
+    assert rep.final_per_task(summary, "grasp") == (20, {})  # runs whose rollouts report no progress
     assert rep.short(T0) == "alphabet soup"
 
 
@@ -32,3 +38,19 @@ def test_table_rows_follow_the_paper_order_with_means_and_bytes() -> None:
     assert lines[5] == "| FedDRMan | 40.0 (n=1) | 20.0 (n=1) | 30.0 (n=1) | 20 | 4.0 (0.10) | 2.0 | 88.0 |"
     text = "\n".join(rep.reading(rows))
     assert "FedDRMan − FedAvg: +10.0 points" in text and "One seed cannot separate" in text
+
+
+def test_progress_columns_appear_when_every_run_reports_them() -> None:
+    rep = analysis_module("libero_report")
+    rows = [{"label": lab, "seed": 0, "round": 20, "per_task": {T0: 0.0}, "success": 0.0, "reach_cm": cm, "grasp": g,
+             "bytes": 0, "messages": 0, "sim_s": 1.0, "wall_s": 60.0}
+            for lab, cm, g in (("centralized", 2.5, 40.0), ("fedavg", 6.0, 0.0))]
+    lines = rep.table(rows)
+    assert lines[0] == ("| Method | alphabet soup SR (%) | Mean SR (%) | Closest reach (cm) | Grasped (%) | Round | "
+                        "Comm. MB (MB/msg) | Wall (min) | Paper Object SR (%) |")
+    assert lines[2] == "| Centralized BC | 0.0 (n=1) | 0.0 (n=1) | 2.5 (n=1) | 40.0 (n=1) | 20 | 0 (-) | 1.0 | 56.0 |"
+    text = "\n".join(rep.reading(rows))
+    assert "success does not rank the methods" in text
+    assert "closest reach Centralized BC 2.5 cm, FedAvg 6.0 cm; episodes that grasped the object Centralized BC 40%, FedAvg 0%" in text
+    rows[1]["reach_cm"] = None  # one run without progress: no column rather than a partial one
+    assert "Closest reach" not in rep.table(rows)[0]
