@@ -398,17 +398,25 @@ def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, dis
     return ran, failed
 
 
-def _build_all(cells: Sequence[Cell]) -> dict[str, str]:
+def _build_all(cells: Sequence[Cell], progress: bool = False, every_s: float = 5.0) -> dict[str, str]:
     """Build each cell as ``p2pfl validate`` does (topology, data, protocol; no run, no executor workers):
-    {id: error} of those that fail."""
+    {id: error} of those that fail. ``progress``: a line on stderr at most every ``every_s`` seconds (building
+    a study of 1,000-device cells takes minutes)."""
     from p2pfl.sim.kernel import build_only
 
     failed = {}
-    for cell in cells:
+    t0 = last = time.perf_counter()
+    for i, cell in enumerate(cells, 1):
         try:
             build_only(cell.scenario)
         except UserError as err:
             failed[cell.id] = _one_line(err)
+        now = time.perf_counter()
+        if progress and i < len(cells) and now - last >= every_s:
+            last = now
+            left = (now - t0) / i * (len(cells) - i)
+            print(f"dry run: built {i} of {len(cells)} cells ({_fmt_s(now - t0)}; about {_fmt_s(left)} left)",
+                  file=sys.stderr, flush=True)
     return failed
 
 
@@ -453,7 +461,7 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int |
     if dry_run:
         complete = _complete(st, out_path) if out_path.is_dir() else []
         done = set(complete)
-        would_fail = _build_all([c for c in st.cells if c.id not in done])
+        would_fail = _build_all([c for c in st.cells if c.id not in done], progress)
         return SweepResult(st, out_path, (), tuple(complete), would_fail, time.perf_counter() - t0, dry_run=True)
     with _locked(out_path):
         removed = _remove_temps(out_path, st)

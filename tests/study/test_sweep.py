@@ -179,6 +179,20 @@ def test_dry_run_lists_and_validates_the_cells_and_writes_nothing(tmp_path, caps
     assert not Path("runs/nosrv").exists()
 
 
+def test_a_dry_run_reports_its_building_progress_on_stderr(tmp_path, capsys):
+    """Building every cell of a big study takes minutes: periodic lines say how far it got (every_s=0: each cell
+    but the last)."""
+    from p2pfl.config.study import load_study
+    from p2pfl.sweep import _build_all
+
+    cells = load_study(_write_study(tmp_path)).cells
+    assert _build_all(cells[:3], progress=True, every_s=0.0) == {}
+    err = capsys.readouterr().err.splitlines()
+    assert [ln.split(" (")[0] for ln in err] == ["dry run: built 1 of 3 cells", "dry run: built 2 of 3 cells"]
+    assert all(ln.endswith(" left)") for ln in err)
+    assert _build_all(cells[:3]) == {} and capsys.readouterr().err == ""  # the API stays silent
+
+
 def test_ctrl_c_exits_130_keeps_complete_cells_and_leaves_no_temp_directory(tmp_path):
     study = _write_study(tmp_path, set={"protocol.rounds": 10})
     out = tmp_path / "out"
