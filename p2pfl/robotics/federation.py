@@ -105,6 +105,12 @@ class RobotFederation(Federation):
         return run_rollouts, (model, self.layout, self.suite_tasks[suite], self.eval_episodes,
                               self.horizons.get(suite, self.horizon), self.seed, self.make_env)
 
+    def rollout_flops_bound(self, suite: str, forward_flops: int) -> int:
+        """The most the rollouts of one model on ``suite`` can cost (every episode to its horizon): the job's
+        size for the executor's load balance, so a rollout is not queued behind training as if free."""
+        steps = len(self.suite_tasks[suite]) * self.eval_episodes * self.horizons.get(suite, self.horizon)
+        return steps * (forward_flops + self.step_flops)
+
     def report(self, res: RolloutResult, suite: str, cached: bool, forward_flops: int) -> RolloutReport:
         """The score of a rollout result; its FLOPs charged unless ``cached`` (another device's score already paid)."""
         flops = 0 if cached else res.steps * (forward_flops + self.step_flops)

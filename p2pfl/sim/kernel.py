@@ -260,13 +260,14 @@ class Simulation:
         key = fed.rollout_key(model, suite)
         future = self._rollouts.get(key)
         cached = future is not None
+        now, rate, forward = self.env.now, self.profiles[device].flops_per_s, self.forward_flops(model)
         if future is None:
             fn, args = fed.rollout_call(model, suite)
-            future = self.executor.submit(CallJob(device, fn, args, threads=self.scenario.threads))
+            future = self.executor.submit(CallJob(device, fn, args, threads=self.scenario.threads,
+                                                  flops=fed.rollout_flops_bound(suite, forward)))
             if len(self._rollouts) > 64:
                 self._rollouts.clear()
             self._rollouts[key] = future
-        now, rate, forward = self.env.now, self.profiles[device].flops_per_s, self.forward_flops(model)
         charge = None if cached else self.recorder.compute_later(now, device, "rollout")
         log = self.recorder.log_later(now, device, "rollout_success", round=round, suite=suite, per_task=None,
                                       cached=cached)

@@ -145,6 +145,28 @@ def test_feddrman_rollout_compute_is_charged_and_runs_are_identical(tmp_path):
     assert sa["success_per_node"] == sb["success_per_node"] and sa["compute_flops_total"] == sb["compute_flops_total"]
 
 
+@needs_mujoco
+def test_a_rollout_job_is_sized_for_the_executor_by_its_bound(tmp_path):
+    """A rollout job carries the most its rollouts can cost (every episode to the horizon), not 0, so the
+    process executor's load balance does not queue every rollout behind training as if it were free
+    (measured: Local's five LIBERO rollouts all ran in one process while the other worker idled)."""
+    from p2pfl.config import load_dict
+    from p2pfl.executors.jobs import CallJob
+    from p2pfl.sim.kernel import Simulation
+
+    sim = Simulation(load_dict(_scenario(tmp_path, {"name": "local", "rounds": 1})))
+    sizes, submit = [], sim.executor.submit
+    sim.executor.submit = lambda job: (sizes.append(job.flops) if isinstance(job, CallJob) else None, submit(job))[1]
+    sim.run()
+    fed, forward = sim.federation, sim.forward_flops(sim.new_model())
+    bound = {s: fed.rollout_flops_bound(s, forward) for s in ("object", "goal")}
+    steps = {s: len(fed.suite_tasks[s]) * 1 * 4 for s in bound}  # tasks x 1 episode x horizon 4
+    assert bound == {s: steps[s] * (forward + fed.step_flops) for s in bound} and all(b > 0 for b in bound.values())
+    assert sorted(sizes) == sorted(bound[s] for s in fed.device_suites)  # one job per Local policy
+    charged = [e["flops"] for e in sim.recorder.events if e["kind"] == "compute" and e["what"] == "rollout"]
+    assert len(charged) == 4 and all(0 < c <= max(bound.values()) for c in charged)
+
+
 def test_proprio_is_standardised_so_open_and_closed_grippers_differ():
     from p2pfl.robotics.policy import RunningNorm
 
