@@ -38,6 +38,7 @@ def test_table_rows_follow_the_paper_order_with_means_and_bytes() -> None:
     assert lines[5] == "| FedDRMan | 40.0 (n=1) | 20.0 (n=1) | 30.0 (n=1) | 20 | 4.0 (0.10) | 2.0 | 88.0 |"
     text = "\n".join(rep.reading(rows))
     assert "FedDRMan − FedAvg: +10.0 points" in text and "One seed cannot separate" in text
+    assert "(Local 10.0%): the gap collaboration can close" in text
 
 
 def test_progress_columns_appear_when_every_run_reports_them() -> None:
@@ -45,12 +46,17 @@ def test_progress_columns_appear_when_every_run_reports_them() -> None:
     rows = [{"label": lab, "seed": 0, "round": 20, "per_task": {T0: 0.0}, "success": 0.0, "reach_cm": cm, "grasp": g,
              "bytes": 0, "messages": 0, "sim_s": 1.0, "wall_s": 60.0}
             for lab, cm, g in (("centralized", 2.5, 40.0), ("fedavg", 6.0, 0.0))]
+    rows.append({**rows[1], "label": "local", "success": 100 * 2 / 75, "episodes": 75})
+    rows[0]["episodes"] = rows[1]["episodes"] = 15
     lines = rep.table(rows)
     assert lines[0] == ("| Method | alphabet soup SR (%) | Mean SR (%) | Closest reach (cm) | Grasped (%) | Round | "
                         "Comm. MB (MB/msg) | Wall (min) | Paper Object SR (%) |")
     assert lines[2] == "| Centralized BC | 0.0 (n=1) | 0.0 (n=1) | 2.5 (n=1) | 40.0 (n=1) | 20 | 0 (-) | 1.0 | 56.0 |"
     text = "\n".join(rep.reading(rows))
-    assert "success does not rank the methods" in text
-    assert "closest reach Centralized BC 2.5 cm, FedAvg 6.0 cm; episodes that grasped the object Centralized BC 40%, FedAvg 0%" in text
+    assert "success does not rank the methods" not in text  # Local completed 2 episodes
+    assert "Successful episodes: Centralized BC 0 of 15, Local BC 2 of 75, FedAvg 0 of 15 " in text
+    assert "(Local 2.7%): pooling did not raise success at this budget." in text
+    assert ("closest reach Centralized BC 2.5 cm, Local BC 6.0 cm, FedAvg 6.0 cm; episodes that grasped the object "
+            "Centralized BC 40%, Local BC 0%, FedAvg 0%") in text
     rows[1]["reach_cm"] = None  # one run without progress: no column rather than a partial one
     assert "Closest reach" not in rep.table(rows)[0]
