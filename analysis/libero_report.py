@@ -172,7 +172,8 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
         out.append("- Successful episodes: " + ", ".join(
             f"{LABELS[r['label']]} {round(r['success'] / 100 * r['episodes'])} of {r['episodes']}"
             for lab in ORDER for r in rows if r["label"] == lab)
-                   + " (Local rolls out each client's policy). Counts this small cannot rank the methods by success.")
+                   + " (Local rolls out each client's policy). Each count comes from one training run (Local: five "
+                   "policies); without more seeds it does not separate the method from the run.")
     if "centralized" in mean and "local" in mean:
         c, loc = mean["centralized"], mean["local"]
         out.append(f"- Pooling all clients' demos (Centralized {c:.1f}%) vs each client's own (Local {loc:.1f}%): "
@@ -207,7 +208,8 @@ def write(root: Path, out: Path) -> str:
         *table(rows), "",
         *(["Closest reach: per episode, the smallest distance between the end effector and the task's object, "
            "averaged over episodes, tasks and devices. Grasped: the share of episodes in which both fingers held "
-           "the object at some step (robosuite's grasp check). Both are read from the simulator's state for "
+           "the object at some step (robosuite's two-finger contact check: strict, an episode can succeed without "
+           "it firing, so it counts holds from below). Both are read from the simulator's state for "
            "scoring; no policy sees them.", ""] if all(r.get("reach_cm") is not None for r in rows) else []),
         "## Reading", "", *reading(rows), "",
     ])

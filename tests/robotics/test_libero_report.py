@@ -55,6 +55,7 @@ def test_progress_columns_appear_when_every_run_reports_them() -> None:
     text = "\n".join(rep.reading(rows))
     assert "success does not rank the methods" not in text  # Local completed 2 episodes
     assert "Successful episodes: Centralized BC 0 of 15, Local BC 2 of 75, FedAvg 0 of 15 " in text
+    assert "without more seeds it does not separate the method from the run" in text
     assert "(Local 2.7%): pooling did not raise success at this budget." in text
     assert ("closest reach Centralized BC 2.5 cm, Local BC 6.0 cm, FedAvg 6.0 cm; episodes that grasped the object "
             "Centralized BC 40%, Local BC 0%, FedAvg 0%") in text
