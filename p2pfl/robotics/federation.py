@@ -103,12 +103,16 @@ class RobotFederation(Federation):
     def rollout_call(self, model: nn.Module, suite: str) -> tuple[Any, tuple[Any, ...]]:
         """The rollouts of ``model`` on ``suite`` as a job: ``(run_rollouts, args)``, picklable."""
         return run_rollouts, (model, self.layout, self.suite_tasks[suite], self.eval_episodes,
-                              self.horizons.get(suite, self.horizon), self.seed, self.make_env)
+                              self.horizon_of(suite), self.seed, self.make_env)
+
+    def horizon_of(self, suite: str) -> int:
+        """Control steps per episode on ``suite`` (its own, e.g. LIBERO's, else the partition's)."""
+        return self.horizons.get(suite, self.horizon)
 
     def rollout_flops_bound(self, suite: str, forward_flops: int) -> int:
         """The most the rollouts of one model on ``suite`` can cost (every episode to its horizon): the job's
         size for the executor's load balance, so a rollout is not queued behind training as if free."""
-        steps = len(self.suite_tasks[suite]) * self.eval_episodes * self.horizons.get(suite, self.horizon)
+        steps = len(self.suite_tasks[suite]) * self.eval_episodes * self.horizon_of(suite)
         return steps * (forward_flops + self.step_flops)
 
     def report(self, res: RolloutResult, suite: str, cached: bool, forward_flops: int) -> RolloutReport:

@@ -26,7 +26,7 @@ from p2pfl.errors import DataError
 from p2pfl.robotics.gl import require_gl
 
 __all__ = ["libero_available", "require_libero", "libero_benchmark", "bddl_path", "libero_env_factory",
-           "libero_task_names", "check_layout", "LiberoEnv", "LiberoEnvFactory", "CAMERA_PX", "object_of"]
+           "libero_task_names", "check_layout", "LiberoEnv", "LiberoEnvFactory", "CAMERA_PX", "object_of", "holds"]
 
 CAMERA_PX = 128  # LIBERO's camera size; images are resized to the policy's layout
 _SETTLE_STEPS = 5  # LIBERO's evaluations idle 5 steps after placing the objects
@@ -39,6 +39,13 @@ def object_of(task_name: str) -> str:
     if head or not sep or obj == tail:
         raise DataError(f"{task_name!r} is not a LIBERO-Object pick-and-place task; the scripted expert does those")
     return obj
+
+
+def holds(env: Any, obj: str) -> bool:
+    """Whether both fingers of the robot in LIBERO env ``env`` (an ``OffScreenRenderEnv``) touch object
+    ``obj`` (robosuite's ``_check_grasp``): the recorder's lift switch and the rollouts' grasp score."""
+    inner = env.env
+    return bool(inner._check_grasp(gripper=inner.robots[0].gripper, object_geoms=inner.objects_dict[f"{obj}_1"]))
 
 
 def libero_available() -> str | None:
@@ -148,10 +155,8 @@ class LiberoEnv:
         o, _, done, _ = self.env.step(np.asarray(action, dtype=np.float64))
         if self.obj is None:
             return self._obs(o), _Info(bool(done))
-        inner = self.env.env
         reach = float(np.linalg.norm(o["robot0_eef_pos"] - o[f"{self.obj}_1_pos"]))
-        grasped = bool(inner._check_grasp(gripper=inner.robots[0].gripper, object_geoms=inner.objects_dict[f"{self.obj}_1"]))
-        return self._obs(o), _Info(bool(done), reach, grasped)
+        return self._obs(o), _Info(bool(done), reach, holds(self.env, self.obj))
 
     def close(self) -> None:
         self.env.close()

@@ -38,7 +38,7 @@ import numpy as np
 
 from p2pfl.data.schema import LIBERO_HORIZONS
 from p2pfl.errors import DataError
-from p2pfl.robotics.libero import object_of
+from p2pfl.robotics.libero import holds, object_of
 
 #: Seed of a recording's first attempt (LIBERO's reset draws the placement); rollouts use the fixed
 #: initial states instead, so no evaluation episode starts where a demonstration did.
@@ -173,8 +173,7 @@ def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: in
                                                             "ee_pos", "ee_ori")}
                 done = False
                 for _ in range(horizon):
-                    a = expert.act(o, grasped=bool(env.env._check_grasp(gripper=env.env.robots[0].gripper,
-                                                                            object_geoms=env.env.objects_dict[f"{obj}_1"])))
+                    a = expert.act(o, grasped=holds(env, obj))
                     ori = _quat_to_axis_angle(o["robot0_eef_quat"])
                     rec["states"].append(env.env.sim.get_state().flatten())
                     rec["robot_states"].append(np.concatenate([o["robot0_gripper_qpos"], o["robot0_eef_pos"],

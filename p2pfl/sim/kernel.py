@@ -277,8 +277,8 @@ class Simulation:
             report = fed.report(res, suite, cached, forward)
             if charge is not None:
                 self.recorder.fill_compute(charge, report.flops, report.flops / rate)
-            progress = {k: report.fields[k] for k in ("reach", "grasp") if k in report.fields}
-            self.recorder.fill_log(log, report.score, per_task=report.fields["per_task"], **progress)
+            fixed = ("suite", "cached")  # set when the log was opened
+            self.recorder.fill_log(log, report.score, **{k: v for k, v in report.fields.items() if k not in fixed})
             self.recorder.fill_evaluation(entry, report.score)
 
         self._await(future, fill)
