@@ -118,7 +118,7 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     closest reach to the task's object and the share of episodes that grasped it, evaluated round, bytes,
     wall time, paper's Object SR."""
     tasks = sorted({t for r in rows for t in r["per_task"]})
-    progress = all(r.get("reach_cm") is not None for r in rows)
+    progress = has_progress(rows)
     head = (["Method"] + [f"{short(t)} SR (%)" for t in tasks] + ["Mean SR (%)"]
             + (["Closest reach (cm)", "Grasped (%)"] if progress else [])
             + ["Round", "Comm. MB (MB/msg)", "Wall (min)", "Paper Object SR (%)"])
@@ -144,10 +144,19 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def has_progress(rows: list[dict[str, Any]]) -> bool:
+    """Whether every run's rollouts reported progress (closest reach, grasps): no partial columns."""
+    return all(r.get("reach_cm") is not None for r in rows)
+
+
+def mean_by_label(rows: list[dict[str, Any]], key: str) -> dict[str, float]:
+    """Method -> ``key`` averaged over its runs (seeds), in the table's order."""
+    return {lab: sum(r[key] for r in rs) / len(rs) for lab in ORDER if (rs := [r for r in rows if r["label"] == lab])}
+
+
 def reading(rows: list[dict[str, Any]]) -> list[str]:
     """Sentences stated from the table's numbers only."""
-    mean = {lab: sum(r["success"] for r in rs) / len(rs)
-            for lab in ORDER if (rs := [r for r in rows if r["label"] == lab])}
+    mean = mean_by_label(rows, "success")
     seeds = len({r["seed"] for r in rows})
     out = ["- Mean success over the chosen tasks: " + ", ".join(f"{LABELS[k]} {v:.1f}%" for k, v in mean.items())
            + f" ({seeds} seed{'s' if seeds > 1 else ''}; " + ("no interval with one seed)." if seeds == 1 else "95% t-intervals in the table).")]
@@ -160,11 +169,8 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
     if all(v == 0 for v in mean.values()):
         out.append("- No method completes a task: at this budget our policy does not reach LIBERO-Object's "
                    "goal states, so success does not rank the methods.")
-    if all(r.get("reach_cm") is not None for r in rows):
-        reach = {lab: sum(r["reach_cm"] for r in rs) / len(rs) for lab in ORDER
-                 if (rs := [r for r in rows if r["label"] == lab])}
-        grasp = {lab: sum(r["grasp"] for r in rs) / len(rs) for lab in ORDER
-                 if (rs := [r for r in rows if r["label"] == lab])}
+    if has_progress(rows):
+        reach, grasp = mean_by_label(rows, "reach_cm"), mean_by_label(rows, "grasp")
         out.append("- Progress (scored from the simulator's object poses, never shown to a policy): closest reach "
                    + ", ".join(f"{LABELS[k]} {v:.1f} cm" for k, v in reach.items()) + "; episodes that grasped the "
                    "object " + ", ".join(f"{LABELS[k]} {v:.0f}%" for k, v in grasp.items()) + ".")
@@ -210,7 +216,7 @@ def write(root: Path, out: Path) -> str:
            "averaged over episodes, tasks and devices. Grasped: the share of episodes in which both fingers held "
            "the object at some step (robosuite's two-finger contact check: strict, an episode can succeed without "
            "it firing, so it counts holds from below). Both are read from the simulator's state for "
-           "scoring; no policy sees them.", ""] if all(r.get("reach_cm") is not None for r in rows) else []),
+           "scoring; no policy sees them.", ""] if has_progress(rows) else []),
         "## Reading", "", *reading(rows), "",
     ])
     out.parent.mkdir(parents=True, exist_ok=True)
