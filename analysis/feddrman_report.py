@@ -82,7 +82,8 @@ def rows_from_runs(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         rows.append({"study": r["study"], "table": TABLES[r["study"]], "label": r["variant"], "seed": int(r["seed"]),
                      "suites": list(part["suites"]), "final": {s: c[max(c)] for s, c in curve.items()},
                      "curve": curve, "cua_groups": [[e["round"], e["value"]] for e in summary["logs"].get("cua_groups", [])],
-                     "wall_s": timing["wall_s"], "bytes_total": summary["bytes_total"]})
+                     "wall_s": timing["wall_s"], "bytes_total": summary["bytes_total"],
+                     "samples": summary["partition"]["samples_per_device"]})
     if not rows:
         raise SystemExit(f"{root}: no runs of the FedDRMan studies (scenarios/studies/feddrman/) found")
     return rows, budget
@@ -254,7 +255,32 @@ def tables(groups: Groups) -> list[str]:
     return md
 
 
-def figures(groups: Groups) -> list[str]:
+def data_and_groups(groups: Groups) -> list[str]:
+    """Per cross-suite FedDRMan run: each client's training samples and CUA's groups in the last round, so a
+    reader can see whether the groups follow the suites or the data sizes."""
+    runs = sorted((r for k, g in groups.items() if k[0] in ("II", "III") and k[1] in ("feddrman", "full") for r in g),
+                  key=lambda r: ("+".join(r["suites"]), r["table"], r["seed"]))
+    if not runs:
+        return []
+    md = ["", "## Clients' data and CUA's groups (FedDRMan, cross-suite)", "",
+          "Devices are numbered suite by suite. Samples are (observation, action) pairs of each client's demos; "
+          "groups are CUA's in the last round.", "",
+          "| setting | table | seed | samples per client | CUA groups, last round |", "|---|---|---|---|---|"]
+    seen = set()
+    for r in runs:
+        key = ("+".join(r["suites"]), r["seed"])
+        if key in seen:  # Table II's feddrman and Table III's full are the same scenario
+            continue
+        seen.add(key)
+        k = len(r["samples"]) // len(r["suites"])
+        samples = "; ".join(f"{s} " + ", ".join(f"{n:,}" for n in r["samples"][i * k:(i + 1) * k])
+                            for i, s in enumerate(r["suites"]))
+        last = r["cua_groups"][-1][1] if r["cua_groups"] else []
+        md.append(f"| {key[0]} | {r['table']} | {r['seed']} | {samples} | {last} |")
+    return md
+
+
+def figures(groups: Groups, out: Path) -> list[str]:
     """One PNG per table: success per evaluated round, mean over seeds (line style = suite)."""
     import matplotlib
 
@@ -284,7 +310,7 @@ def figures(groups: Groups) -> list[str]:
         axes[0][0].set_ylabel("rollout success (%), mean over seeds")
         fig.suptitle(f"Table {table}: success per evaluated round (line style = suite)", fontsize=10)
         fig.tight_layout()
-        fig.savefig(OUT / f"feddrman_curves_{table}.png", dpi=120)
+        fig.savefig(out / f"feddrman_curves_{table}.png", dpi=120)
         plt.close(fig)
         md += ["", f"![Table {table} curves](feddrman_curves_{table}.png)"]
     return md
@@ -323,7 +349,7 @@ def write(root: Path, md_path: Path) -> None:
           "of each comparison is checked.", "",
           "| claim | paper | ours (paired difference, points) | verdict |", "|---|---|---|---|"]
     md += [f"| {c} | {p} | {o} | {v} |" for c, p, o, v in claims(groups)]
-    md += ["", *tables(groups), *figures(groups), "", "## Not run here", "", f"* {FEDVLA}", f"* {FEDKD}"]
+    md += ["", *tables(groups), *data_and_groups(groups), *figures(groups, md_path.parent), "", "## Not run here", "", f"* {FEDVLA}", f"* {FEDKD}"]
     md_path.write_text("\n".join(md) + "\n")
     print(f"wrote {md_path}")
 
