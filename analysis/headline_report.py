@@ -54,6 +54,11 @@ SERVERLESS_CLUSTERING = ("rnd_gossip_h1", "rnd_gossip_h2", "dac_cosine", "dac_or
 SETTINGS = ("together, static", "scattered, static", "together, churn", "scattered, churn", "group mobility")
 LOST = ("offline", "link_down", "partition")
 MATCH_MARGIN = 0.02  # accuracy points a serverless protocol may trail the server's best and still "match"
+#: protocols whose cost grows by design faster than their devices: rnd with a server trains a predictor per
+#: device and scores every (predictor, device) pair, N^2 (RND paper, Sec. III); used only where a protocol ran
+#: at a single N, so its growth could not be measured
+DESIGN_GROWTH = {"rnd_relay": (2.0, "N^2 predictor pairs scored (by design)"),
+                 "rnd_direct": (2.0, "N^2 predictor pairs scored (by design)")}
 
 
 # ------------------------------------------------------------------------------------------ runs
@@ -401,6 +406,43 @@ def largest_n(rows: list[dict[str, Any]]) -> list[str]:
         for p in ordered({r["protocol"] for r in rows})] + [""]
 
 
+def wall_per_run(rows: list[dict[str, Any]], protocol: str, n: int) -> float:
+    """Mean wall seconds of a run of ``protocol`` at ``n``, on the static fleet with groups together and feature
+    skew where it ran there (the setting every N has), else over all its runs at ``n``."""
+    runs = [r for r in rows if r["protocol"] == protocol and r["n"] == n]
+    like = [r for r in runs if r["partition"] == "feature_skew" and r["setting"] == "together, static"]
+    return float(np.mean([r["wall_s"] for r in like or runs]))
+
+
+def limits(rows: list[dict[str, Any]]) -> list[str]:
+    """Per protocol not run at every N: its wall time per run at the largest N it reached, the growth of that
+    time with N (measured between its two largest N, else the protocol's design), and what one run at the next
+    N of the study would take at that growth."""
+    all_n = sorted({r["n"] for r in rows})
+    out = ["| protocol | largest N run | wall per run there | growth with N (exponent, from) | one run at the next N "
+           "(extrapolated) |", "|---|---|---|---|---|"]
+    for p in ordered({r["protocol"] for r in rows}):
+        ns = sorted({r["n"] for r in rows if r["protocol"] == p})
+        nxt = next((n for n in all_n if n > ns[-1]), None)
+        if nxt is None:
+            continue
+        w = wall_per_run(rows, p, ns[-1])
+        if len(ns) >= 2:
+            w0 = wall_per_run(rows, p, ns[-2])
+            k, src = math.log(w / w0) / math.log(ns[-1] / ns[-2]), f"measured, N = {ns[-2]:,} → {ns[-1]:,}"
+        elif p in DESIGN_GROWTH:
+            k, src = DESIGN_GROWTH[p]
+        else:
+            out.append(f"| {p} | {ns[-1]:,} | {w / 60:.1f} min | unknown (one N) | — |")
+            continue
+        out.append(f"| {p} | {ns[-1]:,} | {w / 60:.1f} min | {k:.2f} ({src}) | N = {nxt:,}: "
+                   f"{w * (nxt / ns[-1]) ** k / 3600:.1f} h |")
+    if len(out) == 2:
+        return []
+    return out + ["", "Wall time is one process on one core of this machine (the studies ran two cells at a time); "
+                  "extrapolations assume the growth stays the same beyond the N measured.", ""]
+
+
 def write(root: Path, out_dir: Path) -> str:
     rows = load(root)
     table = cells(rows)
@@ -432,6 +474,7 @@ def write(root: Path, out_dir: Path) -> str:
         "## ARI", "", *ari_tables(table),
         "## Costs", "", *cost_tables(table),
         "## Largest N each protocol reached", "", *largest_n(rows),
+        "## Measured limits: protocols cut at larger N", "", *(limits(rows) or ["Every protocol ran at every N.", ""]),
         "Plots: " + ", ".join(f"`{f.name}`" for f in figs) + ".", "",
     ])
     (out_dir / "server_vs_serverless.md").write_text(text + "\n")

@@ -43,3 +43,22 @@ def test_crossover_needs_a_paired_match_and_fewer_bytes() -> None:
     rows = rep.decision(table)
     assert "| 100, feature_skew, together, static | **ifca** |" in rows[2]
     assert "| 1,000, feature_skew, together, static | **rnd_gossip_h1** |" in rows[3]
+
+
+def test_limits_extrapolate_by_measured_or_design_growth() -> None:
+    rep = analysis_module("headline_report")
+
+    def row(p: str, n: int, wall: float) -> dict[str, Any]:
+        return {"protocol": p, "n": n, "wall_s": wall, "partition": "feature_skew", "setting": "together, static"}
+
+    rows = [row("gossip", 100, 60.0), row("gossip", 1000, 600.0), row("gossip", 10000, 6000.0),
+            row("rnd_gossip_h1", 100, 60.0), row("rnd_gossip_h1", 1000, 6000.0),  # 100x per 10x N: exponent 2
+            row("rnd_relay", 100, 240.0), row("ifca", 100, 30.0),
+            {**row("ifca", 100, 9999.0), "setting": "together, churn"}]  # not the like-for-like setting
+    lines = rep.limits(rows)
+    body = "\n".join(lines)
+    assert "| gossip |" not in body  # ran at every N
+    assert "| rnd_gossip_h1 | 1,000 | 100.0 min | 2.00 (measured, N = 100 → 1,000) | N = 10,000: 166.7 h |" in body
+    assert "| rnd_relay | 100 | 4.0 min | 2.00 (N^2 predictor pairs scored (by design)) | N = 1,000: 6.7 h |" in body
+    assert "| ifca | 100 | 0.5 min | unknown (one N) | — |" in body
+    assert rep.limits([row("gossip", 100, 1.0)]) == []
