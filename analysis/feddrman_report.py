@@ -83,7 +83,7 @@ def rows_from_runs(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                      "suites": list(part["suites"]), "final": {s: c[max(c)] for s, c in curve.items()},
                      "curve": curve, "cua_groups": [[e["round"], e["value"]] for e in summary["logs"].get("cua_groups", [])],
                      "wall_s": timing["wall_s"], "bytes_total": summary["bytes_total"],
-                     "samples": summary["partition"]["samples_per_device"]})
+                     "samples": summary["partition"]["samples_per_device"], "per_suite": part["clients_per_suite"]})
     if not rows:
         raise SystemExit(f"{root}: no runs of the FedDRMan studies (scenarios/studies/feddrman/) found")
     return rows, budget
@@ -194,8 +194,7 @@ def co_clustering_rates(group: list[dict[str, Any]]) -> tuple[float | None, floa
     same: list[bool] = []
     cross: list[bool] = []
     for r in group:
-        clients = {d for _, groups in r["cua_groups"] for g in groups for d in g}
-        k = len(clients) // len(r["suites"]) if clients else 1  # devices are numbered suite by suite
+        k = r["per_suite"]  # devices are numbered suite by suite
         for _, groups in r["cua_groups"]:
             where = {d: gi for gi, g in enumerate(groups) for d in g}
             devs = sorted(where)
@@ -272,7 +271,7 @@ def data_and_groups(groups: Groups) -> list[str]:
         if key in seen:  # Table II's feddrman and Table III's full are the same scenario
             continue
         seen.add(key)
-        k = len(r["samples"]) // len(r["suites"])
+        k = r["per_suite"]
         samples = "; ".join(f"{s} " + ", ".join(f"{n:,}" for n in r["samples"][i * k:(i + 1) * k])
                             for i, s in enumerate(r["suites"]))
         last = r["cua_groups"][-1][1] if r["cua_groups"] else []
