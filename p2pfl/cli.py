@@ -2,7 +2,7 @@
 
     p2pfl run SCENARIO [--out DIR] [--seed N] [--set key=value ...] [--unset key ...]
     p2pfl validate SCENARIO [--seed N] [--set key=value ...] [--unset key ...]
-    p2pfl sweep STUDY [--jobs N|ray] [--out DIR] [--dry-run]     (exit status 1 when some cells failed)
+    p2pfl sweep STUDY [--jobs N|ray] [--out DIR] [--archive DIR] [--dry-run]   (exit 1 when some cells failed)
     p2pfl list protocols|datasets|partitions|topologies
     p2pfl list protocols NAME
     p2pfl topology show FILE --out x.png
@@ -57,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
                     "'ray://host:10001'; default RAY_ADDRESS, else a local Ray)")
     sw.add_argument("--out", default=None, help="folder of the cells' run directories (default runs/<study name>)")
     sw.add_argument("--dry-run", action="store_true", help="list the cells and validate them; write nothing")
+    sw.add_argument("--archive", default=None, help="folder to keep every complete cell in without its event "
+                    "stream (small enough to commit); the cells it holds are restored into --out and skipped")
     ls = sub.add_parser("list", help="list protocols, datasets (available here or not), partitions or topologies")
     ls.add_argument("what", choices=["protocols", "datasets", "partitions", "topologies"])
     ls.add_argument("name", nargs="?", default=None,
@@ -139,7 +141,7 @@ def _cmd_sweep(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     try:
         result = sweep(args.study, jobs=args.jobs, out=args.out, dry_run=args.dry_run, progress=True,
-                       argv=["p2pfl", *argv], ray_address=args.ray_address)
+                       argv=["p2pfl", *argv], ray_address=args.ray_address, archive=args.archive)
     except SweepInterrupted as err:
         print(f"p2pfl: interrupted; {err}", file=sys.stderr)
         return 130

@@ -29,7 +29,7 @@ import threading
 import time
 import types
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -41,6 +41,7 @@ import yaml
 from p2pfl.config.study import Cell, Study, load_study
 from p2pfl.errors import UserError
 from p2pfl.executors.spec import CORES_ENV, available_cores
+from p2pfl.metrics.archive import archive_cell, restore_cells
 
 if TYPE_CHECKING:
     from p2pfl.config.scenario import Scenario
@@ -357,8 +358,9 @@ def _one_line(err: BaseException) -> str:
 
 
 def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, display: _Display,
-             argv: list[str]) -> tuple[list[str], dict[str, str]]:
-    """Run ``pending`` in ``workers`` processes; (ids run, {id: error}) in completion order."""
+             argv: list[str], done: Callable[[Cell, float], None]) -> tuple[list[str], dict[str, str]]:
+    """Run ``pending`` in ``workers`` processes, calling ``done`` for each cell complete; (ids run, {id: error})
+    in completion order."""
     from p2pfl.metrics.rundir import dumps_json
 
     ran: list[str] = []
@@ -386,7 +388,7 @@ def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, dis
                 display.failed(cell, failed[cell.id], str(err.__cause__ or ""))
             else:
                 ran.append(cell.id)
-                display.done(cell, wall)
+                done(cell, wall)
     except BaseException:  # Ctrl-C (or a broken stdout): stop the workers now
         with _no_interrupt():
             _terminate(pool)
@@ -442,7 +444,8 @@ def _jobs(jobs: Optional[int | str]) -> int | str:
 
 def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int | str] = None,
           out: Optional[str | Path] = None, dry_run: bool = False, progress: bool = False,
-          argv: Optional[Sequence[str]] = None, ray_address: Optional[str] = None) -> SweepResult:
+          argv: Optional[Sequence[str]] = None, ray_address: Optional[str] = None,
+          archive: Optional[str | Path] = None) -> SweepResult:
     """Run every cell of a study not yet complete in ``out`` (default ``runs/<study name>``).
 
     ``jobs`` worker processes (default: the cores this process may use), or ``"ray"``: every cell a
@@ -450,6 +453,8 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int |
     ``UserError`` before anything runs; a cell that fails is in ``SweepResult.failed`` and
     the others go on. ``dry_run`` validates and lists, and writes nothing. ``progress``
     prints what the CLI shows. Ctrl-C raises ``SweepInterrupted`` (complete cells kept).
+    ``archive``: a folder of cells without their event streams (``p2pfl.metrics.archive``): the cells it
+    holds are copied into ``out`` first (and so skipped), and every complete cell is copied into it.
     Call it under ``if __name__ == "__main__":`` in a script (workers are spawned).
     """
     t0 = time.perf_counter()
@@ -460,32 +465,47 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int |
     display = _Display(progress)
     if dry_run:
         complete = _complete(st, out_path) if out_path.is_dir() else []
+        if archive is not None and Path(archive).is_dir():
+            complete += [cid for cid in _complete(st, Path(archive)) if cid not in complete]
         done = set(complete)
         would_fail = _build_all([c for c in st.cells if c.id not in done], progress)
         return SweepResult(st, out_path, (), tuple(complete), would_fail, time.perf_counter() - t0, dry_run=True)
     with _locked(out_path):
         removed = _remove_temps(out_path, st)
+        restored = restore_cells(archive, out_path, [c.id for c in st.cells]) if archive is not None else []
         complete = _complete(st, out_path)
+        if archive is not None:
+            for cid in complete:
+                archive_cell(out_path / cid, archive)
         done = set(complete)
         pending = [c for c in st.cells if c.id not in done]
         on_ray = n_jobs == "ray"
         workers = max(1, available_cores() if on_ray else min(int(n_jobs), len(pending)))
         display.start(st, out_path, len(complete), len(pending), workers, removed,
                       where=f"as Ray tasks ({ray_address or os.environ.get('RAY_ADDRESS') or 'local'})" if on_ray else "")
+        if restored and display.enabled:
+            display.note(f"{len(restored)} complete cell(s) restored from --archive {archive}")
         if strangers := _strangers(st, out_path):
             display.note(f"note: {out_path} holds {strangers} folder(s) that are not cells of this study "
                          "(left as they are)")
         threads = max((c.scenario.threads for c in pending), default=1)
         if not on_ray and workers > 1 and (warning := oversubscribed(workers, threads, available_cores())):
             display.note(warning)
+
+        def finished(cell: Cell, wall_s: float) -> None:
+            if archive is not None:
+                archive_cell(out_path / cell.id, archive)
+            display.done(cell, wall_s)
+
         try:
             if on_ray and pending:
                 from p2pfl.sweep_ray import run_cells_on_ray
 
-                ran, failed = run_cells_on_ray(st, pending, out_path, command, ray_address, display.done,
+                ran, failed = run_cells_on_ray(st, pending, out_path, command, ray_address, finished,
                                                display.failed)
             else:
-                ran, failed = _execute(st, pending, out_path, workers, display, command) if pending else ([], {})
+                ran, failed = (_execute(st, pending, out_path, workers, display, command, finished) if pending
+                               else ([], {}))
         except KeyboardInterrupt:
             display.close()
             n_done = len(_complete(st, out_path))
