@@ -2,8 +2,12 @@
 under churn and mobility, from the run directories of the studies ``scenarios/studies/headline_n*.yaml``.
 
     for n in 100 1000 10000; do
-      p2pfl sweep scenarios/studies/headline_n$n.yaml --jobs 2 --out runs/headline/n$n; done
-    python analysis/headline_report.py runs/headline     # -> analysis/results/server_vs_serverless.md + PNGs
+      p2pfl sweep scenarios/studies/headline_n$n.yaml --jobs 2 --out runs/headline/n$n \
+          --archive analysis/cells/headline/n$n; done
+    python analysis/headline_report.py analysis/cells/headline   # -> analysis/results/server_vs_serverless.md + PNGs
+
+The committed archive (``analysis/cells/headline``: each complete cell without its event stream, see
+``p2pfl.metrics.archive``) is what the report reads; the same sweep command resumes a study from it.
 
 Reads run directories only (``cell.json``, ``scenario.yaml``, ``summary.json``, ``timing.json``,
 ``positions.npz``). Per cell (protocol x N x heterogeneity x fleet setting) over seeds: mean device accuracy
@@ -39,7 +43,8 @@ from p2pfl.metrics.runs import find_runs  # noqa: E402
 
 OUT = ROOT / "analysis" / "results"
 COMMAND = ("for n in 100 1000 10000; do p2pfl sweep scenarios/studies/headline_n$n.yaml --jobs 2 "
-           "--out runs/headline/n$n; done\npython analysis/headline_report.py runs/headline")
+           "--out runs/headline/n$n --archive analysis/cells/headline/n$n; done\n"
+           "python analysis/headline_report.py analysis/cells/headline")
 #: protocol -> (side, clusters?): the report's order
 PROTOCOLS = {
     "oracle": ("server", True), "rnd_relay": ("server", True), "rnd_direct": ("server", True),
@@ -483,7 +488,7 @@ def write(root: Path, out_dir: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", type=Path, help="folder holding the studies' run folders (runs/headline)")
+    ap.add_argument("runs", type=Path, help="folder holding the studies' run folders (analysis/cells/headline)")
     ap.add_argument("--results", type=Path, default=OUT, help="folder for the report and plots")
     a = ap.parse_args(argv)
     print(write(a.runs, a.results))
