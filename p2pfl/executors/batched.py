@@ -12,7 +12,9 @@ Python step instead of k.
 Not bitwise equal to ``inline``: a vmapped layer runs as a batched matmul or grouped
 convolution, whose float reductions are ordered differently. Tolerance (tested): after
 one local job every weight is within ``ATOL + RTOL * |w|`` of inline's (1e-5, 1e-4), and
-a whole run's mean accuracy within 0.02. Jobs this cannot stack run as ``inline`` runs
+a whole run's mean accuracy within 0.02. With BatchNorm (``CNN32``) the gap grows with the steps
+on some CPUs: on an AMD EPYC core it measured 1.8e-4 after two SGD steps and 7.0e-4 after four
+(running statistics alone: 6e-8), so such models are held to ``BN_ATOL`` instead. Jobs this cannot stack run as ``inline`` runs
 them: a penalty or custom loss, a model with its own ``loss`` (robot policies), dropout,
 AdamW, gradient clipping, a model with state outside its state dict (Conditional's
 statistics, a non-persistent buffer; hooks), or a group of one.
@@ -40,10 +42,11 @@ from p2pfl.learning.flat import FlatState, Layout
 from p2pfl.learning.state import live_state
 from p2pfl.learning.train import TrainResult, task_loss
 
-__all__ = ["BatchedExecutor", "ATOL", "RTOL", "stackable"]
+__all__ = ["BatchedExecutor", "ATOL", "RTOL", "BN_ATOL", "stackable"]
 
 #: Tolerance of a batched job's weights against inline's after one local job.
 ATOL, RTOL = 1e-5, 1e-4
+BN_ATOL = 2e-3  # models with BatchNorm (see the module docstring)
 
 _NO_STACK = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)
 
