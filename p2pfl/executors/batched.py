@@ -15,9 +15,10 @@ one local job every weight is within ``ATOL + RTOL * |w|`` of inline's (1e-5, 1e
 a whole run's mean accuracy within 0.02. With BatchNorm (``CNN32``) the gap grows with the steps
 on some CPUs: on an AMD EPYC core it measured 1.8e-4 after two SGD steps and 7.0e-4 after four
 (running statistics alone: 6e-8), so such models are held to ``BN_ATOL`` instead.
-Jobs this cannot stack run as ``inline`` runs them: a penalty or custom loss, a model with its own ``loss`` (robot policies), dropout,
-AdamW, gradient clipping, a model with state outside its state dict (Conditional's
-statistics, a non-persistent buffer; hooks), or a group of one.
+Jobs this cannot stack run as ``inline`` runs them: a penalty or custom loss, a model with
+its own ``loss`` (robot policies), dropout, AdamW, gradient clipping, a model with state
+outside its state dict (Conditional's statistics, a non-persistent buffer; hooks), or a
+group of one.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from p2pfl.errors import UserError
+from p2pfl.metrics.rundir import discard_run_dir, start_run_dir
 
 __all__ = ["KEPT", "archive_cell", "restore_cells"]
 
@@ -27,17 +28,15 @@ KEPT = ("cell.json", "scenario.yaml", "summary.json", "timing.json", "manifest.j
 
 
 def _copy(src: Path, dest: Path) -> None:
-    """Copy ``src``'s kept files to ``dest`` (which must not exist) through a temporary sibling."""
-    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    """Copy ``src``'s kept files to ``dest`` (which must not exist) through a run directory's temporary sibling."""
+    tmp = start_run_dir(dest)
     try:
         for name in KEPT:
             if (src / name).is_file():
                 shutil.copyfile(src / name, tmp / name)
-        os.replace(tmp, dest)
+        os.rename(tmp, dest)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        discard_run_dir(tmp)
         raise
 
 
