@@ -227,6 +227,15 @@ def _strangers(study: Study, out: Path) -> int:
 # ---------------------------------------------------------------------------------------------- the display
 
 
+def _wall_s(run_dir: Path) -> Optional[float]:
+    """A complete cell's measured ``wall_s`` (its ``timing.json``); None where it has none."""
+    try:
+        wall = json.loads((run_dir / "timing.json").read_text())["wall_s"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return float(wall) if isinstance(wall, (int, float)) else None
+
+
 def _fmt_s(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.1f} s"
@@ -242,19 +251,26 @@ class _Display:
         self.task: Any = None
         self.total = self.finished = 0
         self.workers = 1
-        self.walls: list[float] = []
+        self.walls: dict[Optional[str], list[float]] = {}
+        self.waiting: dict[Optional[str], int] = {}
 
-    def start(self, study: Study, out: Path, complete: int, pending: int, workers: int, removed: int,
-              where: str = "") -> None:
-        self.total, self.finished, self.workers = len(study.cells), complete, workers
+    def start(self, study: Study, out: Path, complete: Sequence[Cell], pending: Sequence[Cell], workers: int,
+              removed: int, where: str = "") -> None:
+        """``complete`` cells' ``timing.json`` seed the time-left estimate of ``pending`` ones, per variant."""
+        self.total, self.finished, self.workers = len(study.cells), len(complete), workers
+        for c in complete:
+            if (wall := _wall_s(out / c.id)) is not None:
+                self.walls.setdefault(c.variant, []).append(wall)
+        for c in pending:
+            self.waiting[c.variant] = self.waiting.get(c.variant, 0) + 1
         if not self.enabled:
             return
         head = f"sweep {study.name}: {self.total} cells in {out}"
         if complete or removed:
-            head += f"; resuming: {complete} already complete"
+            head += f"; resuming: {len(complete)} already complete"
         if removed:
             head += f", {removed} half-written run director{'ies' if removed != 1 else 'y'} removed"
-        todo = (f"running {pending} {where or f'with {workers} worker' + ('s' if workers != 1 else '')}"
+        todo = (f"running {len(pending)} {where or f'with {workers} worker' + ('s' if workers != 1 else '')}"
                 if pending else "nothing to run")
         print(f"{head}; {todo}", flush=True)
         if pending and sys.stdout.isatty():
@@ -271,18 +287,25 @@ class _Display:
             self.bar = Progress(TextColumn(f"[bold]{study.name}"), BarColumn(), MofNCompleteColumn(),
                                 TimeElapsedColumn(), TimeRemainingColumn(), console=Console(), transient=True)
             self.bar.start()
-            self.task = self.bar.add_task("cells", total=self.total, completed=complete)
+            self.task = self.bar.add_task("cells", total=self.total, completed=len(complete))
 
     def _eta(self) -> str:
-        """Time left: the median cell so far (robust to each worker's slow first cell) x cells left / workers."""
-        left = self.total - self.finished
-        if not left or not self.walls:
+        """Time left: each waiting cell at its variant's median cell time (robust to each worker's slow first
+        cell; the complete cells' included), a variant not timed yet at the median of all, over the workers."""
+        every = [w for ws in self.walls.values() for w in ws]
+        if not every or not any(self.waiting.values()):
             return ""
-        return f"; about {_fmt_s(statistics.median(self.walls) * left / self.workers)} left"
+        overall = statistics.median(every)
+        untimed = sum(k for v, k in self.waiting.items() if v not in self.walls)
+        left = sum(k * (statistics.median(self.walls[v]) if v in self.walls else overall)
+                   for v, k in self.waiting.items())
+        guess = f", {untimed} cells of variants not timed yet at the median cell" if untimed else ""
+        return f"; about {_fmt_s(left / self.workers)} left{guess}"
 
     def done(self, cell: Cell, wall_s: float) -> None:
         self.finished += 1
-        self.walls.append(wall_s)
+        self.walls.setdefault(cell.variant, []).append(wall_s)
+        self.waiting[cell.variant] = self.waiting.get(cell.variant, 1) - 1
         if self.bar is not None:
             self.bar.advance(self.task)
         elif self.enabled:
@@ -290,6 +313,7 @@ class _Display:
 
     def failed(self, cell: Cell, message: str, detail: str = "") -> None:
         self.finished += 1
+        self.waiting[cell.variant] = self.waiting.get(cell.variant, 1) - 1
         if self.bar is not None:
             self.bar.advance(self.task)
         if self.enabled:
@@ -481,7 +505,8 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int |
         pending = [c for c in st.cells if c.id not in done]
         on_ray = n_jobs == "ray"
         workers = max(1, available_cores() if on_ray else min(int(n_jobs), len(pending)))
-        display.start(st, out_path, len(complete), len(pending), workers, removed,
+        by_id = {c.id: c for c in st.cells}
+        display.start(st, out_path, [by_id[cid] for cid in complete], pending, workers, removed,
                       where=f"as Ray tasks ({ray_address or os.environ.get('RAY_ADDRESS') or 'local'})" if on_ray else "")
         if restored and display.enabled:
             display.note(f"{len(restored)} complete cell(s) restored from --archive {archive}")

@@ -16,6 +16,7 @@ import yaml
 
 import p2pfl
 from p2pfl.cli import main
+from p2pfl.config.study import load_study
 from p2pfl.errors import UserError
 from p2pfl.sweep import oversubscribed
 from tests.helpers import digits_scenario
@@ -182,7 +183,6 @@ def test_dry_run_lists_and_validates_the_cells_and_writes_nothing(tmp_path, caps
 def test_a_dry_run_reports_its_building_progress_on_stderr(tmp_path, capsys):
     """Building every cell of a big study takes minutes: periodic lines say how far it got (every_s=0: each cell
     but the last)."""
-    from p2pfl.config.study import load_study
     from p2pfl.sweep import _build_all
 
     cells = load_study(_write_study(tmp_path)).cells
@@ -191,6 +191,27 @@ def test_a_dry_run_reports_its_building_progress_on_stderr(tmp_path, capsys):
     assert [ln.split(" (")[0] for ln in err] == ["dry run: built 1 of 3 cells", "dry run: built 2 of 3 cells"]
     assert all(ln.endswith(" left)") for ln in err)
     assert _build_all(cells[:3]) == {} and capsys.readouterr().err == ""  # the API stays silent
+
+
+def test_time_left_counts_each_waiting_cell_at_its_variants_median_complete_cells_included(tmp_path, capsys):
+    import json
+
+    from p2pfl.sweep import _Display
+
+    study = load_study(_write_study(tmp_path))
+    gossip = [c for c in study.cells if c.variant == "gossip"]
+    fedavg = [c for c in study.cells if c.variant == "fedavg"]
+    for cell, wall in zip(gossip[:3], (10.0, 30.0, 20.0)):  # complete cells: their timing.json counts
+        (tmp_path / cell.id).mkdir()
+        (tmp_path / cell.id / "timing.json").write_text(json.dumps({"wall_s": wall}))
+    display = _Display(True)
+    display.start(study, tmp_path, gossip[:3], gossip[3:] + fedavg, workers=2, removed=0)
+    display.done(gossip[3], 40.0)  # gossip: median of 10, 30, 20, 40 = 25; fedavg untimed: the median of all;
+    # (2 x 25 + 6 x 25) / 2 workers = 100 s
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.endswith("(40.0 s; about 1 min 40 s left, 6 cells of variants not timed yet at the median cell)")
+    display.done(fedavg[0], 100.0)  # fedavg now timed: 2 gossip x 25 + 5 fedavg x 100, over 2 workers
+    assert capsys.readouterr().out.splitlines()[-1].endswith("(100.0 s; about 4 min 35 s left)")
 
 
 def test_ctrl_c_exits_130_keeps_complete_cells_and_leaves_no_temp_directory(tmp_path):

@@ -80,3 +80,37 @@ def test_cli_archive_flag(tmp_path, capsys):
                  "--archive", str(tmp_path / "k")]) == 0
     err = capsys.readouterr().err
     assert "1 complete cell(s) restored from --archive" in err
+
+
+def _positions(frames: int, devices: int) -> bytes:
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    pos = np.arange(frames * devices * 2, dtype=np.float32).reshape(frames, devices, 2)
+    np.savez_compressed(buf, t=np.arange(frames) * 0.1, pos=pos)
+    return buf.getvalue()
+
+
+def test_archived_positions_are_thinned_to_evenly_spaced_frames_within_the_limit(tmp_path):
+    import io
+
+    import numpy as np
+
+    from p2pfl.metrics.archive import thin_positions
+
+    small = _positions(10, 5)  # 400 bytes of positions
+    assert thin_positions(small, limit=400) == small
+    thinned = np.load(io.BytesIO(thin_positions(_positions(1001, 5), limit=40 * 11)), allow_pickle=False)
+    assert thinned["pos"].shape == (11, 5, 2) and thinned["pos"].nbytes <= 440
+    assert np.allclose(thinned["t"], np.arange(0, 1001, 100) * 0.1)
+    assert thinned["pos"][-1, 0, 0] == 1000 * 10  # the last frame kept, positions unchanged
+
+    run = tmp_path / "a" / "cell"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text("{}")
+    (run / "positions.npz").write_bytes(_positions(200_000 // 16, 1000))  # 12,500 frames of 1,000 devices
+    assert archive_cell(run, tmp_path / "archive")
+    with np.load(tmp_path / "archive" / "cell" / "positions.npz", allow_pickle=False) as z:
+        assert z["pos"].shape == (163, 1000, 2) and z["t"][0] == 0.0 and z["t"][-1] == 12_499 * 0.1
