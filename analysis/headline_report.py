@@ -100,7 +100,7 @@ def load(root: Path) -> list[dict[str, Any]]:
         sc = yaml.safe_load((path / "scenario.yaml").read_text())
         dropped = s.get("messages_dropped_by_reason", {})
         rows.append({
-            "path": path, "protocol": cell["variant"], "seed": int(cell["seed"]), "n": int(sc["topology"]["n"]),
+            "path": path, "study": cell["study"], "protocol": cell["variant"], "seed": int(cell["seed"]), "n": int(sc["topology"]["n"]),
             "partition": sc["data"]["partition"]["kind"], "setting": setting_of(sc),
             "acc": s["accuracy_mean"], "worst10": worst_decile(s["accuracy_per_node"]), "ari": s.get("ari"),
             "bytes_device": float(np.mean(s["bytes_per_node"])), "bytes_server": float(sum(s["bytes_per_server"].values())),
@@ -294,6 +294,110 @@ def decision(table: dict[Key, dict[str, list[dict[str, Any]]]]) -> list[str]:
     return lines + [""]
 
 
+# ------------------------------------------------------------------------------------------ reading
+UNCLUSTERED = ("fedavg", "gossip", "dsgd")  # one model for the whole fleet
+
+
+def _vs(protos: dict[str, list[dict[str, Any]]], a: str, b: str) -> str:
+    """``a`` − ``b`` mean accuracy, paired over seeds, in points with its 95% interval."""
+    return f"{fmt_diff(paired(by_seed(protos[a], 'acc'), by_seed(protos[b], 'acc')))} pts"
+
+
+def _acc(protos: dict[str, list[dict[str, Any]]], p: str) -> str:
+    return f"{p} {mean(protos[p], 'acc'):.3f}"
+
+
+def _growth(rows: list[dict[str, Any]], protocol: str, field: str) -> tuple[int, int, float] | None:
+    """Log-log slope of ``field`` (mean over seeds) between the two largest N ``protocol`` ran at (feature skew,
+    groups together, static); None where it ran at one N or the values are not positive."""
+    sel = [r for r in rows if r["protocol"] == protocol and r["partition"] == "feature_skew"
+           and r["setting"] == "together, static"]
+    ns = sorted({r["n"] for r in sel})
+    if len(ns) < 2:
+        return None
+    lo, hi = (mean([r for r in sel if r["n"] == n], field) for n in ns[-2:])
+    if not (lo > 0 and hi > 0):
+        return None
+    return ns[-2], ns[-1], math.log(hi / lo) / math.log(ns[-1] / ns[-2])
+
+
+def reading(table: dict[Key, dict[str, list[dict[str, Any]]]], rows: list[dict[str, Any]],
+            found: dict[tuple[str, str], int | None]) -> list[str]:
+    """What the tables below show, one bullet per finding, each naming the table it comes from; generated from
+    the same numbers, so it cannot drift from them."""
+    out = []
+    for n, part in sorted({(k[0], k[1]) for k in table}):
+        protos = table.get((n, part, "together, static"), {})
+        clus = best(protos, SERVER_CLUSTERING + SERVERLESS_CLUSTERING)
+        one = best(protos, UNCLUSTERED)
+        if clus and one:
+            ahead, behind = (clus, one) if mean(protos[clus], "acc") > mean(protos[one], "acc") else (one, clus)
+            diffs = paired(by_seed(protos[ahead], "acc"), by_seed(protos[behind], "acc"))
+            resolved = len(diffs) > 1 and interval(diffs)[1] > 0
+            which = ("the best clustering protocol, {a}, leads the best single model, {b}," if ahead == clus else
+                     "the best single model, {a}, leads the best clustering protocol, {b},").format(
+                         a=_acc(protos, ahead), b=_acc(protos, behind))
+            lead = f"{which} by {_vs(protos, ahead, behind)}" + ("" if resolved else ": an interval that spans 0")
+            oracle = (f"; the Oracle (FedAvg within the true groups) reaches {mean(protos['oracle'], 'acc'):.3f}"
+                      if "oracle" in protos else "")
+            out.append(f"- N = {n:,}, {part}, groups together, static: {lead}{oracle} (accuracy table).")
+        srv, sl = best(protos, SERVER_CLUSTERING), best(protos, SERVERLESS_CLUSTERING)
+        if srv and sl:
+            moved = []
+            for s in ("together, churn", "group mobility"):
+                other = table.get((n, part, s), {})
+                if srv in other and sl in other:
+                    d_srv = paired(by_seed(other[srv], "acc"), by_seed(protos[srv], "acc"))
+                    d_sl = paired(by_seed(other[sl], "acc"), by_seed(protos[sl], "acc"))
+                    moved.append(f"{s.split(', ')[-1]} moves {srv} by {fmt_diff(d_srv)} pts and {sl} by "
+                                 f"{fmt_diff(d_sl)} pts")
+            if moved:
+                out.append(f"- N = {n:,}, {part}: against the static fleet with groups together, "
+                           + "; ".join(moved) + " (accuracy table, paired over seeds).")
+    parts = sorted({part for part, _ in found})
+    for part in parts:
+        hits = {s: n for (p, s), n in found.items() if p == part}
+        yes = [f"{s} (from N = {n:,})" for s, n in hits.items() if n]
+        ns = sorted({k[0] for k in table if k[1] == part})
+        out.append(f"- {part}: serverless clustering matches the server's best at fewer bytes in "
+                   f"{len(yes)} of {len(hits)} settings at the N run ({', '.join(f'{n:,}' for n in ns)})"
+                   + (f": {'; '.join(yes)}" if yes else "") + " (crossover table).")
+    grow = []
+    for p in ordered({r["protocol"] for r in rows}):
+        g = _growth(rows, p, "bytes_device")
+        if g:
+            grow.append(f"{p} {g[2]:.2f}")
+    if grow:
+        out.append("- Bytes per device grow with N (log-log slope between the two largest N each ran; 0 = flat): "
+                   + ", ".join(grow) + " (cost tables; bytes plot).")
+    srv_time = []
+    for n in sorted({k[0] for k in table}):
+        runs = table.get((n, "feature_skew", "together, static"), {}).get("fedavg", [])
+        if runs:
+            srv_time.append(f"N = {n:,}: {mean(runs, 'sim_s'):.1f} s simulated, {fmt_bytes(mean(runs, 'bytes_server'))} "
+                            "from the server")
+    if srv_time:
+        out.append("- The server's uplink: FedAvg's 8 rounds take " + "; ".join(srv_time)
+                   + " (feature skew, static; cost tables).")
+    return out + [""]
+
+
+def status(rows: list[dict[str, Any]], studies: dict[str, int]) -> str:
+    """Cells complete per headline study (``studies``: name -> cells it defines)."""
+    have: dict[str, int] = {}
+    for r in rows:
+        have[r["study"]] = have.get(r["study"], 0) + 1
+    return "Cells complete: " + ", ".join(f"`{name}` {have.get(name, 0)} of {total}" for name, total in studies.items()) + "."
+
+
+def study_sizes() -> dict[str, int]:
+    """Cells each committed headline study defines (``scenarios/studies/headline_n*.yaml``)."""
+    from p2pfl.config.study import load_study
+
+    paths = sorted((ROOT / "scenarios" / "studies").glob("headline_n*.yaml"), key=lambda f: int(f.stem.split("_n")[1]))
+    return {(st := load_study(f)).name: len(st.cells) for f in paths}
+
+
 # ------------------------------------------------------------------------------------------ plots
 def _on_grid(curves: list[list[tuple[float, float]]], grid: np.ndarray) -> np.ndarray:
     """Step curves (value held from each point on) sampled on ``grid``; NaN before a curve starts."""
@@ -464,9 +568,11 @@ def write(root: Path, out_dir: Path) -> str:
         "# Server vs serverless clustering at neighbourhood scale", "",
         "Regenerate:", "", "```", COMMAND, "```", "",
         f"{len(rows)} runs, seeds {seeds}, {sum(r['wall_s'] for r in rows) / 3600:.1f} CPU-hours of wall time in all. "
+        + status(rows, study_sizes()) + " "
         "The fleet is `scenarios/headline/base.yaml` (its header states the links and the server's bottleneck); "
         "each protocol file of `scenarios/headline/` sets the protocol and its deadlines; the studies "
         "`scenarios/studies/headline_n*.yaml` say which protocols run at which N and why.", "",
+        "## Reading", "", *reading(table, rows, found),
         "## Decision table", "", *decision(table),
         "## Crossover: where serverless clustering matches the server", "",
         f"'Matches' = the paired 95% interval of (serverless best − server's best) accuracy lies above −{MATCH_MARGIN}, "

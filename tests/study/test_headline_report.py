@@ -62,3 +62,36 @@ def test_limits_extrapolate_by_measured_or_design_growth() -> None:
     assert "| rnd_relay | 100 | 4.0 min | 2.00 (N^2 predictor pairs scored (by design)) | N = 1,000: 6.7 h |" in body
     assert "| ifca | 100 | 0.5 min | unknown (one N) | — |" in body
     assert rep.limits([row("gossip", 100, 1.0)]) == []
+
+
+def test_reading_states_resolved_and_unresolved_leads_moves_crossovers_and_growth() -> None:
+    rep = analysis_module("headline_report")
+    seeds = (0, 1, 2)
+
+    def runs(p: str, acc: list[float], nbytes: float = 1e6, n: int = 100, server: float = 0.0) -> list[dict[str, Any]]:
+        return [{**_run(p, s, a, nbytes, 10.0, server), "n": n, "partition": "label_shift",
+                 "setting": "together, static", "study": f"headline_n{n}"} for s, a in zip(seeds, acc)]
+
+    static = {"ifca": runs("ifca", [0.90, 0.92, 0.94]), "fedavg": runs("fedavg", [0.50, 0.52, 0.51], server=4e6),
+              "rnd_gossip_h1": runs("rnd_gossip_h1", [0.80, 0.83, 0.85], 2e5)}
+    churn = {"ifca": runs("ifca", [0.88, 0.90, 0.92]), "rnd_gossip_h1": runs("rnd_gossip_h1", [0.80, 0.83, 0.85])}
+    big = {"fedavg": runs("fedavg", [0.5, 0.5, 0.5], 1e7, n=1000, server=4e7)}
+    table = {(100, "label_shift", "together, static"): static, (100, "label_shift", "together, churn"): churn,
+             (1000, "label_shift", "together, static"): big}
+    rows = [r for protos in table.values() for rs in protos.values() for r in rs]
+    for r in rows:
+        r["partition"] = "feature_skew" if r["n"] == 1000 or r["protocol"] == "fedavg" else r["partition"]
+    text = "\n".join(rep.reading(table, rows, {("label_shift", "together, static"): None,
+                                               ("label_shift", "together, churn"): 100}))
+    assert ("N = 100, label_shift, groups together, static: the best clustering protocol, ifca 0.920, leads the best "
+            "single model, fedavg 0.510, by +41.0 [") in text and "spans 0" not in text.split("\n")[0]
+    assert "churn moves ifca by -2.0 [-2.0, -2.0] pts and rnd_gossip_h1 by +0.0 [+0.0, +0.0] pts" in text
+    assert ("label_shift: serverless clustering matches the server's best at fewer bytes in 1 of 2 settings at the "
+            "N run (100, 1,000): together, churn (from N = 100)") in text
+    assert "fedavg 1.00 (cost tables" in text  # 1 MB -> 10 MB per device over 100 -> 1,000 devices
+    tied = {"fedavg": runs("fedavg", [0.60, 0.50, 0.55]), "ifca": runs("ifca", [0.50, 0.60, 0.54])}
+    line = rep.reading({(100, "label_shift", "together, static"): tied}, [], {})[0]
+    assert "the best single model, fedavg 0.550, leads the best clustering protocol, ifca 0.547" in line
+    assert line.endswith(": an interval that spans 0 (accuracy table).")
+    assert rep.status(rows, {"headline_n100": 360, "headline_n1000": 120}) == (
+        "Cells complete: `headline_n100` 15 of 360, `headline_n1000` 3 of 120.")
