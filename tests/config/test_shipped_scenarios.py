@@ -1,5 +1,5 @@
-"""Every YAML file under scenarios/ is a valid scenario (``extends`` resolved), and the
-server-vs-serverless analysis loads its runs from those files.
+"""Every YAML file under scenarios/ is a valid scenario (``extends`` resolved), and the headline
+comparison's files (scenarios/headline/, scenarios/studies/headline_n*.yaml) share one fleet.
 
 ``p2pfl.config.load`` checks every file (no data loaded); ``python -m p2pfl validate`` (which
 also builds topology, data and protocol) runs on a few. scenarios/studies/ holds study files
@@ -17,15 +17,14 @@ import yaml
 
 from p2pfl.config import load
 from p2pfl.registry import get_protocol
-from tests.helpers import analysis_module
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
 FILES = sorted(p for p in SCENARIOS.glob("**/*.yaml") if p.relative_to(SCENARIOS).parts[0] != "studies")
 FMNIST = Path("/usr/share/datasets/fashion-mnist")
 #: validated by the command, in a subprocess (the others by load only: data and MuJoCo cost time)
-BY_COMMAND = ["quickstart.yaml", "conditional/mcdc_synthetic.yaml", "server_vs_serverless/base.yaml",
-              "server_vs_serverless/gossip.yaml", "server_vs_serverless/fedavg.yaml"]
+BY_COMMAND = ["quickstart.yaml", "conditional/mcdc_synthetic.yaml", "headline/base.yaml", "headline/gossip.yaml",
+              "headline/fedavg.yaml"]
 
 
 def _id(path: Path) -> str:
@@ -35,7 +34,7 @@ def _id(path: Path) -> str:
 def test_the_glob_finds_the_shipped_scenarios() -> None:
     names = {_id(p) for p in FILES}
     assert len(FILES) >= 20
-    assert {"quickstart.yaml", "server_vs_serverless/base.yaml", "server_vs_serverless/rnd.yaml"} <= names
+    assert {"quickstart.yaml", "headline/base.yaml", "headline/rnd_relay.yaml"} <= names
     assert set(BY_COMMAND) <= names
 
 
@@ -56,36 +55,53 @@ def test_p2pfl_validate_accepts(name: str) -> None:
     assert proc.stdout.strip().startswith(f"{path}: ok (")
 
 
-# --- the server-vs-serverless files and the analysis that runs them ----------------------------
-def test_each_protocol_file_extends_the_common_base() -> None:
-    svs = analysis_module("server_vs_serverless")
-    base = load(SCENARIOS / "server_vs_serverless" / "base.yaml")
-    for label, (name, fname) in svs.PROTOCOL_FILES.items():
-        raw = yaml.safe_load((SCENARIOS / "server_vs_serverless" / fname).read_text(encoding="utf-8"))
-        assert raw["extends"] == "base.yaml", label
-        sc = load(SCENARIOS / "server_vs_serverless" / fname)
-        assert sc.protocol.name == name
-        assert (sc.data, sc.model, sc.training, sc.devices) == (base.data, base.model, base.training, base.devices)
-        assert sc.topology.model_copy(update={"servers": []}) == base.topology
-        assert bool(sc.topology.servers) == get_protocol(name).needs_server, label
+# --- the headline comparison's files ------------------------------------------------------------
+HEADLINE = SCENARIOS / "headline"
+#: protocol file -> the protocol it runs (the study variant of the same name)
+HEADLINE_FILES = {"local": "local", "fedavg": "fedavg", "oracle": "oracle", "ifca": "ifca", "rnd_relay": "rnd",
+                  "rnd_direct": "rnd", "rnd_gossip_h1": "rnd_gossip", "rnd_gossip_h2": "rnd_gossip",
+                  "dac_cosine": "dac", "dac_original": "dac", "gossip": "gossip", "dsgd": "dsgd"}
 
 
-def test_the_study_runs_every_protocol_file_over_n_partitions_and_seeds() -> None:
+def _radius(n: int) -> float:
+    """Mean degree about 7: 1.1 sqrt(7 / (pi (N - 1))), to 3 significant digits (scenarios/headline/base.yaml)."""
+    return float(f"{1.1 * (7 / (3.141592653589793 * (n - 1))) ** 0.5:.3g}")
+
+
+def test_each_headline_protocol_file_extends_the_common_fleet() -> None:
+    base = load(HEADLINE / "base.yaml")
+    assert sorted(p.stem for p in HEADLINE.glob("*.yaml")) == sorted([*HEADLINE_FILES, "base"])
+    for stem, name in HEADLINE_FILES.items():
+        assert yaml.safe_load((HEADLINE / f"{stem}.yaml").read_text(encoding="utf-8"))["extends"] == "base.yaml"
+        sc = load(HEADLINE / f"{stem}.yaml")
+        assert sc.protocol.name == name, stem
+        assert (sc.data, sc.model, sc.training, sc.devices, sc.dynamics) == (
+            base.data, base.model, base.training, base.devices, base.dynamics), stem
+        assert sc.topology.model_copy(update={"servers": []}) == base.topology, stem
+        assert bool(sc.topology.servers) == get_protocol(name).needs_server, stem
+    assert base.topology.radius == _radius(base.topology.n)
+
+
+@pytest.mark.parametrize(("n", "cells", "protocols"), [
+    (100, 12 * 2 * 5 * 3, set(HEADLINE_FILES)),
+    (1000, 10 * 4 * 3, set(HEADLINE_FILES) - {"rnd_relay", "rnd_direct"}),
+    (10000, 5 * 3, {"local", "fedavg", "oracle", "gossip", "dsgd"}),
+])
+def test_each_headline_study_crosses_its_protocols_settings_and_three_seeds(n: int, cells: int,
+                                                                           protocols: set[str]) -> None:
     from p2pfl.config.study import load_study
 
-    svs = analysis_module("server_vs_serverless")
-    study = load_study(SCENARIOS / "studies" / "server_vs_serverless.yaml")
-    assert {c.variant for c in study.cells} == set(svs.PROTOCOL_FILES)
-    assert len(study.cells) == len(svs.PROTOCOL_FILES) * 2 * 3 * 3
+    study = load_study(SCENARIOS / "studies" / f"headline_n{n}.yaml")
+    assert len(study.cells) == cells and {c.variant for c in study.cells} == protocols
+    assert {c.seed for c in study.cells} == {0, 1, 2}
     for c in study.cells:
-        name, fname = svs.PROTOCOL_FILES[c.variant]
+        assert c.flags[0].startswith("(base ") and c.flags[0].endswith(f"headline/{c.variant}.yaml)")
         sc = c.scenario
-        assert c.flags[0].startswith("(base ") and c.flags[0].endswith(f"server_vs_serverless/{fname})")
-        assert sc.protocol.name == name and sc.protocol.rounds == 8 and sc.topology.seed is None
-        assert sc.topology.radius == svs.radius_for(sc.topology.n)
-        assert svs.partition_name(c.grid["data.partition"]) in svs.PARTITIONS
-    # the base's own N is what the study gives N = 12
-    assert load(SCENARIOS / "server_vs_serverless" / "base.yaml").topology.radius == svs.radius_for(12)
+        assert sc.protocol.name == HEADLINE_FILES[c.variant] and sc.protocol.rounds == 8
+        assert sc.topology.n == n and sc.topology.radius == _radius(n)
+        if sc.topology.servers:  # the deadline covers the serialized uplink's broadcast: 16.3 ms per model
+            per_device = 101_800 * 8 / 5.0e7 * (4 if c.variant == "ifca" else 1)
+            assert sc.protocol.round_timeout_s > n * per_device, c.id
 
 
 STUDY_FILES = sorted((SCENARIOS / "studies").glob("**/*.yaml"))
