@@ -12,9 +12,10 @@ time, ``p2pfl.metrics.runs.bytes_curve``) is absent for it, as for any run witho
 A cell is copied whole or not at all (a temporary sibling, then a rename).
 
 A mobility run's ``positions.npz`` grows with devices x frames (a 1,000-device run of the headline
-study: about 1,200 frames, 10 x the 0.84 MB of a 100-device one); the archive keeps evenly spaced frames, the first and the
-last among them, within ``POSITIONS_BYTES`` of positions. A picture drawn from an archived cell
-(``p2pfl.clustering.plots.federation_frames``) shows the kept frame nearest each moment it asks for.
+study: about 1,200 frames, 10 x the 0.84 MB of a 100-device one); the archive keeps evenly spaced
+frames, the first and the last among them, within ``POSITIONS_BYTES`` of positions. A picture drawn
+from an archived cell (``p2pfl.clustering.plots.federation_frames``) shows the kept frame nearest each
+moment it asks for.
 """
 
 from __future__ import annotations
