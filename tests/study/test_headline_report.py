@@ -93,5 +93,24 @@ def test_reading_states_resolved_and_unresolved_leads_moves_crossovers_and_growt
     line = rep.reading({(100, "label_shift", "together, static"): tied}, [], {})[0]
     assert "the best single model, fedavg 0.550, leads the best clustering protocol, ifca 0.547" in line
     assert line.endswith(": an interval that spans 0 (accuracy table).")
-    assert rep.status(rows, {"headline_n100": 360, "headline_n1000": 120}) == (
-        "Cells complete: `headline_n100` 15 of 360, `headline_n1000` 3 of 120.")
+
+
+def test_groups_missing_a_protocol_or_seed_are_left_out_and_named() -> None:
+    rep = analysis_module("headline_report")
+
+    def row(p: str, seed: int, n: int, setting: str) -> dict[str, Any]:
+        return {"protocol": p, "seed": seed, "n": n, "partition": "feature_skew", "setting": setting,
+                "study": f"headline_n{n}"}
+
+    rows = ([row(p, s, 100, "together, static") for p in ("ifca", "gossip") for s in (0, 1, 2)]
+            + [row("ifca", s, 100, "group mobility") for s in (0, 1, 2)]  # gossip not run yet
+            + [row("gossip", s, 100, "together, churn") for s in (0, 1)]  # ifca and a seed missing
+            + [row("fedavg", 0, 1000, "together, static")])
+    sizes = {"headline_n100": rep.StudySize(100, 360, 6), "headline_n1000": rep.StudySize(1000, 120, 1)}
+    kept, partial = rep.complete_groups(rows, sizes)
+    assert partial == [(100, "feature_skew", "together, churn"), (100, "feature_skew", "group mobility")]
+    assert sorted((r["n"], r["setting"]) for r in kept) == [(100, "together, static")] * 6 + [(1000, "together, static")]
+    assert rep.status(rows, sizes, partial) == (
+        "Cells complete: `headline_n100` 11 of 360, `headline_n1000` 1 of 120; left out of every table and plot "
+        "until all their protocols and seeds have run: N = 100, feature_skew, together, churn; N = 100, "
+        "feature_skew, group mobility.")
