@@ -518,8 +518,8 @@ def bytes_figure(rows: list[dict[str, Any]], out: Path) -> Path | None:
 
 
 def frames_figure(rows: list[dict[str, Any]], out: Path) -> Path | None:
-    """rnd_gossip_h1's neighbourhood at three moments of a group-mobility run (smallest N, seed 0),
-    devices coloured by federation."""
+    """rnd_gossip_h1's neighbourhood at the start, middle and end of a group-mobility run (smallest N, seed 0),
+    devices coloured by federation (the one each joins, before its federations form)."""
     runs = sorted((r for r in rows if r["protocol"] == "rnd_gossip_h1" and r["setting"] == "group mobility"
                    and (r["path"] / "positions.npz").is_file()), key=lambda r: (r["n"], r["partition"], r["seed"]))
     if not runs:
@@ -529,10 +529,13 @@ def frames_figure(rows: list[dict[str, Any]], out: Path) -> Path | None:
     if not logs.get("federation_labels"):
         return None
     radius = float(yaml.safe_load((run["path"] / "scenario.yaml").read_text())["topology"]["radius"])
+    with np.load(run["path"] / "positions.npz", allow_pickle=False) as z:
+        end = float(z["t"][-1])
     return federation_frames(run["path"] / "positions.npz", logs["federation_labels"], logs.get("ari", []), radius, out,
                              title=f"rnd_gossip_h1 under group mobility (N = {run['n']}, {run['partition']}, seed "
-                                   f"{run['seed']}): links within radio range {radius:g}, colour = federation",
-                             marker_size=18.0)
+                                   f"{run['seed']}): links within radio range {radius:g}, colour = the federation "
+                                   "each device joins once discovery ends", marker_size=18.0,
+                             at=(0.0, end / 2, end))
 
 
 # ------------------------------------------------------------------------------------------ report

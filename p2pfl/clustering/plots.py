@@ -9,7 +9,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-__all__ = ["novelty_heatmap", "federation_frames"]
+__all__ = ["novelty_heatmap", "federation_frames", "frame_moments"]
 
 
 def novelty_heatmap(
@@ -72,6 +72,13 @@ def _cmap():
     return colormaps["RdBu"].with_extremes(bad="0.8")
 
 
+def frame_moments(labels_log: Sequence[dict], at: Sequence[float] | None = None) -> list[tuple[float, dict]]:
+    """(moment, ``federation_labels`` entry in force) for each panel of ``federation_frames``."""
+    if at is None:
+        return [(float(e["t"]), e) for e in (labels_log[0], labels_log[len(labels_log) // 2], labels_log[-1])]
+    return [(float(t), next((e for e in reversed(labels_log) if e["t"] <= t), labels_log[0])) for t in at]
+
+
 def federation_frames(
     positions: str | Path,
     labels_log: Sequence[dict],
@@ -81,28 +88,35 @@ def federation_frames(
     *,
     title: str,
     marker_size: float = 60.0,
+    at: Sequence[float] | None = None,
 ) -> Path:
     """Save the moving neighbourhood at three moments (first, middle and last ``federation_labels`` entry):
     devices at their positions of a run's ``positions.npz`` (frames ``t``, ``pos``), links within
-    ``radius``, colour = federation, the ARI logged in the same round in each panel's title."""
+    ``radius``, colour = federation, the ARI logged in the same round in each panel's title.
+
+    ``at``: the moments (simulated seconds) instead, each coloured by the federations in force then (the
+    latest entry logged at or before it; before the first, the first: the federation each device joins),
+    for runs whose federations form late (rnd_gossip logs them once discovery ends)."""
     from scipy.spatial import cKDTree
 
     with np.load(positions, allow_pickle=False) as z:
         times, pos = z["t"], z["pos"]
     fig = Figure(figsize=(12, 4.2))
     FigureCanvasAgg(fig)
-    picks = [labels_log[0], labels_log[len(labels_log) // 2], labels_log[-1]]
-    for k, entry in enumerate(picks):
-        ax = fig.add_subplot(1, 3, k + 1)
-        i = int(np.argmin(np.abs(times - entry["t"])))
+    moments = frame_moments(labels_log, at)
+    every = sorted({v for _, e in moments for v in e["value"]})  # one colour per federation label in every panel
+    for k, (moment, entry) in enumerate(moments):
+        ax = fig.add_subplot(1, len(moments), k + 1)
+        i = int(np.argmin(np.abs(times - moment)))
         xy = pos[i]
         for a, b in sorted(cKDTree(xy).query_pairs(radius)):
             ax.plot(*zip(xy[a], xy[b]), color="0.85", lw=0.6, zorder=1)
         uniq = sorted(set(entry["value"]))
-        ax.scatter(xy[:, 0], xy[:, 1], c=[uniq.index(v) for v in entry["value"]], cmap="tab20", s=marker_size,
+        ax.scatter(xy[:, 0], xy[:, 1], c=[every.index(v) for v in entry["value"]], cmap="tab20", vmin=0,
+                   vmax=max(1, len(every) - 1), s=marker_size,
                    edgecolors="k", zorder=2)
         ari = next((e["value"] for e in ari_log if e.get("round") == entry.get("round")), float("nan"))
-        ax.set(title=f"round {entry.get('round')}, t = {times[i]:.1f} s: {len(uniq)} federations, ARI {ari:.2f}",
+        ax.set(title=f"t = {times[i]:.1f} s: {len(uniq)} federations of round {entry.get('round')}, ARI {ari:.2f}",
                xlim=(0, 1), ylim=(0, 1), aspect="equal", xticks=[], yticks=[])
         ax.title.set_fontsize(9)
     fig.suptitle(title, fontsize=10)
