@@ -1,9 +1,11 @@
 """The headline comparison (issue 16): server vs serverless clustering at neighbourhood scale, static and
 under churn and mobility, from the run directories of the studies ``scenarios/studies/headline_n*.yaml``.
 
-    for n in 100 1000 10000; do
+    for n in 100 1000; do
       p2pfl sweep scenarios/studies/headline_n$n.yaml --jobs 2 --out runs/headline/n$n \
           --archive analysis/cells/headline/n$n; done
+    p2pfl sweep scenarios/studies/headline_n10000.yaml --jobs 1 --out runs/headline/n10000 \
+        --archive analysis/cells/headline/n10000   # alone: memory, see its header
     python analysis/headline_report.py analysis/cells/headline   # -> analysis/results/server_vs_serverless.md + PNGs
 
 The committed archive (``analysis/cells/headline``: each complete cell without its event stream, see
@@ -42,8 +44,10 @@ from p2pfl.metrics.claims import at_least, fmt_ci, fmt_diff, interval, paired  #
 from p2pfl.metrics.runs import find_runs  # noqa: E402
 
 OUT = ROOT / "analysis" / "results"
-COMMAND = ("for n in 100 1000 10000; do p2pfl sweep scenarios/studies/headline_n$n.yaml --jobs 2 "
+COMMAND = ("for n in 100 1000; do p2pfl sweep scenarios/studies/headline_n$n.yaml --jobs 2 "
            "--out runs/headline/n$n --archive analysis/cells/headline/n$n; done\n"
+           "p2pfl sweep scenarios/studies/headline_n10000.yaml --jobs 1 --out runs/headline/n10000 "
+           "--archive analysis/cells/headline/n10000   # alone: memory, see its header\n"
            "python analysis/headline_report.py analysis/cells/headline")
 #: protocol -> (side, clusters?): the report's order
 PROTOCOLS = {
