@@ -143,3 +143,21 @@ def test_models_with_state_outside_their_state_dict_are_not_stacked():
     batched = Simulation(load_dict({**raw, "executor": "batched"}))
     assert json.dumps(batched.run(), sort_keys=True) == json.dumps(inline.run(), sort_keys=True)
     assert batched.executor.stacked_jobs == 0
+
+
+def test_a_group_larger_than_max_group_trains_in_slices_with_the_same_bits(monkeypatch):
+    """Slices bound the memory of a round where every device trains at once; the weights do not change."""
+    import p2pfl.executors.batched as batched_module
+
+    spec = TrainingSpec(epochs=2, batch_size=16, lr=0.05, momentum=0.9, weight_decay=1e-4)
+    make = lambda: MLP(64, 10, 32)
+    whole = _run_all(BatchedExecutor(), _jobs(make, (64,), 9, 40, spec))
+    monkeypatch.setattr(batched_module, "MAX_GROUP", 4)
+    assert [len(s) for s in batched_module._slices(list(range(9)), 4)] == [3, 3, 3]
+    assert [len(s) for s in batched_module._slices(list(range(5)), 4)] == [3, 2]
+    executor = BatchedExecutor()
+    sliced = _run_all(executor, _jobs(make, (64,), 9, 40, spec))
+    assert executor.stacked_jobs == 9  # every slice stacked: none fell back to a group of one
+    for a, b in zip(whole, sliced):
+        assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
+        assert torch.equal(a.generator_state, b.generator_state) and a.result == b.result
