@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -302,11 +303,6 @@ def decision(table: dict[Key, dict[str, list[dict[str, Any]]]]) -> list[str]:
 UNCLUSTERED = ("fedavg", "gossip", "dsgd")  # one model for the whole fleet
 
 
-def _vs(protos: dict[str, list[dict[str, Any]]], a: str, b: str) -> str:
-    """``a`` − ``b`` mean accuracy, paired over seeds, in points with its 95% interval."""
-    return f"{fmt_diff(paired(by_seed(protos[a], 'acc'), by_seed(protos[b], 'acc')))} pts"
-
-
 def _acc(protos: dict[str, list[dict[str, Any]]], p: str) -> str:
     return f"{p} {mean(protos[p], 'acc'):.3f}"
 
@@ -341,7 +337,7 @@ def reading(table: dict[Key, dict[str, list[dict[str, Any]]]], rows: list[dict[s
             which = ("the best clustering protocol, {a}, leads the best single model, {b}," if ahead == clus else
                      "the best single model, {a}, leads the best clustering protocol, {b},").format(
                          a=_acc(protos, ahead), b=_acc(protos, behind))
-            lead = f"{which} by {_vs(protos, ahead, behind)}" + ("" if resolved else ": an interval that spans 0")
+            lead = f"{which} by {fmt_diff(diffs)} pts" + ("" if resolved else ": an interval that spans 0")
             oracle = (f"; the Oracle (FedAvg within the true groups) reaches {mean(protos['oracle'], 'acc'):.3f}"
                       if "oracle" in protos else "")
             out.append(f"- N = {n:,}, {part}, groups together, static: {lead}{oracle} (accuracy table).")
@@ -410,19 +406,16 @@ def complete_groups(rows: list[dict[str, Any]], sizes: dict[str, StudySize]) -> 
     """The rows of the (N, heterogeneity, setting) groups whose every protocol x seed ran, and the groups left out
     (a study still running: comparing a group's protocols needs all of them)."""
     per_n = {size.n: size.per_group for size in sizes.values()}
-    count: dict[Key, int] = {}
-    for r in rows:
-        count[(r["n"], r["partition"], r["setting"])] = count.get((r["n"], r["partition"], r["setting"]), 0) + 1
+    count = Counter((r["n"], r["partition"], r["setting"]) for r in rows)
     partial = sorted((k for k, c in count.items() if c < per_n.get(k[0], 0)),
                      key=lambda k: (k[0], k[1], SETTINGS.index(k[2])))
-    return [r for r in rows if (r["n"], r["partition"], r["setting"]) not in partial], partial
+    left_out = set(partial)
+    return [r for r in rows if (r["n"], r["partition"], r["setting"]) not in left_out], partial
 
 
 def status(rows: list[dict[str, Any]], sizes: dict[str, StudySize], partial: list[Key]) -> str:
     """Cells complete per headline study, and the groups the tables leave out."""
-    have: dict[str, int] = {}
-    for r in rows:
-        have[r["study"]] = have.get(r["study"], 0) + 1
+    have = Counter(r["study"] for r in rows)
     text = "Cells complete: " + ", ".join(f"`{name}` {have.get(name, 0)} of {size.cells}" for name, size in sizes.items())
     if partial:
         text += ("; left out of every table and plot until all their protocols and seeds have run: "

@@ -61,9 +61,11 @@ def _copy(src: Path, dest: Path) -> None:
     tmp = start_run_dir(dest)
     try:
         for name in KEPT:
-            if name == "positions.npz" and (src / name).is_file():
+            if not (src / name).is_file():
+                continue
+            if name == "positions.npz":
                 (tmp / name).write_bytes(thin_positions((src / name).read_bytes()))
-            elif (src / name).is_file():
+            else:
                 shutil.copyfile(src / name, tmp / name)
         os.rename(tmp, dest)
     except BaseException:
