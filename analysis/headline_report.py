@@ -383,11 +383,13 @@ def reading(table: dict[Key, dict[str, list[dict[str, Any]]]], rows: list[dict[s
 
 
 class StudySize(NamedTuple):
-    """What a headline study defines: its N, its cells, and the runs of one (heterogeneity, setting) group."""
+    """What a headline study defines: its N, its cells, and the runs (protocols x seeds, less the study's
+    exclusions) of each (N, heterogeneity, setting) group."""
 
     n: int
     cells: int
-    per_group: int  # protocols x seeds
+    groups: dict[Key, int]
+    excluded: tuple[str, ...] = ()  # "protocol under setting" for each (variant, setting) the study's exclude drops
 
 
 def study_sizes() -> dict[str, StudySize]:
@@ -397,17 +399,31 @@ def study_sizes() -> dict[str, StudySize]:
     out = {}
     for f in sorted((ROOT / "scenarios" / "studies").glob("headline_n*.yaml"), key=lambda f: int(f.stem.split("_n")[1])):
         st = load_study(f)
-        out[st.name] = StudySize(st.cells[0].scenario.topology.n, len(st.cells),
-                                 len({c.variant for c in st.cells}) * len({c.seed for c in st.cells}))
+        groups = Counter((c.scenario.topology.n, c.scenario.data.partition.kind, setting_of(c.scenario.model_dump()))
+                         for c in st.cells)
+        out[st.name] = StudySize(st.cells[0].scenario.topology.n, len(st.cells), dict(groups), excluded(st.spec))
     return out
+
+
+def excluded(spec: Any) -> tuple[str, ...]:
+    """The (protocol, setting) pairs a headline study's ``exclude`` entries drop, in words."""
+    from p2pfl.config.study import expand
+
+    def setting(a: dict[str, Any]) -> str:
+        return setting_of({"topology": {"placement": a.get("topology.placement", "strips")},
+                           "dynamics": a.get("dynamics") or {}})
+
+    kept = {(v, setting(a)) for v, a, _ in expand(spec)}
+    every = {(v, setting(a)) for v, a, _ in expand(spec.model_copy(update={"exclude": []}))}
+    return tuple(f"{v} under {s}" for v, s in sorted(every - kept, key=lambda p: (str(p[0]), SETTINGS.index(p[1]))))
 
 
 def complete_groups(rows: list[dict[str, Any]], sizes: dict[str, StudySize]) -> tuple[list[dict[str, Any]], list[Key]]:
     """The rows of the (N, heterogeneity, setting) groups whose every protocol x seed ran, and the groups left out
     (a study still running: comparing a group's protocols needs all of them)."""
-    per_n = {size.n: size.per_group for size in sizes.values()}
+    expected = {k: c for size in sizes.values() for k, c in size.groups.items()}
     count = Counter((r["n"], r["partition"], r["setting"]) for r in rows)
-    partial = sorted((k for k, c in count.items() if c < per_n.get(k[0], 0)),
+    partial = sorted((k for k, c in count.items() if c < expected.get(k, 0)),
                      key=lambda k: (k[0], k[1], SETTINGS.index(k[2])))
     left_out = set(partial)
     return [r for r in rows if (r["n"], r["partition"], r["setting"]) not in left_out], partial
@@ -616,6 +632,9 @@ def write(root: Path, out_dir: Path) -> str:
         "## Costs", "", *cost_tables(table),
         "## Largest N each protocol reached (every run, complete groups or not)", "", *largest_n(ran),
         "## Measured limits: protocols cut at larger N", "", *(limits(ran) or ["Every protocol ran at every N.", ""]),
+        *[line for name, size in sizes.items() if size.excluded
+          for line in (f"`{name}` leaves out {', '.join(size.excluded)} (its `exclude`; the study file's header "
+                       "gives the measured reason).", "")],
         "Plots: " + ", ".join(f"`{f.name}`" for f in figs) + ".", "",
     ])
     (out_dir / "server_vs_serverless.md").write_text(text + "\n")

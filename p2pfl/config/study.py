@@ -15,6 +15,8 @@ YAML layout (``base`` and ``seeds`` are required)::
     zip: {a.b: [1, 2], c.d: [3, 4]}    # paired values, one more grid axis (optional; equal lengths;
                                        # a key may repeat a value, the positions must differ)
     seeds: [0, 1, 2]                   # or {start: 0, stop: 3}
+    exclude:                           # cells not run (optional): each entry drops the cells that match
+      - {variant: fedavg, training.lr: 0.05}  # all of its fields (a variant and/or grid or zip values)
 
 Keys are dotted exactly as ``--set`` / ``--unset`` take them, and a value replaces the
 field whole (a mapping is not merged); a null value (``~``) removes the key. A cell is
@@ -24,7 +26,7 @@ then the cell's grid and zip values (as on the command line, removals come first
 ``set: {key: ~}`` removes a key after the sets before it).
 
 Cells are variants (in file order) x grid combinations (the last key varies fastest)
-x zip positions x seeds. A cell's id, e.g. ``fedavg__training.lr=0.01__seed0`` (no
+x zip positions x seeds, less the cells an ``exclude`` entry matches. A cell's id, e.g. ``fedavg__training.lr=0.01__seed0`` (no
 variant part without variants), names its run directory; a value that is not a plain
 number or word is written as a slug plus a short hash. Every cell is validated when the
 study is loaded, before anything runs.
@@ -153,6 +155,7 @@ class StudySpec(Strict):
     grid: dict[Key, Values] = Field(default_factory=dict)
     zip: dict[Key, ZipValues] = Field(default_factory=dict)
     seeds: Union[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)], SeedRange]
+    exclude: list[dict[str, Any]] = Field(default_factory=list)
 
     @field_validator("zip")
     @classmethod
@@ -185,10 +188,43 @@ class StudySpec(Strict):
         s = self.seeds
         return list(range(s.start, s.stop)) if isinstance(s, SeedRange) else list(s)
 
+    @field_validator("exclude")
+    @classmethod
+    def _exclusions(cls, value: list[dict[str, Any]], info: ValidationInfo) -> list[dict[str, Any]]:
+        d = info.data
+        axes: dict[str, list[Any]] = {"variant": list(d.get("variants") or {}), **(d.get("grid") or {}),
+                                      **(d.get("zip") or {})}
+        for i, entry in enumerate(value):
+            where = f"entry {i}"
+            if not entry:
+                raise ValueError(f"{where} is empty; give the variant and/or grid or zip values of the cells to drop")
+            for key, given in entry.items():
+                if key not in axes:
+                    known = ", ".join(axes) or "none"
+                    raise ValueError(f"{where}: key {key!r} is not 'variant' or a grid or zip key (known: {known}); "
+                                     "exclude names cells by what the study varies")
+                v = given if key == "variant" else _json_value(given)
+                if not any(type(v) is type(x) and v == x for x in axes[key]):
+                    raise ValueError(f"{where}: {key} {given!r} is not one of the study's values {axes[key]}; "
+                                     "use one of them")
+        return value
+
+    def excluded(self, variant: Optional[str], assignment: Mapping[str, Any]) -> bool:
+        """Whether an ``exclude`` entry matches this cell."""
+        return any(_matches(entry, variant, assignment) for entry in self.exclude)
+
     def n_cells(self) -> int:
+        """Cells before exclusions (checked against MAX_CELLS before anything is expanded)."""
         n_zip = len(next(iter(self.zip.values()))) if self.zip else 1
         return (max(1, len(self.variants)) * math.prod(len(v) for v in self.grid.values()) * n_zip
                 * len(self.seed_list()))
+
+
+def _matches(entry: Mapping[str, Any], variant: Optional[str], assignment: Mapping[str, Any]) -> bool:
+    """Whether a cell has every value of an ``exclude`` entry."""
+    values = {"variant": variant, **assignment}
+    return all(type(values[k]) is type(w) and values[k] == w
+               for k, w in ((k, v if k == "variant" else _json_value(v)) for k, v in entry.items()))
 
 
 @dataclass(frozen=True)
@@ -266,7 +302,8 @@ def expand(spec: StudySpec) -> list[tuple[Optional[str], dict[str, Any], int]]:
     variants: list[Optional[str]] = list(spec.variants) or [None]
     grid = [dict(zip(spec.grid, combo)) for combo in itertools.product(*spec.grid.values())]
     zipped = [dict(zip(spec.zip, values)) for values in zip(*spec.zip.values())] if spec.zip else [{}]
-    return [(v, {**g, **z}, s) for v in variants for g in grid for z in zipped for s in spec.seed_list()]
+    kept = [(v, {**g, **z}) for v in variants for g in grid for z in zipped if not spec.excluded(v, {**g, **z})]
+    return [(v, a, s) for v, a in kept for s in spec.seed_list()]
 
 
 def _base_file(ref: str, base_dir: Path, source: str) -> Path:
@@ -301,10 +338,18 @@ def load_study_dict(data: Mapping[str, Any], *, source: str = "study", base_dir:
     base_path = _base_file(spec.base, base_dir, source) if isinstance(spec.base, str) else None
     own_base = {name: _base_file(v.base, base_dir, f"{source}: variants.{name}") for name, v in spec.variants.items()
                 if v.base is not None}
+    expanded = expand(spec)
+    if not expanded:
+        raise ConfigError(f"{source}: field 'exclude' drops every cell; drop fewer")
+    everything = expand(spec.model_copy(update={"exclude": []}))
+    for i, entry in enumerate(spec.exclude):
+        if not any(_matches(entry, v, a) for v, a, _ in everything):
+            raise ConfigError(f"{source}: field 'exclude': entry {i} ({entry}) matches no cell (its zip values come from "
+                              "different positions); name values that one cell has")
     common = [override_text(k, v) for k, v in spec.set.items()]
     cells: list[Cell] = []
     ids: dict[str, str] = {}
-    for variant, assignment, seed in expand(spec):
+    for variant, assignment, seed in expanded:
         cid = cell_id(variant, assignment, seed)
         v = spec.variants[variant] if variant is not None else Variant()
         unset = (*spec.unset, *v.unset)

@@ -106,7 +106,10 @@ def test_groups_missing_a_protocol_or_seed_are_left_out_and_named() -> None:
             + [row("ifca", s, 100, "group mobility") for s in (0, 1, 2)]  # gossip not run yet
             + [row("gossip", s, 100, "together, churn") for s in (0, 1)]  # ifca and a seed missing
             + [row("fedavg", 0, 1000, "together, static")])
-    sizes = {"headline_n100": rep.StudySize(100, 360, 6), "headline_n1000": rep.StudySize(1000, 120, 1)}
+    fs = "feature_skew"
+    sizes = {"headline_n100": rep.StudySize(100, 360, {(100, fs, s): 6 for s in rep.SETTINGS}),
+             # a study whose exclusions leave one run in this group: that one run completes it
+             "headline_n1000": rep.StudySize(1000, 120, {(1000, fs, "together, static"): 1})}
     kept, partial = rep.complete_groups(rows, sizes)
     assert partial == [(100, "feature_skew", "together, churn"), (100, "feature_skew", "group mobility")]
     assert sorted((r["n"], r["setting"]) for r in kept) == [(100, "together, static")] * 6 + [(1000, "together, static")]

@@ -61,6 +61,16 @@ ERRORS = {
     "unset of a missing key": ({"variants": {"a": {"unset": ["protocol.beta"]}}},
                                r"cell 'a__seed0': .*--unset protocol\.beta: the scenario has no key"),
     "ids collide": ({"grid": {"training.lr": [0.1, "0.1"]}}, r"two cells get the same id"),
+    "exclude key unknown": ({"grid": {"training.lr": [0.1]}, "exclude": [{"training.epochs": 1}]},
+                            r"field 'exclude': .*entry 0: key 'training\.epochs' is not 'variant' or a grid or zip key"),
+    "exclude value unknown": ({"grid": {"training.lr": [0.1, 0.2]}, "exclude": [{"training.lr": 0.3}]},
+                              r"field 'exclude': .*entry 0: training\.lr 0\.3 is not one of the study's values \[0\.1, 0\.2\]"),
+    "exclude empty entry": ({"grid": {"training.lr": [0.1]}, "exclude": [{}]}, r"field 'exclude': .*entry 0 is empty"),
+    "exclude everything": ({"grid": {"training.lr": [0.1]}, "exclude": [{"training.lr": 0.1}]},
+                           r"field 'exclude' drops every cell"),
+    "exclude across zip positions": ({"zip": {"training.lr": [0.1, 0.2], "protocol.rounds": [1, 2]},
+                                      "exclude": [{"training.lr": 0.1, "protocol.rounds": 2}]},
+                                     r"field 'exclude': entry 0 .*matches no cell"),
     "too many cells": ({"seeds": {"start": 0, "stop": MAX_CELLS + 1}}, r"expands to 10,001 cells, more than 10,000"),
 }
 
@@ -112,6 +122,18 @@ def test_cells_are_variants_x_grid_x_zip_x_seeds_in_order(tmp_path):
                                  "grid": {"training.lr": 0.02, "training.batch_size": 8,
                                           "data.samples_per_client": 30, "training.epochs": 1}, "seed": 3}
     assert load_study(path).cells == study.cells  # deterministic
+
+
+def test_exclude_drops_exactly_the_matching_cells_and_keeps_the_others_as_they_were(tmp_path):
+    fields = {"variants": {"gossip": {}, "fedavg": FEDAVG},
+              "zip": {"training.lr": [0.02, 0.05, 0.05], "training.epochs": [1, 1, 2]}, "seeds": [0, 1]}
+    full = load_study(_study(tmp_path, **fields))
+    cut = load_study(_study(tmp_path, **fields, exclude=[{"variant": "fedavg", "training.epochs": 2},
+                                                         {"variant": "gossip", "training.lr": 0.02}]))
+    dropped = {c.id for c in full.cells} - {c.id for c in cut.cells}
+    assert dropped == {"fedavg__training.lr=0.05__training.epochs=2__seed0", "fedavg__training.lr=0.05__training.epochs=2__seed1",
+                       "gossip__training.lr=0.02__training.epochs=1__seed0", "gossip__training.lr=0.02__training.epochs=1__seed1"}
+    assert cut.cells == tuple(c for c in full.cells if c.id not in dropped)  # same order, ids and scenarios
 
 
 def test_without_variants_the_id_has_no_variant_part(tmp_path):
