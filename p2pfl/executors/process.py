@@ -28,7 +28,6 @@ import torch
 from p2pfl.executors.base import SHARD_FIELDS, Deferred, Executor, ExecutorError, Future, SharedViews, pool_shards
 from p2pfl.executors.jobs import Job, run_job
 from p2pfl.executors.wire import Packed, pack, unpack
-from p2pfl.heap import pin_mmap_threshold
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.data import Shard
@@ -220,7 +219,6 @@ def _frozen_gc(on: bool) -> Iterator[None]:
 def _worker_main(inbox: Any, results: Any, parent: int, index: int) -> None:
     """A worker: map the shared pools, then run jobs in order until told to stop or the parent dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    pin_mmap_threshold()  # as the simulation's process does (p2pfl.heap)
     torch.set_num_threads(1)
     shared = SharedViews({})
     while True:

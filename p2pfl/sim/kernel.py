@@ -28,7 +28,6 @@ from p2pfl.errors import ConfigError, UserError
 from p2pfl.executors.base import Done, Executor, Future
 from p2pfl.executors.jobs import CallJob, EvalJob
 from p2pfl.executors.select import make_executor, resolve_kind
-from p2pfl.heap import pin_mmap_threshold
 from p2pfl.learning.clone import clone_module
 from p2pfl.learning.state import flatten_live_
 from p2pfl.metrics.recorder import Recorder
@@ -88,7 +87,6 @@ class Simulation:
                  on_setup: Callable[[str], None] | None = None, executor: Optional[Executor] = None,
                  events_path: Optional[Path] = None) -> None:
         t0 = time.perf_counter()
-        pin_mmap_threshold()  # model-sized buffers are given back to the OS when freed (p2pfl.heap)
         setup = on_setup or (lambda step: None)
         self.scenario = scenario
         self.seed = seed = scenario.seed
