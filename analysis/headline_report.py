@@ -358,9 +358,11 @@ def reading(table: dict[Key, dict[str, list[dict[str, Any]]]], rows: list[dict[s
     for part in parts:
         hits = {s: n for (p, s), n in found.items() if p == part}
         yes = [f"{s} (from N = {n:,})" for s, n in hits.items() if n]
-        ns = sorted({k[0] for k in table if k[1] == part})
+        ns = sorted({k[0] for k, protos in table.items() if k[1] == part and best(protos, SERVER_CLUSTERING)
+                     and best(protos, SERVERLESS_CLUSTERING)})
         out.append(f"- {part}: serverless clustering matches the server's best at fewer bytes in "
-                   f"{len(yes)} of {len(hits)} settings at the N run ({', '.join(f'{n:,}' for n in ns)})"
+                   f"{len(yes)} of {len(hits)} settings at the N where both kinds ran "
+                   f"({', '.join(f'{n:,}' for n in ns)})"
                    + (f": {'; '.join(yes)}" if yes else "") + " (crossover table).")
     grow = []
     for p in ordered({r["protocol"] for r in rows}):
