@@ -488,7 +488,10 @@ def curves_figure(table: dict[Key, dict[str, list[dict[str, Any]]]], n: int, out
         return None
     cols = [("together, static", "curve"), ("together, churn", "curve"), ("group mobility", "curve"),
             ("together, static", "ari_curve")]
-    fig = Figure(figsize=(20, 4.5 * len(parts)))
+    # only the panels some run fills (N = 10,000 runs one setting and no clustering protocol)
+    cols = [(s, f) for s, f in cols if any(r.get(f) for part in parts for p, runs in table.get((n, part, s), {}).items()
+                                           if f == "curve" or PROTOCOLS[p][1] for r in runs)]
+    fig = Figure(figsize=(5 * len(cols), 4.5 * len(parts)))
     FigureCanvasAgg(fig)
     for i, part in enumerate(parts):
         for j, (s, field) in enumerate(cols):
