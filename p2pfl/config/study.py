@@ -27,8 +27,8 @@ then the cell's grid and zip values (as on the command line, removals come first
 
 Cells are variants (in file order) x grid combinations (the last key varies fastest)
 x zip positions x seeds, less the cells an ``exclude`` entry matches. A cell's id, e.g.
-``fedavg__training.lr=0.01__seed0`` (no variant part without variants), names its run directory; a value that is not a plain
-number or word is written as a slug plus a short hash. Every cell is validated when the
+``fedavg__training.lr=0.01__seed0`` (no variant part without variants), names its run
+directory; a value that is not a plain number or word is written as a slug plus a short hash. Every cell is validated when the
 study is loaded, before anything runs.
 """
 
