@@ -28,8 +28,8 @@ then the cell's grid and zip values (as on the command line, removals come first
 Cells are variants (in file order) x grid combinations (the last key varies fastest)
 x zip positions x seeds, less the cells an ``exclude`` entry matches. A cell's id, e.g.
 ``fedavg__training.lr=0.01__seed0`` (no variant part without variants), names its run
-directory; a value that is not a plain number or word is written as a slug plus a short hash. Every cell is validated when the
-study is loaded, before anything runs.
+directory; a value that is not a plain number or word is written as a slug plus a short hash.
+Every cell is validated when the study is loaded, before anything runs.
 """
 
 from __future__ import annotations
@@ -101,10 +101,15 @@ def _json_value(value: Any, where: str = "value") -> Any:
                      f"got {value!r} ({type(value).__name__}); quote it")
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of one type (0.1 and '0.1', or 1 and True, are different values of a study)."""
+    return type(a) is type(b) and a == b
+
+
 def _values(values: list[Any]) -> list[Any]:
     seen: list[Any] = []
     for v in map(_json_value, values, itertools.repeat("each value")):
-        if any(type(v) is type(s) and v == s for s in seen):
+        if any(_same(v, s) for s in seen):
             raise ValueError(f"values must differ; got {v!r} twice; list each value once")
         seen.append(v)
     return seen
@@ -194,20 +199,23 @@ class StudySpec(Strict):
         d = info.data
         axes: dict[str, list[Any]] = {"variant": list(d.get("variants") or {}), **(d.get("grid") or {}),
                                       **(d.get("zip") or {})}
+        normalized = []
         for i, entry in enumerate(value):
             where = f"entry {i}"
             if not entry:
                 raise ValueError(f"{where} is empty; give the variant and/or grid or zip values of the cells to drop")
+            out = {}
             for key, given in entry.items():
                 if key not in axes:
                     known = ", ".join(axes) or "none"
                     raise ValueError(f"{where}: key {key!r} is not 'variant' or a grid or zip key (known: {known}); "
                                      "exclude names cells by what the study varies")
-                v = given if key == "variant" else _json_value(given)
-                if not any(type(v) is type(x) and v == x for x in axes[key]):
+                out[key] = v = given if key == "variant" else _json_value(given)
+                if not any(_same(v, x) for x in axes[key]):
                     raise ValueError(f"{where}: {key} {given!r} is not one of the study's values {axes[key]}; "
                                      "use one of them")
-        return value
+            normalized.append(out)
+        return normalized  # values as the grid and zip hold them, so matching a cell is plain comparison
 
     def excluded(self, variant: Optional[str], assignment: Mapping[str, Any]) -> bool:
         """Whether an ``exclude`` entry matches this cell."""
@@ -223,8 +231,7 @@ class StudySpec(Strict):
 def _matches(entry: Mapping[str, Any], variant: Optional[str], assignment: Mapping[str, Any]) -> bool:
     """Whether a cell has every value of an ``exclude`` entry."""
     values = {"variant": variant, **assignment}
-    return all(type(values[k]) is type(w) and values[k] == w
-               for k, w in ((k, v if k == "variant" else _json_value(v)) for k, v in entry.items()))
+    return all(_same(values[k], w) for k, w in entry.items())
 
 
 @dataclass(frozen=True)
