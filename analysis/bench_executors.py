@@ -105,7 +105,7 @@ def _family_jobs(family: str, k: int) -> tuple[list[Any], int]:
     """``k`` independent training jobs of one model family, as its protocols submit them; samples per job."""
     import torch
 
-    from p2pfl.clustering.rnd import fitted_predictor, make_predictor, make_target
+    from p2pfl.clustering.rnd import fitted_predictor, make_predictor, make_target, target_embedding
     from p2pfl.executors.jobs import CallJob, TrainJob
     from p2pfl.learning.models import CNN28, MLP
     from p2pfl.learning.train import TrainingSpec
@@ -114,7 +114,8 @@ def _family_jobs(family: str, k: int) -> tuple[list[Any], int]:
     if family == "rnd_predictor":  # the RND paper's predictor fit (Adam, its own loop) on 28x28 images
         target = make_target((1, 28, 28), seed=0)
         x = torch.rand(k, 200, 1, 28, 28, generator=g)
-        return [CallJob(i, fitted_predictor, (make_predictor((1, 28, 28), seed=i), target, x[i], 2, 64, 1e-3,
+        return [CallJob(i, fitted_predictor, (make_predictor((1, 28, 28), seed=i), x[i],
+                                              target_embedding(target, x[i]), 2, 64, 1e-3,
                                               torch.Generator().manual_seed(i))) for i in range(k)], 400
     if family == "robot_policy":  # FedDRMan's policy with its own GMM loss, AdamW
         from p2pfl.robotics.policy import ObsLayout, ResNetTPolicy

@@ -36,7 +36,7 @@ import torch
 import torchvision
 from torch import nn
 
-from p2pfl.clustering import make_predictor, make_target, novelty_row, rnd_flops, train_predictor
+from p2pfl.clustering import fit_predictor, make_predictor, make_target, novelties, rnd_flops, target_embedding
 from p2pfl.data import build_federation
 from p2pfl.data.schema import DataSpec
 from p2pfl.learning.train import average_loss
@@ -90,19 +90,20 @@ def main(argv: list[str] | None = None) -> int:
 
     # ---- RND: every device trains its predictor, then scores all N predictors on its data
     target = make_target(shape, seed=args.seed)
-    predictors, rnd_wall = [], 0.0
-    for i, x in enumerate(xs):
+    predictors, fxs, rnd_wall = [], [], 0.0
+    for i, x in enumerate(xs):  # each device embeds its data once, then fits its predictor
         t = time.perf_counter()
+        fxs.append(target_embedding(target, x))
         p = make_predictor(shape, seed=args.seed)
-        train_predictor(p, target, x, epochs=RND_EPOCHS, batch_size=RND_BATCH,
-                        generator=torch_generator(args.seed, "rnd.shuffle", i, 1))
+        fit_predictor(p, x, fxs[-1], epochs=RND_EPOCHS, batch_size=RND_BATCH,
+                      generator=torch_generator(args.seed, "rnd.shuffle", i, 1))
         rnd_wall += time.perf_counter() - t
         predictors.append(p)
-    for x in xs:
+    for x, fx in zip(xs, fxs):
         t = time.perf_counter()
-        novelty_row(predictors, target, x)
+        novelties(predictors, x, fx)
         rnd_wall += time.perf_counter() - t
-    rnd_fl = sum(rnd_flops(shape, int(x.shape[0]), RND_EPOCHS, n, int(x.shape[0])) for x in xs)
+    rnd_fl = sum(rnd_flops(shape, int(x.shape[0]), embed=True, epochs=RND_EPOCHS, n_scored=n) for x in xs)
 
     # ---- IFCA: every device evaluates the K cluster models on its training data
     torch.manual_seed(args.seed)  # torchvision initialises from the global generator; values do not affect cost

@@ -14,12 +14,15 @@ from p2pfl.clustering.compatibility import (
 from p2pfl.clustering.cua import cua_partition, match_clusters, partition_score, update_similarity
 from p2pfl.clustering.plots import novelty_heatmap
 from p2pfl.clustering.rnd import (
+    fit_predictor,
     make_predictor,
     make_target,
+    novelties,
     novelty,
     novelty_matrix,
     novelty_row,
     rnd_flops,
+    target_embedding,
     train_predictor,
 )
 from p2pfl.clustering.scores import (
@@ -32,8 +35,11 @@ from p2pfl.clustering.scores import (
 __all__ = [
     "make_target",
     "make_predictor",
+    "target_embedding",
+    "fit_predictor",
     "train_predictor",
     "novelty",
+    "novelties",
     "novelty_row",
     "novelty_matrix",
     "rnd_flops",

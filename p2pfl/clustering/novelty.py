@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from p2pfl.clustering.plots import novelty_heatmap
-from p2pfl.clustering.rnd import fitted_predictor, make_predictor, make_target, novelty_row, rnd_flops
+from p2pfl.clustering.rnd import fitted_predictor, make_predictor, make_target, novelties, rnd_flops, target_embedding
 from p2pfl.seeding import torch_generator
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -29,10 +29,12 @@ __all__ = ["RNDProbe", "heatmap_png", "npy_bytes"]
 
 
 class RNDProbe:
-    """A device's side of RND: train its predictor, score predictors on its data, charge the FLOPs.
+    """A device's side of RND: embed its data, train its predictor, score predictors on its data, charge the FLOPs.
 
-    Shared by ``rnd`` and ``rnd_gossip``. Real work runs in torch; simulated
-    time comes from ``rnd_flops``; ``flops`` accumulates the clustering compute.
+    Shared by ``rnd`` and ``rnd_gossip``. Real work runs in torch; simulated time comes from
+    ``rnd_flops``; ``flops`` accumulates the clustering compute. A device embeds its training
+    inputs with the frozen target once per run (its first training or scoring does it, as its
+    own job) and every later training and scoring reuses that embedding.
     """
 
     def __init__(self, run: RunInfo, *, epochs: int, batch_size: int, lr: float) -> None:
@@ -42,6 +44,7 @@ class RNDProbe:
         self.device = run.torch_device
         self.target = make_target(self.shape, seed=self.seed).to(self.device)
         self.flops = 0
+        self._fx: dict[int, torch.Tensor] = {}  # device -> the target's embedding of its training inputs
 
     def new_predictor(self) -> nn.Module:
         """The shared initial predictor (every device builds the same from the seed)."""
@@ -52,23 +55,35 @@ class RNDProbe:
         p.load_state_dict(state)
         return p.eval()
 
+    def embedding(self, ctx: DeviceContext) -> Generator[Any, Any, torch.Tensor]:
+        """``f(x)`` of this device's training inputs: computed (and charged) on the first call only."""
+        if ctx.id not in self._fx:
+            x = ctx.shard.train_x
+            flops = rnd_flops(self.shape, int(x.shape[0]), embed=True)
+            self.flops += flops
+            fx: torch.Tensor = yield from ctx.work(target_embedding, self.target, x, flops=flops, what="rnd_embed")
+            self._fx[ctx.id] = fx
+        return self._fx[ctx.id]
+
     def train(self, ctx: DeviceContext, event: int) -> Generator[Any, Any, nn.Module]:
         """Train this device's predictor on its training inputs; returns the predictor."""
+        fx = yield from self.embedding(ctx)
         x = ctx.shard.train_x
-        flops = rnd_flops(self.shape, int(x.shape[0]), self.epochs, 0, 0)
+        flops = rnd_flops(self.shape, int(x.shape[0]), epochs=self.epochs)
         self.flops += flops
         predictor: nn.Module = yield from ctx.work(
-            fitted_predictor, self.new_predictor(), self.target, x, self.epochs, self.batch_size, self.lr,
+            fitted_predictor, self.new_predictor(), x, fx, self.epochs, self.batch_size, self.lr,
             torch_generator(self.seed, "rnd.shuffle", ctx.id, event), flops=flops, what="rnd_train")
         return predictor
 
     def score(self, ctx: DeviceContext, predictors: dict[int, nn.Module], n: int) -> Generator[Any, Any, np.ndarray]:
         """Row of the novelty matrix: s_ij for every predictor held, nan elsewhere."""
+        fx = yield from self.embedding(ctx)
         x = ctx.shard.train_x
         ids = sorted(predictors)
-        flops = rnd_flops(self.shape, 0, 0, len(ids), int(x.shape[0]))
+        flops = rnd_flops(self.shape, int(x.shape[0]), n_scored=len(ids))
         self.flops += flops
-        scores: np.ndarray = yield from ctx.work(novelty_row, [predictors[j] for j in ids], self.target, x,
+        scores: np.ndarray = yield from ctx.work(novelties, [predictors[j] for j in ids], x, fx,
                                                  flops=flops, what="rnd_score")
         row = np.full(n, np.nan)
         row[ids] = scores

@@ -8,14 +8,18 @@ import torch
 from torch import nn
 
 from p2pfl.clustering import (
+    fit_predictor,
     make_predictor,
     make_target,
+    novelties,
     novelty,
     novelty_matrix,
     novelty_row,
     rnd_flops,
+    target_embedding,
     train_predictor,
 )
+from p2pfl.clustering.rnd import MaxPool2x2
 from p2pfl.seeding import stream, torch_generator
 from p2pfl.sim.cost import forward_flops_per_sample
 
@@ -34,7 +38,8 @@ def _images(seed: int, n: int, kind: str) -> torch.Tensor:
 def test_layer_lists_match_authors_code():
     t, p = make_target(1, seed=0), make_predictor(1, seed=0)
     assert [type(m).__name__ for m in t] == [
-        "Conv2d", "ReLU", "MaxPool2d", "Conv2d", "ReLU", "AdaptiveAvgPool2d", "Flatten", "Linear"]
+        "Conv2d", "ReLU", "MaxPool2x2", "Conv2d", "ReLU", "AdaptiveAvgPool2d", "Flatten", "Linear"]
+    assert isinstance(t[2], nn.MaxPool2d) and t[2].kernel_size == 2  # counted as one by the cost model
     assert (t[0].out_channels, t[3].out_channels, t[7].in_features, t[7].out_features) == (32, 64, 1024, 64)
     assert (p[0].out_channels, p[3].out_channels, p[7].in_features, p[7].out_features) == (2, 4, 64, 64)
     assert sum(q.numel() for q in p.parameters()) == 20 + 76 + 4160
@@ -141,7 +146,40 @@ def test_rnd_flops_formula():
     fp = forward_flops_per_sample(make_predictor(shape, seed=0), shape)
     ft = forward_flops_per_sample(make_target(shape, seed=0), shape)
     assert (fp, ft) == (71760, 7920960)  # pinned: predictor ~110x cheaper than the target
-    got = rnd_flops(shape, n_train_samples=500, epochs=10, n_scored_predictors=12, n_local_samples=500)
-    assert got == 500 * (10 * 3 * fp + ft) + 500 * (12 * fp + ft)
-    assert rnd_flops(shape, 500, 0, 0, 500) == 0
-    assert rnd_flops((64,), 10, 1, 1, 10) == 10 * (3 * 4192 + 33088) + 10 * (4192 + 33088)
+    assert rnd_flops(shape, 500, embed=True) == 500 * ft
+    assert rnd_flops(shape, 500, epochs=10) == 500 * 10 * 3 * fp
+    assert rnd_flops(shape, 500, n_scored=12) == 500 * 12 * fp
+    assert rnd_flops(shape, 500, embed=True, epochs=10, n_scored=12) == 500 * (ft + 30 * fp + 12 * fp)
+    assert rnd_flops(shape, 500) == 0
+    assert rnd_flops((64,), 10, embed=True, epochs=1, n_scored=1) == 10 * (33088 + 3 * 4192 + 4192)
+
+
+@pytest.mark.parametrize("hw", [(28, 28), (9, 7)])
+def test_max_pool_2x2_gives_max_pool2d_values_and_gradients_bit_for_bit(hw):
+    g = torch_generator(0, "pool", *hw)
+    pre = torch.randn(6, 3, *hw, generator=g)
+    outs, grads = [], []
+    for pool in (nn.MaxPool2d(2), MaxPool2x2()):
+        x = pre.clone().requires_grad_(True)
+        y = pool(torch.relu(x))  # as in the nets: ReLU maps, so ties are zeros whose gradient ReLU drops
+        (y * torch.arange(y.numel()).reshape(y.shape)).sum().backward()
+        outs.append(y.detach())
+        grads.append(x.grad)
+    assert outs[0].shape == outs[1].shape == (6, 3, hw[0] // 2, hw[1] // 2)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(grads[0], grads[1])
+
+
+def test_fitting_against_a_cached_embedding_is_training_against_the_target():
+    t = make_target(1, seed=3)
+    x = _images(0, 40, "A")
+    fx = target_embedding(t, x)
+    assert fx.shape == (40, 64) and torch.equal(fx, t(x).detach())
+    p1, p2 = make_predictor(1, seed=3), make_predictor(1, seed=3)
+    l1 = train_predictor(p1, t, x, epochs=2, batch_size=16, generator=torch_generator(0, "s"))
+    l2 = fit_predictor(p2, x, fx, epochs=2, batch_size=16, generator=torch_generator(0, "s"))
+    assert l1 == l2 and all(torch.equal(a, b) for a, b in zip(p1.state_dict().values(), p2.state_dict().values()))
+    ps = [p1, make_predictor(1, seed=4)]
+    assert novelties(ps, x, fx).tolist() == novelty_row(ps, t, x).tolist() == [novelty(q, t, x) for q in ps]
+    with pytest.raises(ValueError, match=r"'fx' parameter must be the target's embedding of x, shape \(40, 64\); "
+                                         r"got \(39, 64\)"):
+        novelties(ps, x, fx[:39])

@@ -73,7 +73,7 @@ def test_recluster_every_repeats_the_clustering_phase():
     phase = n * (P + H) + n * (n - 1) * (P + SCALAR_BYTES + H) + _rows(n)
     assert twice.bytes_total - once.bytes_total == phase
     assert [e["round"] for e in twice.clustering_events] == [1, 3]
-    assert twice.clustering_flops == 2 * once.clustering_flops > 0
+    assert twice.clustering_flops > once.clustering_flops > 0  # the embedding is paid once (test_rnd_cost.py)
 
 
 def test_rnd_needs_a_server_attached_to_every_device():
