@@ -9,12 +9,13 @@ only through node contexts.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
@@ -50,7 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.data import Federation
     from p2pfl.protocols.base import Protocol
 
-__all__ = ["Simulation", "SimulationStalled", "build_only", "resolve_torch_device"]
+__all__ = ["Simulation", "SimulationStalled", "build_only", "resolve_torch_device", "torch_threads"]
 
 
 #: Evaluations whose scores may be outstanding at once (then the oldest is awaited).
@@ -103,7 +104,8 @@ class Simulation:
         self.server_ids = tuple(range(n, n + len(self.topology.servers)))
         # one code path whatever the device: on CPU .to() returns the same tensors
         setup("data")
-        self.federation = build_any_federation(scenario.data, n, seed).to(self.torch_device)
+        with torch_threads(scenario.threads):  # not the caller's count: a shared machine's cores stay shared
+            self.federation = build_any_federation(scenario.data, n, seed).to(self.torch_device)
         self.metric = _metric_of(self.federation)
         self.env = simpy.Environment()
         self.recorder = Recorder(n + len(self.server_ids), metric=self.metric, on_round=on_round)
@@ -315,12 +317,10 @@ class Simulation:
     def run(self) -> dict[str, Any]:
         """Run to completion and return the summary (see ``summary``)."""
         t0 = time.perf_counter()
-        threads = torch.get_num_threads()
-        torch.set_num_threads(self.scenario.threads)
         try:
-            return self._run(t0)
+            with torch_threads(self.scenario.threads):
+                return self._run(t0)
         finally:
-            torch.set_num_threads(threads)
             self.close()
 
     def close(self) -> None:
@@ -450,6 +450,17 @@ def build_only(scenario: Scenario) -> Simulation:
     sim = Simulation(scenario, executor=InlineExecutor())
     sim.close()
     return sim
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block at ``n`` torch intra-op threads, then restore the caller's count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _rolls_out(federation: Federation) -> bool:

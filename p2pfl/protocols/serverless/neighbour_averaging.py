@@ -117,6 +117,7 @@ class NeighbourAveraging(Protocol[P]):
             self.models_missing += len(peers) - len(got)
             received = {j: m.payload["state"] for j, m in got.items()}
             load_state_(model, self.mix(ctx, mine, received, {j: m.payload for j, m in got.items()}))
+            del mine, payload, got, received  # the round's models: not kept while the next round trains
             if self.should_eval(r):
                 ctx.evaluate(model, r)
             ctx.round_done(r)

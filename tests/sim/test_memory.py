@@ -1,0 +1,86 @@
+"""Memory at scale: handled messages are freed, and the data build runs at the scenario's thread count."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import pytest
+import torch
+
+import p2pfl.sim.kernel as kernel
+from p2pfl.api import resolve
+from p2pfl.protocols.serverless.dsgd import DSGD
+from p2pfl.protocols.serverless.gossip import Gossip
+from p2pfl.sim.kernel import Simulation
+from p2pfl.sim.network import Message, Network
+from tests.helpers import digits_scenario
+
+
+class _WatchedGossip(Gossip):
+    """Gossip that counts, as each device ends a round, the pushes it answered that are still alive."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.answered: dict[int, list[weakref.ref[Message]]] = {}
+        self.alive = 0
+
+    def answer(self, ctx: Any, model: Any, msg: Message) -> None:
+        self.answered.setdefault(ctx.id, []).append(weakref.ref(msg))
+        super().answer(ctx, model, msg)
+
+    def round_finished(self, ctx: Any, r: int) -> None:  # its responder is waiting for the next push now
+        self.alive += sum(ref() is not None for ref in self.answered.get(ctx.id, []))
+
+
+def test_gossip_responder_keeps_no_push_while_it_waits_for_the_next():
+    sim = Simulation(resolve(digits_scenario({"name": "gossip", "rounds": 4}, n=6, kind="complete")),
+                     protocol=_WatchedGossip)
+    sim.run()
+    watched = sim.protocol
+    assert isinstance(watched, _WatchedGossip)
+    assert sum(len(seen) for seen in watched.answered.values()) >= 12  # pushes were answered
+    assert watched.alive == 0
+
+
+def test_dsgd_keeps_no_round_model_after_mixing(monkeypatch):
+    delivered: dict[tuple[int, int], list[weakref.ref[Message]]] = {}
+    alive = []
+    rounds: dict[int, int] = {}
+    deliver = Network._deliver
+
+    def watch(self: Network, msg: Message, u: int, v: int) -> None:
+        delivered.setdefault((msg.dst, msg.round), []).append(weakref.ref(msg))
+        deliver(self, msg, u, v)
+
+    class Watched(DSGD):
+        def payload(self, ctx: Any, mine: Any, peers: tuple[int, ...]) -> dict[str, Any]:
+            """Count, once the device has trained in round r, its round r - 1 messages still alive."""
+            r = rounds[ctx.id] = rounds.get(ctx.id, 0) + 1
+            alive.extend(ref for ref in delivered.get((ctx.id, r - 1), []) if ref() is not None)
+            return super().payload(ctx, mine, peers)
+
+    monkeypatch.setattr(Network, "_deliver", watch)
+    Simulation(resolve(digits_scenario({"name": "dsgd", "rounds": 3}, n=6, kind="ring")), protocol=Watched).run()
+    assert sum(len(refs) for refs in delivered.values()) == 6 * 2 * 3
+    assert alive == []
+
+
+@pytest.mark.parametrize("caller,scenario", [(2, 1), (1, 2)])
+def test_data_build_runs_at_the_scenarios_threads(monkeypatch, caller, scenario):
+    seen = []
+    build = kernel.build_any_federation
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        seen.append(torch.get_num_threads())
+        return build(*args, **kw)
+
+    monkeypatch.setattr(kernel, "build_any_federation", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(caller)
+    try:
+        Simulation(resolve(digits_scenario({"name": "local", "rounds": 1}, threads=scenario))).close()
+        assert seen == [scenario]
+        assert torch.get_num_threads() == caller  # the caller's count is back
+    finally:
+        torch.set_num_threads(before)
