@@ -46,14 +46,18 @@ Training-step count matters as much as epochs: 10 epochs of batch 128 on a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+from collections.abc import Hashable, Sequence
 from functools import lru_cache
 from numbers import Integral, Real
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+from torch.func import functional_call, vmap
 
+from p2pfl.executors.jobs import stacks
 from p2pfl.seeding import child_seed
 from p2pfl.sim.cost import forward_flops_per_sample, train_flops
 
@@ -70,6 +74,9 @@ __all__ = [
     "target_embedding",
     "fit_predictor",
     "fitted_predictor",
+    "fitted_predictors",
+    "STACK_ATOL",
+    "STACK_LIMIT",
     "train_predictor",
     "novelty",
     "novelties",
@@ -92,6 +99,12 @@ PREDICTOR_HIDDEN = 16
 POOL_SIZE = 4
 
 _EVAL_BATCH = 1024
+#: Predictor fits trained as one stacked model by the batched executor: at most this many (measured on one
+#: core, 30 epochs of batch 32 on 100 Fashion-MNIST images: 0.59 s a predictor one by one; stacked 4 / 8 / 16 /
+#: 32 / 64 at a time, 0.42 / 0.33 / 0.27 / 0.32 / 0.34 s; larger groups' maps leave the cache).
+STACK_LIMIT = 16
+#: Tolerance of a stacked fit's weights against ``fitted_predictor``'s (absolute, after 120 Adam steps; tested).
+STACK_ATOL = 1e-4
 
 
 # --------------------------------------------------------------------------- networks
@@ -332,9 +345,72 @@ def train_predictor(
                          generator=generator)
 
 
+def _fit_key(predictor: nn.Module, x: torch.Tensor, fx: torch.Tensor, epochs: int, batch_size: int, lr: float,
+             generator: torch.Generator) -> Hashable:
+    """Fits that may train as one stacked model: one architecture, data shape and setting."""
+    return (repr(predictor), tuple(x.shape), x.dtype, epochs, batch_size, float(lr))
+
+
+def fitted_predictors(calls: Sequence[tuple[Any, ...]]) -> list[nn.Module]:
+    """``fitted_predictor(*args)`` for each ``args`` in ``calls``, trained as one stacked model.
+
+    The predictors' parameters are stacked on a new leading dimension and trained with
+    ``torch.func.vmap`` (one forward and backward per step for the group); each keeps its own
+    batch order (drawn from its own generator, as ``fit_predictor`` draws it) and its own Adam
+    moments, updated with the same element-wise steps as ``torch.optim.Adam`` (defaults: betas
+    0.9 / 0.999, eps 1e-8). Not bit-identical to the loop: a vmapped convolution is a grouped one,
+    whose float sums are ordered differently; every weight stays within ``STACK_ATOL`` (tested).
+    """
+    first, x0, _, epochs, batch_size, lr, _ = calls[0]
+    if len({_fit_key(*c) for c in calls}) != 1:
+        raise ValueError("stacked fits must share the predictor architecture, data shape and settings")
+    for _, x, fx, *_rest in calls:
+        _check_embedding(_check_input(first, x, scan=False), fx)
+    template = copy.deepcopy(first).train()  # its structure only: functional_call supplies the weights
+    names = [name for name, _ in template.named_parameters()]
+    leaves = [torch.stack([dict(c[0].named_parameters())[name].detach() for c in calls]).requires_grad_()
+              for name in names]
+    X = torch.stack([c[1].to(dtype=torch.float32) for c in calls])
+    FX = torch.stack([c[2] for c in calls])
+    rows = torch.arange(len(calls)).unsqueeze(1)
+
+    def loss(params: dict[str, torch.Tensor], x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+        return _per_sample_sq_error(functional_call(template, params, (x,)), fx).mean()
+
+    losses_of = vmap(loss)
+    beta1, beta2, eps = 0.9, 0.999, 1e-8
+    exp_avg = [torch.zeros_like(p) for p in leaves]
+    exp_avg_sq = [torch.zeros_like(p) for p in leaves]
+    n, step = int(x0.shape[0]), 0
+    for _ in range(epochs):
+        order = torch.stack([torch.randperm(n, generator=c[6]) for c in calls])
+        for start in range(0, n, batch_size):
+            idx = order[:, start : start + batch_size]
+            losses = losses_of(dict(zip(names, leaves)), X[rows, idx], FX[rows, idx])
+            grads = torch.autograd.grad(losses.sum(), leaves)
+            step += 1
+            step_size = lr / (1 - beta1**step)
+            bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+            with torch.no_grad():
+                for p, g, m, v in zip(leaves, grads, exp_avg, exp_avg_sq):
+                    m.lerp_(g, 1 - beta1)
+                    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                    p.addcdiv_(m, (v.sqrt() / bias_correction2_sqrt).add_(eps), value=-step_size)
+    out = []
+    for i, c in enumerate(calls):
+        predictor = copy.deepcopy(c[0])
+        with torch.no_grad():
+            for name, p in predictor.named_parameters():
+                p.copy_(leaves[names.index(name)][i])
+        out.append(predictor.eval())
+    return out
+
+
+@stacks(fitted_predictors, _fit_key, STACK_LIMIT)
 def fitted_predictor(predictor: nn.Module, x: torch.Tensor, fx: torch.Tensor, epochs: int, batch_size: int,
                      lr: float, generator: torch.Generator) -> nn.Module:
-    """``predictor`` after ``fit_predictor`` (a job's function: its value is the result)."""
+    """``predictor`` after ``fit_predictor`` (a job's function: its value is the result; the batched
+    executor may run pending fits together, see :func:`fitted_predictors`)."""
     fit_predictor(predictor, x, fx, epochs=epochs, batch_size=batch_size, lr=lr, generator=generator)
     return predictor
 

@@ -19,6 +19,10 @@ Jobs this cannot stack run as ``inline`` runs them: a penalty or custom loss, a 
 its own ``loss`` (robot policies), dropout, AdamW, gradient clipping, a model with state
 outside its state dict (Conditional's statistics, a non-persistent buffer; hooks), or a
 group of one.
+
+``ctx.work`` calls whose function is marked stackable (:func:`p2pfl.executors.jobs.stacks`,
+e.g. RND predictor fits) wait and group the same way, and each group runs through the
+function's own stacked form, within that function's stated tolerance.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from torch.func import functional_call, vmap
 
 from p2pfl.executors.base import Deferred, Executor, Future
 from p2pfl.executors.inline import InlineExecutor
-from p2pfl.executors.jobs import Job, TrainJob, TrainOutcome
+from p2pfl.executors.jobs import CallJob, Job, TrainJob, TrainOutcome, run_job, stacking_of
 from p2pfl.learning.aggregate import clone_state
 from p2pfl.learning.clone import clone_module, is_plain
 from p2pfl.learning.flat import FlatState, Layout
@@ -81,8 +85,8 @@ class BatchedExecutor(Executor):
     def __init__(self) -> None:
         super().__init__()
         self._inline = InlineExecutor()
-        self._pending: dict[int, TrainJob] = {}
-        self._done: dict[int, TrainOutcome] = {}
+        self._pending: dict[int, TrainJob | CallJob] = {}
+        self._done: dict[int, Any] = {}
         self._next = 0
         self._arch: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
         self._model_ok: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
@@ -90,6 +94,8 @@ class BatchedExecutor(Executor):
         self.stacked_jobs = 0  # jobs that trained inside a group of two or more (for benchmarks)
 
     def submit(self, job: Job) -> Future[Any]:
+        if stacking_of(job) is not None:
+            return self._defer(cast(CallJob, job))
         if not isinstance(job, TrainJob) or not self._stacks(job):
             return self._inline.submit(job)
         gen = torch.Generator(device=job.generator.device)
@@ -99,8 +105,11 @@ class BatchedExecutor(Executor):
         snap.generator = gen
         snap.model = job.model  # kept for its architecture; the state is snapshotted below
         snap.__dict__["state"] = clone_state(live_state(job.model))  # one clone for a flat model
+        return self._defer(snap)
+
+    def _defer(self, job: TrainJob | CallJob) -> Future[Any]:
         index, self._next = self._next, self._next + 1
-        self._pending[index] = snap
+        self._pending[index] = job
         return Deferred(functools.partial(self.outcome, index))
 
     def _stacks(self, job: TrainJob) -> bool:
@@ -110,7 +119,7 @@ class BatchedExecutor(Executor):
             ok = self._model_ok[job.model] = _model_stacks(job.model)
         return ok and _job_stacks(job)
 
-    def outcome(self, index: int) -> TrainOutcome:
+    def outcome(self, index: int) -> Any:
         if index not in self._done:
             self._flush()
         return self._done.pop(index)
@@ -121,16 +130,26 @@ class BatchedExecutor(Executor):
             groups[self._group_key(job)].append(i)
         pending, self._pending = self._pending, {}
         for group in groups.values():
-            for members in _slices(group, MAX_GROUP):
+            stacking = stacking_of(pending[group[0]])
+            for members in _slices(group, MAX_GROUP if stacking is None else stacking.limit):
                 jobs = [pending[i] for i in members]
-                outs = _train_group(jobs, self._templates) if len(jobs) > 1 else [_train_alone(jobs[0])]
+                if len(jobs) == 1:
+                    outs = [_run_alone(jobs[0])]
+                elif stacking is None:
+                    outs = _train_group(cast(list[TrainJob], jobs), self._templates)
+                else:
+                    outs = _run_calls(cast(list[CallJob], jobs))
                 if len(jobs) > 1:
                     self.stacked_jobs += len(jobs)
                 self._done.update(zip(members, outs))
                 for i in members:
                     del pending[i]  # its snapshot is not needed any more: memory stays bounded by MAX_GROUP
 
-    def _group_key(self, job: TrainJob) -> tuple[Any, ...]:
+    def _group_key(self, job: TrainJob | CallJob) -> tuple[Any, ...]:
+        if isinstance(job, CallJob):
+            stacking = stacking_of(job)
+            assert stacking is not None
+            return (job.fn.__module__, job.fn.__qualname__, job.threads, stacking.key(*job.args))
         arch = self._arch.get(job.model)
         if arch is None:
             arch = self._arch[job.model] = _arch_key(job.model)
@@ -142,7 +161,7 @@ class BatchedExecutor(Executor):
 
 def _slices(group: list[int], limit: int) -> list[list[int]]:
     """``group`` cut into the fewest slices of at most ``limit`` (>= 4) jobs, as equal as can be: none is a
-    group of one (which would take the inline path)."""
+    group of one (which would take the inline path) unless the group is."""
     k = -(-len(group) // limit)
     size, extra = divmod(len(group), k)
     out, start = [], 0
@@ -157,8 +176,19 @@ def _state(job: TrainJob) -> dict[str, torch.Tensor]:
     return job.__dict__["state"]
 
 
-def _train_alone(job: TrainJob) -> TrainOutcome:
-    """A group of one: the inline path on a copy loaded with the snapshot."""
+def _run_calls(jobs: list[CallJob]) -> list[Any]:
+    """Stacked calls of one function, with the jobs' thread count."""
+    if torch.get_num_threads() != jobs[0].threads:
+        torch.set_num_threads(jobs[0].threads)
+    stacking = stacking_of(jobs[0])
+    assert stacking is not None
+    return stacking.run([j.args for j in jobs])
+
+
+def _run_alone(job: TrainJob | CallJob) -> Any:
+    """A group of one: the inline path (a training job on a copy loaded with the snapshot)."""
+    if isinstance(job, CallJob):
+        return run_job(job)
     model = copy.deepcopy(job.model)
     model.load_state_dict(_state(job))
     job = copy.copy(job)

@@ -9,9 +9,9 @@ kernel at the job's completion time (see :mod:`p2pfl.executors.base`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, TypeVar, Union
 
 import torch
 from torch import nn
@@ -26,7 +26,9 @@ from p2pfl.learning.train import (
     train_local,
 )
 
-__all__ = ["TrainJob", "TrainOutcome", "EvalJob", "CallJob", "Job", "run_job"]
+__all__ = ["TrainJob", "TrainOutcome", "EvalJob", "CallJob", "Job", "run_job", "Stacking", "stacks", "stacking_of"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,35 @@ class CallJob:
 
 
 Job = Union[TrainJob, EvalJob, CallJob]
+
+
+@dataclass(frozen=True)
+class Stacking:
+    """How the batched executor may run many calls of one ``ctx.work`` function as one.
+
+    ``run([args, ...])`` returns each call's value, within the function's stated tolerance of
+    calling it one by one; calls whose ``key(*args)`` agree may share a group of at most ``limit``.
+    A stacked call's arguments are read when its group runs (when the first of the group is
+    awaited), so its caller must not change them meanwhile.
+    """
+
+    run: Callable[[Sequence[tuple[Any, ...]]], list[Any]]
+    key: Callable[..., Hashable]
+    limit: int
+
+
+def stacks(run: Callable[[Sequence[tuple[Any, ...]]], list[Any]], key: Callable[..., Hashable],
+           limit: int) -> Callable[[F], F]:
+    """Mark a ``ctx.work`` function as stackable (see :class:`Stacking`); other executors ignore the mark."""
+    def mark(fn: F) -> F:
+        fn.__dict__["stacking"] = Stacking(run, key, limit)
+        return fn
+    return mark
+
+
+def stacking_of(job: Job) -> Optional[Stacking]:
+    """The :class:`Stacking` of a call job's function, if it has one."""
+    return getattr(job.fn, "stacking", None) if isinstance(job, CallJob) else None
 
 
 def run_job(job: Job) -> Any:

@@ -19,7 +19,7 @@ from p2pfl.clustering import (
     target_embedding,
     train_predictor,
 )
-from p2pfl.clustering.rnd import MaxPool2x2
+from p2pfl.clustering.rnd import STACK_ATOL, MaxPool2x2, fitted_predictor, fitted_predictors
 from p2pfl.seeding import stream, torch_generator
 from p2pfl.sim.cost import forward_flops_per_sample
 
@@ -183,3 +183,25 @@ def test_fitting_against_a_cached_embedding_is_training_against_the_target():
     with pytest.raises(ValueError, match=r"'fx' parameter must be the target's embedding of x, shape \(40, 64\); "
                                          r"got \(39, 64\)"):
         novelties(ps, x, fx[:39])
+
+
+def test_stacked_fits_are_within_tolerance_of_the_loop():
+    t = make_target(1, seed=0)
+    xs = [_images(s, 30, "AB"[s % 2]) for s in range(5)]
+    fxs = [target_embedding(t, x) for x in xs]
+
+    def calls() -> list[tuple]:
+        return [(make_predictor(1, seed=0), x, fx, 4, 8, 1e-3, torch_generator(0, "fit", i))
+                for i, (x, fx) in enumerate(zip(xs, fxs))]
+
+    loop = [fitted_predictor(*c) for c in calls()]  # 16 Adam steps each
+    stacked = fitted_predictors(calls())
+    assert STACK_ATOL == 1e-4
+    worst = max(float((a - b).detach().abs().max()) for p, q in zip(loop, stacked)
+                for a, b in zip(p.parameters(), q.parameters()))
+    assert 0 < worst <= STACK_ATOL  # not the same bits (grouped convolutions), within the stated tolerance
+    assert all(not q.training for q in stacked)
+    moved = float((stacked[0][0].weight - make_predictor(1, seed=0)[0].weight).detach().abs().max())
+    assert moved > 100 * STACK_ATOL  # the tolerance is small against what training changes
+    with pytest.raises(ValueError, match="share the predictor architecture, data shape and settings"):
+        fitted_predictors([calls()[0], (*calls()[1][:3], 5, *calls()[1][4:])])

@@ -161,3 +161,18 @@ def test_a_group_larger_than_max_group_trains_in_slices_with_the_same_bits(monke
     for a, b in zip(whole, sliced):
         assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
         assert torch.equal(a.generator_state, b.generator_state) and a.result == b.result
+
+
+def test_rnd_predictor_fits_stack_within_their_tolerance():
+    raw = digits_scenario({"name": "rnd_gossip", "rounds": 1, "alpha": 0.99, "rnd_epochs": 2, "rnd_batch_size": 16},
+                          n=6)
+    inline = Simulation(load_dict({**raw, "executor": "inline"})).run()
+    sim = Simulation(load_dict({**raw, "executor": "batched"}))
+    batched = sim.run()
+    # the six fits are pending together (every device starts with one) and train as one group;
+    # the round's six MLP jobs too
+    assert sim.executor.stacked_jobs == 6 + 6
+    assert batched["clusters"] == inline["clusters"]
+    assert abs(batched["accuracy_mean"] - inline["accuracy_mean"]) <= 0.02
+    for key in ("bytes_total", "compute_flops_total", "sim_time_s", "clustering_flops"):
+        assert json.dumps(batched[key]) == json.dumps(inline[key])
