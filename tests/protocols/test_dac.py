@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 
 import p2pfl
+from p2pfl.learning.flat import FlatState, Layout
+from p2pfl.learning.state import load_state_
+from p2pfl.learning.train import average_loss
+from p2pfl.protocols.serverless import dac as dac_module
 from p2pfl.protocols.serverless.dac import (
+    COSINE_ATOL,
     DAC,
     DACCosine,
     DACOriginal,
     DACParams,
+    cosine_similarities,
     cosine_top_k,
     dac_prior,
     selection_components,
@@ -104,3 +112,37 @@ def test_the_simulation_runs_the_class_of_the_variant(variant, cls):
     assert type(protocol) is cls and isinstance(protocol, (DACCosine, DACOriginal))
     sim.run()
     assert set(protocol.chosen) == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_cosine_similarities_equal_one_dot_product_per_pair_within_tolerance(flat):
+    g = torch.Generator().manual_seed(3)
+    own = {"w": torch.randn(50, 20, generator=g), "b": torch.randn(20, generator=g)}
+    others = [{"w": torch.randn(50, 20, generator=g) + s * own["w"], "b": torch.randn(20, generator=g)}
+              for s in (0.0, 0.5, 2.0, -1.0)]
+    if flat:  # the layout of a flattened model: one vector per state
+        layout = Layout(("w", "b"), ((50, 20), (20,)), (0, 1000, 1020), torch.float32)
+        own, others = (FlatState(layout.pack(own), layout), [FlatState(layout.pack(o), layout) for o in others])
+    a = torch.cat([own["w"].reshape(-1), own["b"]]).double()
+    for c, o in zip(cosine_similarities(own, others), others):
+        b = torch.cat([o["w"].reshape(-1), o["b"]]).double()
+        assert abs(c - float(a @ b / (a.norm() * b.norm()))) <= COSINE_ATOL
+    assert cosine_similarities(own, [own])[0] == pytest.approx(1.0, abs=COSINE_ATOL)
+
+
+def _loop_losses(model, states, x, y):
+    """The per-model loop the stacked scoring replaced: a fresh probe per state, ``average_loss`` on it."""
+    out = []
+    for s in states:
+        probe = copy.deepcopy(model)
+        load_state_(probe, s)
+        out.append(average_loss(probe, x, y))
+    return out
+
+
+def test_original_stacked_scoring_changes_nothing_against_the_per_model_loop(monkeypatch):
+    sc = digits_scenario({"name": "dac", "variant": "original", "rounds": 3, "n_sampled": 2, "tau": 10.0}, n=6,
+                         kind="complete")  # tau 10: the losses steer the sampling (reversing them changes the run)
+    stacked = p2pfl.run(sc, write=False).summary
+    monkeypatch.setattr(dac_module, "average_losses", _loop_losses)
+    assert p2pfl.run(sc, write=False).summary == stacked

@@ -6,6 +6,9 @@ import pytest
 
 import p2pfl
 from p2pfl.learning.models import ModelSpec, build_model
+from p2pfl.learning.state import load_state_
+from p2pfl.learning.train import average_loss
+from p2pfl.protocols.server import ifca as ifca_module
 from p2pfl.protocols.server.ifca import choose_cluster, clusters_from_assignment, is_balanced
 from p2pfl.sim.cost import HEADER_BYTES, SCALAR_BYTES, payload_bytes
 from tests.helpers import digits_scenario
@@ -66,3 +69,17 @@ def test_decisions():
 def test_same_seed_same_summary():
     sc = _scenario(2, 6, 2)
     assert p2pfl.run(sc, write=False).summary == p2pfl.run(sc, write=False).summary
+
+
+def test_stacked_estep_changes_nothing_against_the_per_model_loop(monkeypatch):
+    def loop(model, states, x, y):  # the E-step as it was: each cluster model loaded and scored in turn
+        out = []
+        for s in states:
+            load_state_(model, s)
+            out.append(average_loss(model, x, y))
+        return out
+
+    sc = _scenario(3, 6, 3)
+    stacked = p2pfl.run(sc, write=False).summary
+    monkeypatch.setattr(ifca_module, "average_losses", loop)
+    assert p2pfl.run(sc, write=False).summary == stacked

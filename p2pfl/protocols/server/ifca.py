@@ -27,8 +27,8 @@ from torch import nn
 
 from p2pfl.clustering import adjusted_rand_index
 from p2pfl.learning.aggregate import State, clone_state, weighted_average
+from p2pfl.learning.stacked import average_losses
 from p2pfl.learning.state import live_state, load_state_
-from p2pfl.learning.train import average_loss
 from p2pfl.protocols.base import Process, Protocol, ProtocolParams
 from p2pfl.protocols.server.collect import collect_round
 
@@ -90,9 +90,9 @@ class IFCA(Protocol[IFCAParams]):
         models = self.init_models(0)
         if p.balanced_init:
             for draw in range(p.init_tries):
-                states = [clone_state(live_state(m)) for m in models]
+                probe = {"states": [clone_state(live_state(m)) for m in models]}  # fresh, never changed: shared
                 for d in ctx.devices:
-                    ctx.send(d, "probe", {"states": states})
+                    ctx.send(d, "probe", probe, share=True)
                 picks: dict[int, int] = {}
                 deadline = ctx.now + p.round_timeout_s if self.dynamic and p.round_timeout_s else None
                 while len(picks) < n:
@@ -106,10 +106,10 @@ class IFCA(Protocol[IFCAParams]):
                     break
                 models = self.init_models(draw + 1)
         for r in range(1, p.rounds + 1):
-            states = [clone_state(live_state(m)) for m in models]
+            broadcast = {"states": [clone_state(live_state(m)) for m in models]}  # fresh, never changed: shared
             selected = ctx.live_neighbors
             for d in selected:
-                ctx.send(d, "models", {"states": states}, round=r)
+                ctx.send(d, "models", broadcast, round=r, share=True)
             got = yield from collect_round(ctx, "update", r, selected, p.round_timeout_s)
             self.updates_missing += len(selected) - len(got)
             updates = {d: (m.payload["state"], float(m.payload["n_samples"]), int(m.payload["cluster"]))
@@ -144,11 +144,9 @@ class IFCA(Protocol[IFCAParams]):
                            round=msg.round)
 
     def estep(self, ctx: DeviceContext, work: nn.Module, states: list[State]) -> Process:
-        """Training loss of each cluster model (K forward passes over the shard, charged); the argmin."""
-        losses = []
-        for state in states:
-            load_state_(work, state)
-            losses.append(average_loss(work, ctx.shard.train_x, ctx.shard.train_y))
+        """Training loss of each cluster model (K forward passes over the shard, charged; run as one
+        stacked pass, ``p2pfl.learning.stacked``); the argmin."""
+        losses = average_losses(work, states, ctx.shard.train_x, ctx.shard.train_y)
         yield from ctx.compute(len(states) * ctx.forward_flops(work) * ctx.n_samples, "ifca_estep")
         return choose_cluster(losses)
 

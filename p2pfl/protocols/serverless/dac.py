@@ -40,16 +40,18 @@ components of the last round's "i aggregated j" graph.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional, cast
 
 import numpy as np
+import torch
 from pydantic import Field
 from torch import nn
 
 from p2pfl.clustering.scores import clustering_scores
 from p2pfl.learning.aggregate import State, clone_state, state_to_vector, weighted_average
+from p2pfl.learning.flat import FlatState
+from p2pfl.learning.stacked import average_losses
 from p2pfl.learning.state import live_state, load_state_
-from p2pfl.learning.train import average_loss
 from p2pfl.protocols.base import Process, Protocol, ProtocolParams
 from p2pfl.protocols.serverless.neighbour_averaging import NeighbourAveraging, gather_round
 
@@ -58,8 +60,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.network import Message
     from p2pfl.sim.runinfo import RunInfo
 
-__all__ = ["DAC", "DACCosine", "DACOriginal", "DACParams", "cosine_top_k", "dac_prior", "two_hop_update", "tau_at",
-           "selection_components"]
+__all__ = ["DAC", "DACCosine", "DACOriginal", "DACParams", "cosine_top_k", "cosine_similarities", "COSINE_ATOL",
+           "dac_prior", "two_hop_update", "tau_at", "selection_components"]
 
 
 class DACParams(ProtocolParams):
@@ -78,13 +80,27 @@ class DACParams(ProtocolParams):
 
 def cosine_top_k(own: State, received: dict[int, State], k: int) -> list[int]:
     """Ids of the ``k`` received models most cosine-similar to ``own`` in parameter space (ties: lower id)."""
+    ids = sorted(received)
+    if not ids:
+        return []
+    cos = cosine_similarities(own, [received[j] for j in ids])
+    return sorted(j for _, j in sorted(zip((-c for c in cos), ids))[:k])
+
+
+#: Largest gap allowed between ``cosine_similarities`` and one float64 dot product per pair (the
+#: matrix-vector product may order its float reductions differently; only the ranking is used).
+COSINE_ATOL = 1e-12
+
+
+def cosine_similarities(own: State, others: list[State]) -> list[float]:
+    """Cosine similarity (float64) of each of ``others`` to ``own`` in parameter space, in one
+    matrix-vector product (within ``COSINE_ATOL`` of one dot product per pair, tested)."""
     a = state_to_vector(own)
-    scored: list[tuple[float, int]] = []
-    for j in sorted(received):
-        b = state_to_vector(received[j])
-        cos = float(a @ b / (a.norm() * b.norm()).clamp_min(1e-300))
-        scored.append((-cos, j))
-    return sorted(j for _, j in sorted(scored)[:k])
+    if all(isinstance(s, FlatState) for s in others):  # stacked first, converted once
+        b = torch.stack([cast(FlatState, s).vector for s in others]).to(torch.float64)
+    else:
+        b = torch.stack([state_to_vector(s) for s in others])
+    return (torch.mv(b, a) / (torch.linalg.vector_norm(b, dim=1) * a.norm()).clamp_min(1e-300)).tolist()
 
 
 def tau_at(tau: float, schedule: str, r: int, rounds: int) -> float:
@@ -256,20 +272,19 @@ class DACOriginal(_DACBase):
             self.replies_missing += len(sampled) - len(set(sampled) & set(got))
             sampled = [j for j in sampled if j in got]  # a peer's reply lost or late: aggregate without it
             states = {j: got[j].payload["state"] for j in sampled}
-            for j in sampled:
-                probe = ctx.new_model()
-                load_state_(probe, states[j])
-                sims[j] = 1.0 / max(average_loss(probe, x, y), 1e-12)
+            losses = average_losses(model, [states[j] for j in sampled], x, y)  # one stacked pass
+            for j, loss in zip(sampled, losses):
+                sims[j] = 1.0 / max(loss, 1e-12)
                 sampled_ever[j] = True
             flops = len(sampled) * ctx.forward_flops(model) * int(x.shape[0])
             self.similarity_flops += flops
             yield from ctx.compute(flops, "dac_similarity")
             sims[:] = two_hop_update(sims, sampled_ever, me, peers, {j: got[j].payload["sims"] for j in sampled})
             shared["sims"] = sims.copy()
-            mine = clone_state(live_state(model))
+            mine = shared["state"]  # the model as trained this round (unchanged since)
             ups = [(mine, float(ctx.n_samples))] + [(states[j], float(got[j].payload["n_samples"])) for j in sampled]
-            load_state_(model, weighted_average(ups))
-            shared["state"] = clone_state(live_state(model))
+            shared["state"] = weighted_average(ups)  # a fresh state, never changed: the next replies carry it
+            load_state_(model, shared["state"])
             self.chosen[me] = sampled
             self._finish_round(ctx, model, r)
 
