@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import tempfile
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,14 +18,24 @@ import torch
 from torch import nn
 
 from p2pfl.clustering.plots import novelty_heatmap
-from p2pfl.clustering.rnd import fitted_predictor, make_predictor, make_target, novelties, rnd_flops, target_embedding
+from p2pfl.clustering.rnd import (
+    fitted_predictor,
+    make_predictor,
+    make_target,
+    rnd_flops,
+    state_novelties,
+    target_embedding,
+)
 from p2pfl.seeding import torch_generator
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.context import DeviceContext
     from p2pfl.sim.runinfo import RunInfo
 
-__all__ = ["RNDProbe", "heatmap_png", "npy_bytes"]
+__all__ = ["RNDProbe", "Predictor", "heatmap_png", "npy_bytes"]
+
+#: A trained predictor as it travels: its state dict.
+Predictor = Mapping[str, torch.Tensor]
 
 
 class RNDProbe:
@@ -45,15 +55,11 @@ class RNDProbe:
         self.target = make_target(self.shape, seed=self.seed).to(self.device)
         self.flops = 0
         self._fx: dict[int, torch.Tensor] = {}  # device -> the target's embedding of its training inputs
+        self._template = self.new_predictor().eval()  # the architecture that received states are scored with
 
     def new_predictor(self) -> nn.Module:
         """The shared initial predictor (every device builds the same from the seed)."""
         return make_predictor(self.shape, seed=self.seed).to(self.device)
-
-    def predictor_from(self, state: dict[str, torch.Tensor]) -> nn.Module:
-        p = self.new_predictor()
-        p.load_state_dict(state)
-        return p.eval()
 
     def embedding(self, ctx: DeviceContext) -> Generator[Any, Any, torch.Tensor]:
         """``f(x)`` of this device's training inputs: computed (and charged) on the first call only."""
@@ -65,8 +71,8 @@ class RNDProbe:
             self._fx[ctx.id] = fx
         return self._fx[ctx.id]
 
-    def train(self, ctx: DeviceContext, event: int) -> Generator[Any, Any, nn.Module]:
-        """Train this device's predictor on its training inputs; returns the predictor."""
+    def train(self, ctx: DeviceContext, event: int) -> Generator[Any, Any, Predictor]:
+        """Train this device's predictor on its training inputs; returns its state (what travels)."""
         fx = yield from self.embedding(ctx)
         x = ctx.shard.train_x
         flops = rnd_flops(self.shape, int(x.shape[0]), epochs=self.epochs)
@@ -74,16 +80,16 @@ class RNDProbe:
         predictor: nn.Module = yield from ctx.work(
             fitted_predictor, self.new_predictor(), x, fx, self.epochs, self.batch_size, self.lr,
             torch_generator(self.seed, "rnd.shuffle", ctx.id, event), flops=flops, what="rnd_train")
-        return predictor
+        return predictor.state_dict()
 
-    def score(self, ctx: DeviceContext, predictors: dict[int, nn.Module], n: int) -> Generator[Any, Any, np.ndarray]:
-        """Row of the novelty matrix: s_ij for every predictor held, nan elsewhere."""
+    def score(self, ctx: DeviceContext, predictors: dict[int, Predictor], n: int) -> Generator[Any, Any, np.ndarray]:
+        """Row of the novelty matrix: s_ij for every predictor held (as states), nan elsewhere."""
         fx = yield from self.embedding(ctx)
         x = ctx.shard.train_x
         ids = sorted(predictors)
         flops = rnd_flops(self.shape, int(x.shape[0]), n_scored=len(ids))
         self.flops += flops
-        scores: np.ndarray = yield from ctx.work(novelties, [predictors[j] for j in ids], x, fx,
+        scores: np.ndarray = yield from ctx.work(state_novelties, self._template, [predictors[j] for j in ids], x, fx,
                                                  flops=flops, what="rnd_score")
         row = np.full(n, np.nan)
         row[ids] = scores

@@ -47,13 +47,14 @@ Training-step count matters as much as epochs: 10 epochs of batch 128 on a
 from __future__ import annotations
 
 import copy
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from functools import lru_cache
 from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
@@ -80,6 +81,7 @@ __all__ = [
     "train_predictor",
     "novelty",
     "novelties",
+    "state_novelties",
     "novelty_row",
     "novelty_matrix",
     "rnd_flops",
@@ -132,19 +134,21 @@ def _full_shape(in_shape: Sequence[int]) -> tuple[int, ...]:
 
 
 class MaxPool2x2(nn.MaxPool2d):
-    """``nn.MaxPool2d(2)`` computed as the maximum of the four strided 2x2 views.
+    """``nn.MaxPool2d(2)`` that, under ``torch.no_grad``, takes the maximum of the four strided 2x2 views.
 
-    The same values as ``max_pool2d`` and, on these ReLU maps, the same gradients bit for bit
-    (tested; they could differ only at an exact tie of two positive values, where the gradient is
-    split instead of sent to one). Measured on one core: ``max_pool2d``'s CPU kernel took 0.49 ms
-    on a predictor's first map for 100 images, the four views 0.09 ms; the predictor's whole
-    forward fell from 1.34 to about 0.95 ms and a 120-step fit from 1.39 to 0.37 s.
+    The same values as ``max_pool2d``. Measured on one core: ``max_pool2d``'s CPU kernel took
+    0.49 ms on a predictor's first map for 100 images, the four views 0.09 ms (a scoring forward
+    1.34 -> 0.95 ms; the target's embedding gains more, 32 channels). Under autograd (training)
+    it is ``max_pool2d``, whose backward costs less than the views' (their slices' backward
+    zero-fills whole maps).
     """
 
     def __init__(self) -> None:
         super().__init__(2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            return super().forward(x)
         h, w = x.shape[-2] // 2 * 2, x.shape[-1] // 2 * 2  # floor, as max_pool2d
         x = x[..., :h, :w]
         return torch.maximum(torch.maximum(x[..., 0::2, 0::2], x[..., 0::2, 1::2]),
@@ -421,16 +425,49 @@ def novelties(predictors: Sequence[nn.Module], x: torch.Tensor, fx: torch.Tensor
     One forward per predictor. Stacking the M predictors into one grouped forward was measured
     slower on CPU (99 predictors on 100 Fashion-MNIST images, one core: the concatenated first
     convolution alone, 1 -> 198 channels, took 80 ms against 40 ms for the 99 small ones, whose
-    maps stay in cache; the grouped second one 65 ms against 22 ms); see
-    ``analysis/results/bench_executors.md``.
+    maps stay in cache; the grouped second one 65 ms against 22 ms).
     """
     x = x.to(dtype=torch.float32)
     _check_embedding(x, fx)
     out = np.empty(len(predictors), dtype=np.float64)
     for k, p in enumerate(predictors):
         _check_input(p, x, scan=False)
-        out[k] = float(_per_sample_sq_error(_embed(p, x), fx).double().mean())
+        out[k] = _mean_novelty(_embed(p, x), fx)
     return out
+
+
+def state_novelties(template: nn.Module, states: Sequence[Mapping[str, torch.Tensor]], x: torch.Tensor,
+                    fx: torch.Tensor) -> np.ndarray:
+    """:func:`novelties` of predictors given as state dicts of ``template``'s architecture (as they travel).
+
+    Each forward runs ``template``'s layers with the state's weights: the same operations, so the
+    same bits, as loading the state into a predictor, without building one per state.
+    """
+    x = _check_input(template, x, scan=False)
+    _check_embedding(x, fx)
+    out = np.empty(len(states), dtype=np.float64)
+    with torch.no_grad():
+        for k, state in enumerate(states):
+            pred = torch.cat([_forward_with(template, state, x[i : i + _EVAL_BATCH])
+                              for i in range(0, x.shape[0], _EVAL_BATCH)])
+            out[k] = _mean_novelty(pred, fx)
+    return out
+
+
+def _forward_with(net: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``net(x)`` with its Conv2d and Linear weights taken from ``state`` (``net`` is a plain Sequential)."""
+    for name, m in net.named_children():
+        if isinstance(m, nn.Conv2d):
+            x = m._conv_forward(x, state[f"{name}.weight"], state[f"{name}.bias"])
+        elif isinstance(m, nn.Linear):
+            x = F.linear(x, state[f"{name}.weight"], state[f"{name}.bias"])
+        else:
+            x = m(x)
+    return x
+
+
+def _mean_novelty(pred: torch.Tensor, fx: torch.Tensor) -> float:
+    return float(_per_sample_sq_error(pred, fx).double().mean())
 
 
 def novelty(predictor: nn.Module, target: nn.Module, x: torch.Tensor) -> float:

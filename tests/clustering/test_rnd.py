@@ -19,7 +19,7 @@ from p2pfl.clustering import (
     target_embedding,
     train_predictor,
 )
-from p2pfl.clustering.rnd import STACK_ATOL, MaxPool2x2, fitted_predictor, fitted_predictors
+from p2pfl.clustering.rnd import STACK_ATOL, MaxPool2x2, fitted_predictor, fitted_predictors, state_novelties
 from p2pfl.seeding import stream, torch_generator
 from p2pfl.sim.cost import forward_flops_per_sample
 
@@ -180,6 +180,8 @@ def test_fitting_against_a_cached_embedding_is_training_against_the_target():
     assert l1 == l2 and all(torch.equal(a, b) for a, b in zip(p1.state_dict().values(), p2.state_dict().values()))
     ps = [p1, make_predictor(1, seed=4)]
     assert novelties(ps, x, fx).tolist() == novelty_row(ps, t, x).tolist() == [novelty(q, t, x) for q in ps]
+    template = make_predictor(1, seed=99)  # its weights are never used, only its layers
+    assert state_novelties(template, [q.state_dict() for q in ps], x, fx).tolist() == novelties(ps, x, fx).tolist()
     with pytest.raises(ValueError, match=r"'fx' parameter must be the target's embedding of x, shape \(40, 64\); "
                                          r"got \(39, 64\)"):
         novelties(ps, x, fx[:39])

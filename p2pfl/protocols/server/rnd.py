@@ -157,15 +157,14 @@ class RND(Protocol[RNDParams]):
     def discover(self, ctx: DeviceContext, event: int, server: int) -> Process:
         """Algorithm 1: train the predictor, share it, score all predictors, upload the row."""
         n = self.run.n_devices
-        predictor = yield from self.probe.train(ctx, event)
-        state = predictor.state_dict()
+        state = yield from self.probe.train(ctx, event)
         if self.params.exchange == "direct":
             for j in range(n):
                 if j != ctx.id:
                     yield ctx.send(j, "rnd_predictor", {"state": state}, round=event, routed=True)
         else:
             yield ctx.send(server, "rnd_upload", {"state": state}, round=event)
-        held = {ctx.id: predictor}
+        held = {ctx.id: state}
         wait = self._discovery_wait()
         deadline = None if wait is None else ctx.now + wait
         while len(held) < n:
@@ -175,7 +174,7 @@ class RND(Protocol[RNDParams]):
             if msg.round != event:
                 continue  # a late predictor of an earlier event
             owner = msg.src if self.params.exchange == "direct" else int(msg.payload["owner"])
-            held[owner] = self.probe.predictor_from(msg.payload["state"])
+            held[owner] = msg.payload["state"]
         row = yield from self.probe.score(ctx, held, n)
         yield ctx.send(server, "rnd_row", {"row": row}, round=event)
 

@@ -59,10 +59,9 @@ from typing import TYPE_CHECKING, Any, Optional
 import networkx as nx
 import numpy as np
 from pydantic import Field
-from torch import nn
 
 from p2pfl.clustering import clustering_scores, compatibility_clusters
-from p2pfl.clustering.novelty import RNDProbe, heatmap_png, npy_bytes
+from p2pfl.clustering.novelty import Predictor, RNDProbe, heatmap_png, npy_bytes
 from p2pfl.protocols.base import Process
 from p2pfl.protocols.serverless.dac import selection_components
 from p2pfl.protocols.serverless.gossip import Gossip, GossipParams
@@ -132,7 +131,7 @@ class RNDGossip(Gossip[RNDGossipParams]):
         self.peers: dict[int, tuple[int, ...]] = {}
         self.labels: dict[int, int] = {}
         self.label_settled_t = 0.0
-        self._mine: dict[int, dict[str, Any]] = {}  # under dynamics: each device's predictor state
+        self._mine: dict[int, Predictor] = {}  # under dynamics: each device's predictor state
         self._sent: dict[int, set[int]] = {}  # ... whom it sent its predictor to
         self._theirs: dict[int, dict[int, bool]] = {}  # ... the verdicts it received
 
@@ -147,14 +146,13 @@ class RNDGossip(Gossip[RNDGossipParams]):
         """Steps 1-4: predictor within reach, row, verdicts, then label propagation in the background."""
         n, me = self.run.n_devices, ctx.id
         reach = within_hops(self.run.graph, me, self.params.hops)
-        predictor: nn.Module = yield from self.probe.train(ctx, 1)
-        state = predictor.state_dict()
+        state = yield from self.probe.train(ctx, 1)
         for j in reach:
             yield ctx.send(j, "rnd_predictor", {"state": state}, round=1, routed=True)
-        held = {me: predictor}
+        held = {me: state}
         while len(held) < len(reach) + 1:
             msg: Message = yield ctx.recv("rnd_predictor")
-            held[msg.src] = self.probe.predictor_from(msg.payload["state"])
+            held[msg.src] = msg.payload["state"]
         row: np.ndarray = yield from self.probe.score(ctx, held, n)
         self.rows[me] = row
         verdict = compatible_row(row, me, self.params.alpha)
@@ -188,10 +186,10 @@ class RNDGossip(Gossip[RNDGossipParams]):
     def discover_live(self, ctx: DeviceContext) -> Process:
         """Train the predictor, score it, offer it to the live reach, answer offers in the background."""
         me, n = ctx.id, self.run.n_devices
-        predictor: nn.Module = yield from self.probe.train(ctx, 1)
-        own = yield from self.probe.score(ctx, {me: predictor}, n)
+        state = yield from self.probe.train(ctx, 1)
+        own = yield from self.probe.score(ctx, {me: state}, n)
         self.rows[me, me] = own[me]
-        self._mine[me] = predictor.state_dict()
+        self._mine[me] = state
         self._sent[me] = set()
         self._theirs[me] = {}
         self.peers[me] = ()
@@ -223,7 +221,7 @@ class RNDGossip(Gossip[RNDGossipParams]):
             msg: Message = yield ctx.recv("rnd_predictor")
             j = msg.src
             if np.isnan(self.rows[me, j]):
-                row = yield from self.probe.score(ctx, {j: self.probe.predictor_from(msg.payload["state"])}, n)
+                row = yield from self.probe.score(ctx, {j: msg.payload["state"]}, n)
                 self.rows[me, j] = row[j]
             # (a predictor sent again means our verdict may have been lost: it is sent again, not rescored)
             ok = bool(compatible_row(self.rows[me], me, self.params.alpha)[j])
