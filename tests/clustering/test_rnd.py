@@ -155,18 +155,12 @@ def test_rnd_flops_formula():
 
 
 @pytest.mark.parametrize("hw", [(28, 28), (9, 7)])
-def test_max_pool_2x2_gives_max_pool2d_values_and_gradients_bit_for_bit(hw):
-    g = torch_generator(0, "pool", *hw)
-    pre = torch.randn(6, 3, *hw, generator=g)
-    outs, grads = [], []
-    for pool in (nn.MaxPool2d(2), MaxPool2x2()):
-        x = pre.clone().requires_grad_(True)
-        y = pool(torch.relu(x))  # as in the nets: ReLU maps, so ties are zeros whose gradient ReLU drops
-        (y * torch.arange(y.numel()).reshape(y.shape)).sum().backward()
-        outs.append(y.detach())
-        grads.append(x.grad)
-    assert outs[0].shape == outs[1].shape == (6, 3, hw[0] // 2, hw[1] // 2)
-    assert torch.equal(outs[0], outs[1]) and torch.equal(grads[0], grads[1])
+def test_max_pool_2x2_gives_max_pool2d_values(hw):
+    x = torch.relu(torch.randn(6, 3, *hw, generator=torch_generator(0, "pool", *hw)))
+    with torch.no_grad():  # scoring and embedding: the four strided views
+        fast = MaxPool2x2()(x)
+    assert fast.shape == (6, 3, hw[0] // 2, hw[1] // 2) and torch.equal(fast, nn.MaxPool2d(2)(x))
+    assert torch.equal(MaxPool2x2()(x.requires_grad_()), nn.MaxPool2d(2)(x))  # training: max_pool2d itself
 
 
 def test_fitting_against_a_cached_embedding_is_training_against_the_target():
