@@ -34,6 +34,7 @@ from p2pfl.learning.state import flatten_live_
 from p2pfl.metrics.recorder import Recorder
 from p2pfl.metrics.summary import build_summary
 from p2pfl.seeding import child_seed, stream, torch_generator
+from p2pfl.sim import heap
 from p2pfl.sim.context import DeviceContext, ServerContext
 from p2pfl.sim.cost import forward_flops_per_sample, train_flops
 from p2pfl.sim.dynamics import Fleet
@@ -108,7 +109,9 @@ class Simulation:
             self.federation = build_any_federation(scenario.data, n, seed).to(self.torch_device)
         self.metric = _metric_of(self.federation)
         self.env = simpy.Environment()
-        self.recorder = Recorder(n + len(self.server_ids), metric=self.metric, on_round=on_round)
+        self._on_round = on_round
+        self._rounds_done = 0
+        self.recorder = Recorder(n + len(self.server_ids), metric=self.metric, on_round=self._round_done)
         setup("network")
         self.profiles = draw_profiles(scenario.devices, n, stream(seed, "profiles"))
         self.fleet = self._build_fleet()
@@ -131,8 +134,9 @@ class Simulation:
                                 train_flops=self._estimated_train_flops(model), model=model)
             if kind in ("process", "ray"):  # they start workers
                 setup(f"executor:{kind}")
+            samples = sum(int(s.train_y.shape[0]) for s in self.federation.shards)
             executor = make_executor(kind, scenario.executor, threads=scenario.threads,
-                                     renders=_rolls_out(self.federation))
+                                     renders=_rolls_out(self.federation), work_flops=self.protocol.work_flops(samples))
         self.executor = executor
         if self.executor.name != "inline":
             self.executor.share(self.federation.shards)
@@ -296,6 +300,15 @@ class Simulation:
         fill(future.result())
 
     # --- running -----------------------------------------------------------------------------
+
+    def _round_done(self) -> None:
+        """A node ended a round (progress); after each fleet round's worth, the free heap goes back to the
+        system (``p2pfl.sim.heap``)."""
+        self._rounds_done += 1
+        if self._rounds_done % self.recorder.n_nodes == 0:
+            heap.release_free_heap()
+        if self._on_round is not None:
+            self._on_round()
 
     def _contexts(self) -> tuple[list[DeviceContext], list[ServerContext]]:
         g = self.topology.graph

@@ -1,4 +1,5 @@
-"""Memory at scale: handled messages are freed, and the data build runs at the scenario's thread count."""
+"""Memory at scale: handled messages are freed, the consensus distance is computed in blocks, malloc_trim
+changes no bit, and the data build runs at the scenario's thread count."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ from typing import Any
 import pytest
 import torch
 
+import p2pfl
 import p2pfl.sim.kernel as kernel
 from p2pfl.api import resolve
+from p2pfl.learning.flat import FlatState, Layout
 from p2pfl.protocols.serverless.dsgd import DSGD
-from p2pfl.protocols.serverless.gossip import Gossip
+from p2pfl.protocols.serverless.gossip import Gossip, consensus_distance
+from p2pfl.sim import heap
 from p2pfl.sim.kernel import Simulation
 from p2pfl.sim.network import Message, Network
 from tests.helpers import digits_scenario
@@ -84,3 +88,29 @@ def test_data_build_runs_at_the_scenarios_threads(monkeypatch, caller, scenario)
         assert torch.get_num_threads() == caller  # the caller's count is back
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("flat", [True, False])
+def test_consensus_distance_in_blocks_is_the_stacked_formula_bit_for_bit(flat):
+    g = torch.Generator().manual_seed(0)
+    vectors = [torch.randn(5000, generator=g) * 0.1 + 0.5 for _ in range(1100)]  # 3 column and 2 row blocks
+    states = [FlatState(v, Layout(("w",), ((5000,),), (0, 5000), torch.float32)) if flat else {"w": v}
+              for v in vectors]
+    stacked = torch.stack([v.to(torch.float64) for v in vectors])
+    expected = float(((stacked - stacked.mean(dim=0)) ** 2).sum(dim=1).mean())
+    assert consensus_distance(states).hex() == expected.hex()
+
+
+@pytest.mark.skipif(heap._TRIM is None, reason="malloc_trim is glibc's")
+def test_malloc_trim_each_fleet_round_leaves_the_results_bit_identical(monkeypatch, tmp_path):
+    sc = digits_scenario({"name": "gossip", "rounds": 3}, n=6, kind="ring")
+    calls = []
+    trim = heap._TRIM
+    monkeypatch.setattr(heap, "_TRIM", lambda pad: calls.append(pad) or trim(pad))
+    files = {}
+    for on in (True, False):
+        monkeypatch.setattr(heap, "TRIM", on)
+        p2pfl.run(sc, out=tmp_path / str(on))
+        files[on] = [(tmp_path / str(on) / name).read_bytes() for name in ("summary.json", "events.jsonl")]
+    assert calls == [0, 0, 0]  # once per fleet round, and only when on
+    assert files[True] == files[False]

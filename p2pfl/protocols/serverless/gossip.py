@@ -36,6 +36,7 @@ from pydantic import Field
 from torch import nn
 
 from p2pfl.learning.aggregate import State, state_to_vector, sub
+from p2pfl.learning.flat import FlatState
 from p2pfl.learning.state import add_delta_, live_state
 from p2pfl.protocols.base import Process, Protocol, ProtocolParams
 
@@ -62,16 +63,29 @@ def select_peer(neighbors: tuple[int, ...], rng: np.random.Generator) -> Optiona
     return int(neighbors[int(rng.integers(len(neighbors)))])
 
 
-def consensus_distance(states: Sequence[State]) -> float:
+def consensus_distance(states: Sequence[State], cols: int = 2048, rows: int = 1024) -> float:
     """Mean squared distance of the models to their average: (1/n) sum_i ||x_i - x_bar||^2.
 
-    One float64 matrix of the models, changed in place (2 GB for 10^4 headline MLPs, not four times that).
+    In float64, the same bits as stacking the models into one matrix (tested) in blocks of ``cols``
+    columns (the mean) and ``rows`` rows (the distances): 0.4 GB for 10^4 headline MLPs, not 8 GB.
     """
-    first = state_to_vector(states[0])
-    vecs = torch.empty((len(states), first.numel()), dtype=first.dtype)
-    for row, s in zip(vecs, states):
-        row.copy_(state_to_vector(s))
-    return float(vecs.sub_(vecs.mean(dim=0)).pow_(2).sum(dim=1).mean())
+    vecs = [s.vector if isinstance(s, FlatState) else state_to_vector(s) for s in states]
+    n, d = len(vecs), vecs[0].numel()
+    mean = torch.empty(d, dtype=torch.float64)
+    block = torch.empty((n, min(cols, d)), dtype=torch.float64)
+    for a in range(0, d, cols):
+        part = block[:, : min(cols, d - a)]
+        for row, v in zip(part, vecs):
+            row.copy_(v[a : a + cols])
+        torch.mean(part, dim=0, out=mean[a : a + cols])
+    dist = torch.empty(n, dtype=torch.float64)
+    block = torch.empty((min(rows, n), d), dtype=torch.float64)
+    for a in range(0, n, rows):
+        part = block[: min(rows, n - a)]
+        for row, v in zip(part, vecs[a : a + rows]):
+            row.copy_(v)
+        torch.sum(part.sub_(mean).pow_(2), dim=1, out=dist[a : a + rows])
+    return float(dist.mean())
 
 
 GP = TypeVar("GP", bound=GossipParams)
