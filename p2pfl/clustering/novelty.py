@@ -57,6 +57,11 @@ class RNDProbe:
         self._fx: dict[int, torch.Tensor] = {}  # device -> the target's embedding of its training inputs
         self._template = self.new_predictor().eval()  # the architecture that received states are scored with
 
+    def work_flops(self, samples: int, events: int) -> int:
+        """Modelled FLOPs of embedding ``samples`` and fitting a predictor on them ``events`` times (scoring,
+        which depends on the reach, left out): the bulk of discovery, for ``auto``."""
+        return rnd_flops(self.shape, samples, embed=True, epochs=self.epochs * events)
+
     def new_predictor(self) -> nn.Module:
         """The shared initial predictor (every device builds the same from the seed)."""
         return make_predictor(self.shape, seed=self.seed).to(self.device)

@@ -23,6 +23,11 @@ group of one.
 ``ctx.work`` calls whose function is marked stackable (:func:`p2pfl.executors.jobs.stacks`,
 e.g. RND predictor fits) wait and group the same way, and each group runs through the
 function's own stacked form, within that function's stated tolerance.
+
+Given a ``pool`` (``make_executor`` gives it a :class:`~p2pfl.executors.process.ProcessExecutor`
+with a slot per core, this process one of them), the work that is not a stacked training group
+(evaluations, calls, the stacked calls' slices) runs there: the same bits as running it here (a
+job carries its thread count), on every core.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ import copy
 import functools
 import weakref
 from collections import defaultdict
-from collections.abc import Mapping
-from typing import Any, Optional, cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 import torch
 from torch import nn
@@ -40,14 +45,17 @@ from torch.func import functional_call, vmap
 
 from p2pfl.executors.base import Deferred, Executor, Future
 from p2pfl.executors.inline import InlineExecutor
-from p2pfl.executors.jobs import CallJob, Job, TrainJob, TrainOutcome, run_job, stacking_of
+from p2pfl.executors.jobs import CallJob, Job, TrainJob, TrainOutcome, stacking_of
 from p2pfl.learning.aggregate import clone_state
 from p2pfl.learning.clone import clone_module, is_plain
 from p2pfl.learning.flat import FlatState, Layout
 from p2pfl.learning.state import live_state
 from p2pfl.learning.train import TrainResult, task_loss
 
-__all__ = ["BatchedExecutor", "ATOL", "RTOL", "BN_ATOL", "stackable"]
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.data import Shard
+
+__all__ = ["BatchedExecutor", "ATOL", "RTOL", "BN_ATOL", "stackable", "run_stacked"]
 
 #: Tolerance of a batched job's weights against inline's after one local job.
 ATOL, RTOL = 1e-5, 1e-4
@@ -82,9 +90,11 @@ class BatchedExecutor(Executor):
 
     name = "batched"
 
-    def __init__(self) -> None:
+    def __init__(self, pool: Optional[Executor] = None) -> None:
+        """``pool``: where the work that is not a stacked training group runs (default: here, inline)."""
         super().__init__()
         self._inline = InlineExecutor()
+        self._pool = pool
         self._pending: dict[int, TrainJob | CallJob] = {}
         self._done: dict[int, Any] = {}
         self._next = 0
@@ -93,11 +103,22 @@ class BatchedExecutor(Executor):
         self._templates: dict[str, nn.Module] = {}  # one structure per architecture, for functional_call
         self.stacked_jobs = 0  # jobs that trained inside a group of two or more (for benchmarks)
 
+    def describe(self) -> str:
+        return self.name if self._pool is None else f"{self.name} ({self._pool.describe()})"
+
+    def share(self, shards: Sequence[Shard]) -> None:
+        if self._pool is not None:
+            self._pool.share(shards)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
     def submit(self, job: Job) -> Future[Any]:
         if stacking_of(job) is not None:
             return self._defer(cast(CallJob, job))
         if not isinstance(job, TrainJob) or not self._stacks(job):
-            return self._inline.submit(job)
+            return (self._pool or self._inline).submit(job)
         gen = torch.Generator(device=job.generator.device)
         gen.set_state(job.generator.get_state())
         snap = object.__new__(TrainJob)  # a shallow copy (copy.copy's reduce protocol costs more than the job)
@@ -129,21 +150,24 @@ class BatchedExecutor(Executor):
         for i, job in self._pending.items():
             groups[self._group_key(job)].append(i)
         pending, self._pending = self._pending, {}
+        calls: list[tuple[list[int], Future[Any]]] = []  # stacked calls' slices, running meanwhile
         for group in groups.values():
             stacking = stacking_of(pending[group[0]])
             for members in _slices(group, MAX_GROUP if stacking is None else stacking.limit):
                 jobs = [pending[i] for i in members]
-                if len(jobs) == 1:
-                    outs = [_run_alone(jobs[0])]
-                elif stacking is None:
-                    outs = _train_group(cast(list[TrainJob], jobs), self._templates)
-                else:
-                    outs = _run_calls(cast(list[CallJob], jobs))
                 if len(jobs) > 1:
                     self.stacked_jobs += len(jobs)
+                if stacking is not None:
+                    job = _stacked_job(cast(list[CallJob], jobs))
+                    calls.append((members, (self._pool or self._inline).submit(job)))
+                    continue
+                train = cast(list[TrainJob], jobs)
+                outs = [_run_alone(train[0])] if len(train) == 1 else _train_group(train, self._templates)
                 self._done.update(zip(members, outs))
                 for i in members:
                     del pending[i]  # its snapshot is not needed any more: memory stays bounded by MAX_GROUP
+        for members, future in calls:
+            self._done.update(zip(members, future.result()))
 
     def _group_key(self, job: TrainJob | CallJob) -> tuple[Any, ...]:
         if isinstance(job, CallJob):
@@ -176,19 +200,22 @@ def _state(job: TrainJob) -> dict[str, torch.Tensor]:
     return job.__dict__["state"]
 
 
-def _run_calls(jobs: list[CallJob]) -> list[Any]:
-    """Stacked calls of one function, with the jobs' thread count."""
-    if torch.get_num_threads() != jobs[0].threads:
-        torch.set_num_threads(jobs[0].threads)
-    stacking = stacking_of(jobs[0])
+def run_stacked(fn: Callable[..., Any], calls: list[tuple[Any, ...]]) -> list[Any]:
+    """``fn``'s stacked form on ``calls`` (a call job's function: one slice, run here or in a worker)."""
+    stacking = getattr(fn, "stacking", None)
     assert stacking is not None
-    return stacking.run([j.args for j in jobs])
+    return stacking.run(calls) if len(calls) > 1 else [fn(*calls[0])]
 
 
-def _run_alone(job: TrainJob | CallJob) -> Any:
-    """A group of one: the inline path (a training job on a copy loaded with the snapshot)."""
-    if isinstance(job, CallJob):
-        return run_job(job)
+def _stacked_job(jobs: list[CallJob]) -> CallJob:
+    """One job for a slice of stacked calls of one function (at the jobs' thread count)."""
+    first = jobs[0]
+    return CallJob(first.node, run_stacked, (first.fn, [j.args for j in jobs]), threads=first.threads,
+                   flops=sum(j.flops for j in jobs))
+
+
+def _run_alone(job: TrainJob) -> TrainOutcome:
+    """A group of one: the inline path on a copy loaded with the snapshot."""
     model = copy.deepcopy(job.model)
     model.load_state_dict(_state(job))
     job = copy.copy(job)

@@ -59,16 +59,21 @@ def stacks_well(model: nn.Module) -> bool:
         isinstance(m, nn.Linear) for m in model.modules())
 
 
-def make_executor(kind: str, spec: ExecutorSpec, *, threads: int, renders: bool = False) -> Executor:
+def make_executor(kind: str, spec: ExecutorSpec, *, threads: int, renders: bool = False,
+                  work_flops: float = 0.0) -> Executor:
     """The executor of ``kind`` (from ``resolve_kind``) with ``spec``'s settings; ``workers`` defaults to
     the cores divided by the scenario's threads. Process workers are forked (sharing the parent's
     memory) where that is safe: single-threaded jobs and no rendering (``renders``: robot rollouts);
-    with two or more, this process is one of them (it would otherwise wait idle while they train)."""
+    with two or more, this process is one of them (it would otherwise wait idle while they train).
+
+    ``batched`` trains stacked groups in this process and sends the rest (evaluations, the protocol's
+    own jobs) to a pool of ``workers`` slots when ``workers`` is set, or when the protocol's own jobs
+    (``work_flops``, e.g. RND discovery) would take ``AUTO_PROCESS_MIN_S`` on one core."""
     workers = spec.workers or max(1, available_cores() // threads)
+    fork = threads == 1 and not renders and "fork" in mp.get_all_start_methods()
     if kind == "process":
         from p2pfl.executors.process import ProcessExecutor
 
-        fork = threads == 1 and not renders and "fork" in mp.get_all_start_methods()
         return ProcessExecutor(workers, start="fork" if fork else "spawn", parent_share=workers >= 2)
     if kind == "ray":
         from p2pfl.executors.ray import RayExecutor
@@ -76,8 +81,12 @@ def make_executor(kind: str, spec: ExecutorSpec, *, threads: int, renders: bool 
         return RayExecutor(spec.address, workers=spec.workers, threads=threads)
     if kind == "batched":
         from p2pfl.executors.batched import BatchedExecutor
+        from p2pfl.executors.process import ProcessExecutor
 
-        return BatchedExecutor()
+        wanted = spec.workers is not None or work_flops / REAL_FLOPS_PER_S >= AUTO_PROCESS_MIN_S
+        pool = ProcessExecutor(workers, start="fork" if fork else "spawn", parent_share=True) \
+            if wanted and workers >= 2 else None
+        return BatchedExecutor(pool)
     from p2pfl.executors.inline import InlineExecutor
 
     return InlineExecutor()

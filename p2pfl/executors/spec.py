@@ -18,12 +18,14 @@ CORES_ENV = "P2PFL_CORES"
 class ExecutorSpec(Strict):
     """``executor: auto | inline | process | ray | batched`` or ``{kind: ..., workers: N, address: ...}``.
 
-    ``auto`` picks ``process`` (every core) when the run's modelled training is
-    long enough to repay the workers' start-up, else ``inline``.
+    ``auto`` picks ``batched`` for models of linear layers, else ``process`` (every core) when the
+    run's modelled training is long enough to repay the workers' start-up, else ``inline``
+    (``p2pfl.executors.select``).
     """
 
     kind: Literal["auto", "inline", "process", "ray", "batched"] = "auto"
-    workers: Optional[int] = Field(None, ge=1, le=1024, description="worker processes (process) or Ray tasks in flight (ray)")
+    workers: Optional[int] = Field(None, ge=1, le=1024, description="worker processes (process), Ray tasks in flight "
+                                   "(ray), or the pool slots for what batched does not stack (batched; 1: none)")
     address: Optional[str] = Field(None, description="Ray cluster address ('auto', 'ray://host:10001'); none: a local Ray")
 
     @model_validator(mode="before")
@@ -35,8 +37,8 @@ class ExecutorSpec(Strict):
     def _fields_fit_kind(self) -> ExecutorSpec:
         if self.address is not None and self.kind != "ray":
             raise ValueError(f"'address' is for kind 'ray' only (kind is {self.kind!r}); remove it")
-        if self.workers is not None and self.kind in ("inline", "batched"):
-            raise ValueError(f"'workers' is not used by kind {self.kind!r}; remove it or use kind 'process'")
+        if self.workers is not None and self.kind == "inline":
+            raise ValueError("'workers' is not used by kind 'inline'; remove it or use kind 'process'")
         return self
 
 

@@ -83,6 +83,11 @@ class Protocol(ABC, Generic[P]):
         """Params fields (timeouts) that must be set under dynamics, where any message may be dropped."""
         return ()
 
+    def work_flops(self, samples: int) -> float:
+        """Modelled FLOPs of this protocol's own ``ctx.work`` jobs over a run, estimated before it from the
+        fleet's ``samples`` training samples in all (0: none); ``auto`` weighs them to start workers."""
+        return 0.0
+
     def check_dynamics(self) -> None:
         """Refuse, with a one-line fix, to run under dynamics when this protocol cannot."""
         if not self.supports_dynamics:

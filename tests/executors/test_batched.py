@@ -176,3 +176,23 @@ def test_rnd_predictor_fits_stack_within_their_tolerance():
     assert abs(batched["accuracy_mean"] - inline["accuracy_mean"]) <= 0.02
     for key in ("bytes_total", "compute_flops_total", "sim_time_s", "clustering_flops"):
         assert json.dumps(batched[key]) == json.dumps(inline[key])
+
+
+def test_a_pool_runs_the_rest_on_every_core_with_the_same_bits():
+    raw = digits_scenario({"name": "rnd_gossip", "rounds": 2, "alpha": 0.99, "rnd_epochs": 2, "rnd_batch_size": 16},
+                          n=6)
+    alone = Simulation(load_dict({**raw, "executor": {"kind": "batched", "workers": 1}}))
+    pooled = Simulation(load_dict({**raw, "executor": {"kind": "batched", "workers": 2}}))
+    assert alone.executor.describe() == "batched" and pooled.executor.describe().startswith("batched (process")
+    assert json.dumps(alone.run()) == json.dumps(pooled.run())
+
+
+def test_auto_starts_the_pool_for_a_protocol_with_heavy_work_of_its_own():
+    from p2pfl.clustering.novelty import RNDProbe
+
+    raw = digits_scenario({"name": "rnd_gossip", "rounds": 1}, n=4)
+    small = Simulation(load_dict(raw))
+    assert small.executor.describe() == "batched"  # 4 devices' discovery: well under AUTO_PROCESS_MIN_S
+    samples = 4 * 32  # digits, 40 per device less the test fifth
+    assert small.protocol.work_flops(samples) == RNDProbe(small.run_info, epochs=10, batch_size=128,
+                                                          lr=1e-3).work_flops(samples, 1) > 0

@@ -121,6 +121,9 @@ class RND(Protocol[RNDParams]):
     def deadline_fields(self) -> tuple[str, ...]:
         return ("round_timeout_s",)
 
+    def work_flops(self, samples: int) -> float:
+        return self.probe.work_flops(samples, len(self.events))
+
     def _discovery_wait(self) -> Optional[float]:
         """Under dynamics, how long a clustering event waits (None: for everyone, the static protocol)."""
         return (self.params.discovery_timeout_s or self.params.round_timeout_s) if self.dynamic else None

@@ -135,6 +135,9 @@ class RNDGossip(Gossip[RNDGossipParams]):
         self._sent: dict[int, set[int]] = {}  # ... whom it sent its predictor to
         self._theirs: dict[int, dict[int, bool]] = {}  # ... the verdicts it received
 
+    def work_flops(self, samples: int) -> float:
+        return self.probe.work_flops(samples, 1)
+
     def device(self, ctx: DeviceContext) -> Process:
         if self.dynamic:
             yield from self.discover_live(ctx)
