@@ -1,0 +1,125 @@
+"""Clustering at scale: one headline cell per protocol and N, before and after, one at a time.
+
+The headline fleet (``scenarios/headline/base.yaml``: Fashion-MNIST, 100 samples per device, MLP,
+8 rounds, feature skew, groups together, static) at the radius and server deadlines of
+``scenarios/studies/headline_n*.yaml``. Each row is one ``p2pfl run`` in a fresh process, run from a
+source tree (``--before DIR`` is a checkout of an older commit; the after-tree is this one), with
+nothing else running: wall and build seconds from its ``timing.json``, peak memory of its largest
+process (``wait4``), the modelled discovery FLOPs (``clustering_flops``) and simulated time from
+its ``summary.json``. A run past ``--limit-s`` is stopped and reported as such.
+
+    python analysis/bench_clustering.py --n 100 1000 --before /tmp/before --out runs/bench_clustering
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROTOCOLS = ("rnd_relay", "rnd_gossip_h1", "rnd_gossip_h2", "dac_cosine", "dac_original", "ifca", "gossip", "dsgd",
+             "local")
+#: Per N: the topology's radius (mean degree about 7) and the server deadlines of the headline studies.
+SETTINGS: dict[int, list[str]] = {
+    100: ["topology.radius=0.165"],
+    1000: ["topology.n=1000", "topology.radius=0.0519"],
+    10000: ["topology.n=10000", "topology.radius=0.0164", "topology.allow_disconnected=true"],
+}
+DEADLINES: dict[tuple[int, str], list[str]] = {
+    (1000, "ifca"): ["protocol.round_timeout_s=150.0"],
+    (10000, "ifca"): ["protocol.round_timeout_s=1500.0"],  # 4 models x 10,000 devices x 16.3 ms = 652 s a round
+    # the server relays N (N - 1) predictors through its one uplink: about 2,700 s simulated at N = 1,000
+    (1000, "rnd_relay"): ["protocol.round_timeout_s=40.0", "protocol.discovery_timeout_s=10000.0"],
+}
+#: rnd_relay scores N^2 predictor pairs: not run at N = 10,000 (10^8 pairs).
+SKIP = {(10000, "rnd_relay")}
+
+
+def commit_of(tree: Path) -> str:
+    out = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "?"
+
+
+def run_cell(tree: Path, n: int, protocol: str, out: Path, limit_s: float) -> dict[str, Any]:
+    """One cell in a fresh process from ``tree``; its timing, peak memory and summary."""
+    sets = [*SETTINGS[n], *DEADLINES.get((n, protocol), [])]
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-m", "p2pfl.cli", "run", f"scenarios/headline/{protocol}.yaml", "--quiet", "--out", str(out)]
+    for s in sets:
+        cmd += ["--set", s]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | {"PYTHONPATH": str(tree)}
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    killed = False
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() - t0 > limit_s:
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed = True
+        time.sleep(0.5)
+    row: dict[str, Any] = {"n": n, "protocol": protocol, "peak_gb": usage.ru_maxrss * 1024 / 1e9}
+    if killed or os.waitstatus_to_exitcode(status) != 0:
+        err = proc.stderr.read().decode(errors="replace").strip().splitlines() if proc.stderr else []
+        row["failed"] = f"stopped after {limit_s:.0f} s" if killed else (err[-1] if err else f"exit {status}")
+        return row
+    timing = json.loads((out / "timing.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    row.update(wall_s=timing["wall_s"], build_s=timing["build_wall_s"], sim_s=summary.get("sim_time_s"),
+               discovery_gflop=(summary.get("clustering_flops") or 0) / 1e9, acc=summary.get("accuracy_mean"),
+               ari=summary.get("ari"))
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ("| N | protocol | tree | wall s | build s | peak GB | discovery GFLOP (modelled) | simulated s | "
+            "accuracy | ARI |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    lines = [head]
+    for r in rows:
+        if "failed" in r:
+            lines.append(f"| {r['n']:,} | {r['protocol']} | {r['tree']} | {r['failed']} | | {r['peak_gb']:.2f} | | | | |")
+            continue
+        ari = "" if r["ari"] is None else f"{r['ari']:.2f}"
+        lines.append(f"| {r['n']:,} | {r['protocol']} | {r['tree']} | {r['wall_s']:.1f} | {r['build_s']:.1f} | "
+                     f"{r['peak_gb']:.2f} | {r['discovery_gflop']:.1f} | {r['sim_s']:.1f} | {r['acc']:.3f} | {ari} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, nargs="+", default=[100, 1000], choices=sorted(SETTINGS))
+    ap.add_argument("--protocols", nargs="+", default=list(PROTOCOLS), choices=PROTOCOLS)
+    ap.add_argument("--before", type=Path, help="a checkout of the commit before (its rows run first)")
+    ap.add_argument("--skip-after", action="store_true", help="run the before-tree only")
+    ap.add_argument("--limit-s", type=float, default=3600.0, help="stop a run after this long")
+    ap.add_argument("--out", type=Path, default=Path("runs/bench_clustering"))
+    args = ap.parse_args(argv)
+    trees = ([("before", args.before)] if args.before else []) + ([] if args.skip_after else [("after", ROOT)])
+    rows: list[dict[str, Any]] = []
+    for n in args.n:
+        for protocol in args.protocols:
+            if (n, protocol) in SKIP:
+                continue
+            for label, tree in trees:
+                out = args.out.resolve() / f"{label}-{protocol}-n{n}"
+                row = run_cell(tree.resolve(), n, protocol, out, args.limit_s)
+                row["tree"] = f"{label} {commit_of(tree)}"
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
