@@ -280,6 +280,12 @@ def _per_sample_sq_error(pred: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
     return (pred - tgt).pow(2).sum(dim=1)
 
 
+def _data_key(net: nn.Module, x: torch.Tensor, *rest: Any) -> Hashable:
+    """Calls on one architecture and data shape (grouped by the batched executor, run one by one)."""
+    return (repr(net), tuple(x.shape[1:]))
+
+
+@stacks(None, _data_key, 64)
 def target_embedding(target: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``f(x)`` for every sample, shape ``(N, 64)``: what a device computes once for its own data.
 
@@ -436,6 +442,12 @@ def novelties(predictors: Sequence[nn.Module], x: torch.Tensor, fx: torch.Tensor
     return out
 
 
+def _states_key(template: nn.Module, states: Sequence[Mapping[str, torch.Tensor]], x: torch.Tensor,
+                fx: torch.Tensor) -> Hashable:
+    return _data_key(template, x)
+
+
+@stacks(None, _states_key, 16)
 def state_novelties(template: nn.Module, states: Sequence[Mapping[str, torch.Tensor]], x: torch.Tensor,
                     fx: torch.Tensor) -> np.ndarray:
     """:func:`novelties` of predictors given as state dicts of ``template``'s architecture (as they travel).

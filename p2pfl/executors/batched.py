@@ -35,7 +35,7 @@ from __future__ import annotations
 import copy
 import functools
 import weakref
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional, cast
 
@@ -65,6 +65,8 @@ BN_ATOL = 2e-3  # models with BatchNorm (see the module docstring)
 #: round in which every device trains at once is bounded by the slice, not the fleet (measured, MLP of the
 #: headline study: about 0.75 MB per job of a slice; all 10,000 devices at once would take 7.5 GB).
 MAX_GROUP = 256
+#: Slices of grouped calls sent to the pool and not yet back, at most (two per slot on two cores).
+IN_FLIGHT = 4
 
 _NO_STACK = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)
 
@@ -150,23 +152,30 @@ class BatchedExecutor(Executor):
         for i, job in self._pending.items():
             groups[self._group_key(job)].append(i)
         pending, self._pending = self._pending, {}
-        calls: list[tuple[list[int], Future[Any]]] = []  # stacked calls' slices, running meanwhile
+        calls: list[tuple[list[int], CallJob]] = []  # slices of grouped calls, one job each
         for group in groups.values():
             stacking = stacking_of(pending[group[0]])
             for members in _slices(group, MAX_GROUP if stacking is None else stacking.limit):
                 jobs = [pending[i] for i in members]
-                if len(jobs) > 1:
-                    self.stacked_jobs += len(jobs)
                 if stacking is not None:
-                    job = _stacked_job(cast(list[CallJob], jobs))
-                    calls.append((members, (self._pool or self._inline).submit(job)))
+                    calls.append((members, _stacked_job(cast(list[CallJob], jobs))))
+                    self.stacked_jobs += len(jobs) if stacking.run is not None and len(jobs) > 1 else 0
                     continue
                 train = cast(list[TrainJob], jobs)
                 outs = [_run_alone(train[0])] if len(train) == 1 else _train_group(train, self._templates)
+                self.stacked_jobs += len(train) if len(train) > 1 else 0
                 self._done.update(zip(members, outs))
                 for i in members:
                     del pending[i]  # its snapshot is not needed any more: memory stays bounded by MAX_GROUP
-        for members, future in calls:
+        # the slices go out a few at a time: a slice is copied when it is sent, so sending every slice of a
+        # fleet at once would hold the whole fleet's arguments twice (e.g. 10^4 RND targets, 3.4 GB)
+        running: deque[tuple[list[int], Future[Any]]] = deque()
+        for members, job in calls:
+            running.append((members, (self._pool or self._inline).submit(job)))
+            if len(running) >= IN_FLIGHT:
+                done, future = running.popleft()
+                self._done.update(zip(done, future.result()))
+        for members, future in running:
             self._done.update(zip(members, future.result()))
 
     def _group_key(self, job: TrainJob | CallJob) -> tuple[Any, ...]:
@@ -204,7 +213,9 @@ def run_stacked(fn: Callable[..., Any], calls: list[tuple[Any, ...]]) -> list[An
     """``fn``'s stacked form on ``calls`` (a call job's function: one slice, run here or in a worker)."""
     stacking = getattr(fn, "stacking", None)
     assert stacking is not None
-    return stacking.run(calls) if len(calls) > 1 else [fn(*calls[0])]
+    if stacking.run is None or len(calls) == 1:
+        return [fn(*c) for c in calls]
+    return stacking.run(calls)
 
 
 def _stacked_job(jobs: list[CallJob]) -> CallJob:

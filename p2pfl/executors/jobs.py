@@ -117,20 +117,22 @@ Job = Union[TrainJob, EvalJob, CallJob]
 
 @dataclass(frozen=True)
 class Stacking:
-    """How the batched executor may run many calls of one ``ctx.work`` function as one.
+    """How the batched executor may run many calls of one ``ctx.work`` function as one job.
 
-    ``run([args, ...])`` returns each call's value, within the function's stated tolerance of
-    calling it one by one; calls whose ``key(*args)`` agree may share a group of at most ``limit``.
-    A stacked call's arguments are read when its group runs (when the first of the group is
+    Calls whose ``key(*args)`` agree may share a group of at most ``limit``. ``run([args, ...])``
+    returns each call's value, within the function's stated tolerance of calling it one by one;
+    with ``run=None`` the group's calls run one by one (the same bits), and grouping only saves
+    shipping: a group travels to a worker as one job, with the arguments its calls share sent once.
+    A grouped call's arguments are read when its group runs (when the first of the group is
     awaited), so its caller must not change them meanwhile.
     """
 
-    run: Callable[[Sequence[tuple[Any, ...]]], list[Any]]
+    run: Optional[Callable[[Sequence[tuple[Any, ...]]], list[Any]]]
     key: Callable[..., Hashable]
     limit: int
 
 
-def stacks(run: Callable[[Sequence[tuple[Any, ...]]], list[Any]], key: Callable[..., Hashable],
+def stacks(run: Optional[Callable[[Sequence[tuple[Any, ...]]], list[Any]]], key: Callable[..., Hashable],
            limit: int) -> Callable[[F], F]:
     """Mark a ``ctx.work`` function as stackable (see :class:`Stacking`); other executors ignore the mark."""
     def mark(fn: F) -> F:
