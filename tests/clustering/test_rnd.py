@@ -19,7 +19,15 @@ from p2pfl.clustering import (
     target_embedding,
     train_predictor,
 )
-from p2pfl.clustering.rnd import STACK_ATOL, MaxPool2x2, fitted_predictor, fitted_predictors, state_novelties
+from p2pfl.clustering.rnd import (
+    STACK_ATOL,
+    UNFOLD_ATOL,
+    MaxPool2x2,
+    UnfoldConv2d,
+    fitted_predictor,
+    fitted_predictors,
+    state_novelties,
+)
 from p2pfl.seeding import stream, torch_generator
 from p2pfl.sim.cost import forward_flops_per_sample
 
@@ -38,8 +46,9 @@ def _images(seed: int, n: int, kind: str) -> torch.Tensor:
 def test_layer_lists_match_authors_code():
     t, p = make_target(1, seed=0), make_predictor(1, seed=0)
     assert [type(m).__name__ for m in t] == [
-        "Conv2d", "ReLU", "MaxPool2x2", "Conv2d", "ReLU", "AdaptiveAvgPool2d", "Flatten", "Linear"]
-    assert isinstance(t[2], nn.MaxPool2d) and t[2].kernel_size == 2  # counted as one by the cost model
+        "UnfoldConv2d", "ReLU", "MaxPool2x2", "Conv2d", "ReLU", "AdaptiveAvgPool2d", "Flatten", "Linear"]
+    assert isinstance(t[2], nn.MaxPool2d) and t[2].kernel_size == 2  # counted as these by the cost model
+    assert isinstance(t[0], nn.Conv2d) and type(p[0]) is nn.Conv2d
     assert (t[0].out_channels, t[3].out_channels, t[7].in_features, t[7].out_features) == (32, 64, 1024, 64)
     assert (p[0].out_channels, p[3].out_channels, p[7].in_features, p[7].out_features) == (2, 4, 64, 64)
     assert sum(q.numel() for q in p.parameters()) == 20 + 76 + 4160
@@ -201,3 +210,15 @@ def test_stacked_fits_are_within_tolerance_of_the_loop():
     assert moved > 100 * STACK_ATOL  # the tolerance is small against what training changes
     with pytest.raises(ValueError, match="share the predictor architecture, data shape and settings"):
         fitted_predictors([calls()[0], (*calls()[1][:3], 5, *calls()[1][4:])])
+
+
+def test_unfold_conv_is_the_convolution_under_no_grad():
+    t = make_target(1, seed=5)
+    assert type(t[0]) is UnfoldConv2d and type(make_predictor(1, seed=5)[0]) is nn.Conv2d
+    conv = nn.Conv2d(1, 32, 3, padding=1)
+    conv.load_state_dict(t[0].state_dict())
+    x = _images(1, 20, "B")
+    with torch.no_grad():
+        fast, plain = t[0](x), conv(x)
+    assert fast.shape == plain.shape == (20, 32, 28, 28)
+    assert float((fast - plain).abs().max()) <= UNFOLD_ATOL
