@@ -98,6 +98,8 @@ class BatchedExecutor(Executor):
         self._inline = InlineExecutor()
         self._pool = pool
         self._pending: dict[int, TrainJob | CallJob] = {}
+        self._planned: dict[int, list[int]] = {}  # a flushed training job's index -> its slice, until trained
+        self._waiting: dict[int, TrainJob] = {}  # the planned slices' jobs
         self._done: dict[int, Any] = {}
         self._next = 0
         self._arch: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
@@ -127,7 +129,8 @@ class BatchedExecutor(Executor):
         snap.__dict__.update(job.__dict__)
         snap.generator = gen
         snap.model = job.model  # kept for its architecture; the state is snapshotted below
-        snap.__dict__["state"] = clone_state(live_state(job.model))  # one clone for a flat model
+        if job.state is None:  # else the caller's own copy, kept unchanged (one copy, not two)
+            snap.state = clone_state(live_state(job.model))  # one clone for a flat model
         return self._defer(snap)
 
     def _defer(self, job: TrainJob | CallJob) -> Future[Any]:
@@ -144,7 +147,10 @@ class BatchedExecutor(Executor):
 
     def outcome(self, index: int) -> Any:
         if index not in self._done:
-            self._flush()
+            if index not in self._planned:
+                self._flush()
+            if index not in self._done:
+                self._train(self._planned[index])
         return self._done.pop(index)
 
     def _flush(self) -> None:
@@ -156,17 +162,14 @@ class BatchedExecutor(Executor):
         for group in groups.values():
             stacking = stacking_of(pending[group[0]])
             for members in _slices(group, MAX_GROUP if stacking is None else stacking.limit):
-                jobs = [pending[i] for i in members]
                 if stacking is not None:
-                    calls.append((members, _stacked_job(cast(list[CallJob], jobs))))
+                    jobs = [cast(CallJob, pending[i]) for i in members]
+                    calls.append((members, _stacked_job(jobs)))
                     self.stacked_jobs += len(jobs) if stacking.run is not None and len(jobs) > 1 else 0
                     continue
-                train = cast(list[TrainJob], jobs)
-                outs = [_run_alone(train[0])] if len(train) == 1 else _train_group(train, self._templates)
-                self.stacked_jobs += len(train) if len(train) > 1 else 0
-                self._done.update(zip(members, outs))
-                for i in members:
-                    del pending[i]  # its snapshot is not needed any more: memory stays bounded by MAX_GROUP
+                for i in members:  # trained when one of them is awaited: a slice's outcomes at a time
+                    self._planned[i] = members
+                    self._waiting[i] = cast(TrainJob, pending[i])
         # the slices go out a few at a time: a slice is copied when it is sent, so sending every slice of a
         # fleet at once would hold the whole fleet's arguments twice (e.g. 10^4 RND targets, 3.4 GB)
         running: deque[tuple[list[int], Future[Any]]] = deque()
@@ -177,6 +180,16 @@ class BatchedExecutor(Executor):
                 self._done.update(zip(done, future.result()))
         for members, future in running:
             self._done.update(zip(members, future.result()))
+
+    def _train(self, members: list[int]) -> None:
+        """Train one planned slice (cut by ``_flush`` from what was pending then, so the same bits
+        whenever it runs): outcomes wait for their awaiting only a slice at a time."""
+        train = [self._waiting.pop(i) for i in members]
+        for i in members:
+            del self._planned[i]
+        outs = [_run_alone(train[0])] if len(train) == 1 else _train_group(train, self._templates)
+        self.stacked_jobs += len(train) if len(train) > 1 else 0
+        self._done.update(zip(members, outs))
 
     def _group_key(self, job: TrainJob | CallJob) -> tuple[Any, ...]:
         if isinstance(job, CallJob):
@@ -205,8 +218,9 @@ def _slices(group: list[int], limit: int) -> list[list[int]]:
     return out
 
 
-def _state(job: TrainJob) -> dict[str, torch.Tensor]:
-    return job.__dict__["state"]
+def _state(job: TrainJob) -> Mapping[str, torch.Tensor]:
+    assert job.state is not None  # set at submit
+    return job.state
 
 
 def run_stacked(fn: Callable[..., Any], calls: list[tuple[Any, ...]]) -> list[Any]:

@@ -47,6 +47,9 @@ class TrainJob:
     ``model``, ``generator``, ``penalty`` and ``loss`` are the job's own copies; a
     penalty or loss that is shipped to a worker must be picklable (a module-level
     function, a ``functools.partial`` of one, or an object with ``__call__``).
+    ``state``: a copy of the model's state at submit that the caller keeps unchanged (``ctx.train``'s
+    start for ``delta=True``), so an executor that snapshots the state may take it instead of copying
+    again; it is not pickled (the model travels with the job and holds the same values).
     """
 
     node: int
@@ -62,6 +65,10 @@ class TrainJob:
     momentum: Optional[float] = None
     penalty: Optional[Penalty] = None
     loss: Optional[BatchLoss] = None
+    state: Optional[Mapping[str, torch.Tensor]] = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "state"}
 
     @property
     def samples(self) -> int:

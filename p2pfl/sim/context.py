@@ -221,7 +221,7 @@ class DeviceContext(NodeContext):
                            threads=sim.scenario.threads, epochs=epochs, lr=lr, momentum=momentum, penalty=penalty,
                            loss=loss)
             job.flops = flops = train_flops(sim.forward_flops(model), job.samples)
-            start = clone_state(live_state(model)) if delta and job.samples else None
+            start = job.state = clone_state(live_state(model)) if delta and job.samples else None
             future = sim.executor.submit(job)
             sim.train_wall_s += time.perf_counter() - t0
             done = yield from self._compute(flops, "train")

@@ -163,6 +163,49 @@ def test_a_group_larger_than_max_group_trains_in_slices_with_the_same_bits(monke
         assert torch.equal(a.generator_state, b.generator_state) and a.result == b.result
 
 
+def test_outcomes_are_made_a_slice_at_a_time_with_the_same_bits_whatever_the_await_order(monkeypatch):
+    """Awaiting one job trains its slice only: the others' outcomes are not all held until awaited."""
+    import p2pfl.executors.batched as batched_module
+
+    spec = TrainingSpec(epochs=1, batch_size=16, lr=0.05, momentum=0.9)
+    make = lambda: MLP(64, 10, 32)
+    monkeypatch.setattr(batched_module, "MAX_GROUP", 4)
+    eager = BatchedExecutor()
+    jobs = _jobs(make, (64,), 11, 40, spec)
+    reference = _run_all(eager, jobs[:9]) + _run_all(eager, jobs[9:])  # slices 3 + 3 + 3, then a group of 2
+    lazy = BatchedExecutor()
+    jobs = _jobs(make, (64,), 11, 40, spec)
+    futures = [lazy.submit(j) for j in jobs[:9]]
+    first = futures[0].result()
+    assert len(lazy._done) == 2 and len(lazy._waiting) == 6  # one slice trained, two waiting
+    futures += [lazy.submit(j) for j in jobs[9:]]  # pending after the flush: not part of its slices
+    outcomes = [futures[i].result() for i in (9, 10, *range(8, 0, -1))]
+    outcomes = [first, *outcomes[:1:-1], *outcomes[:2]]
+    assert lazy.stacked_jobs == 11 and not lazy._done and not lazy._waiting
+    for a, b in zip(reference, outcomes):
+        assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
+        assert torch.equal(a.generator_state, b.generator_state) and a.result == b.result
+
+
+def test_a_job_with_its_start_state_is_not_copied_again(monkeypatch):
+    """``ctx.train(delta=True)`` hands its start copy over: the executor trains from it, no second copy."""
+    import p2pfl.executors.batched as batched_module
+
+    spec = TrainingSpec(epochs=1, batch_size=16, lr=0.05)
+    copies = []
+    clone = batched_module.clone_state
+    monkeypatch.setattr(batched_module, "clone_state", lambda state: copies.append(1) or clone(state))
+    plain = _run_all(BatchedExecutor(), _jobs(lambda: MLP(64, 10, 32), (64,), 3, 40, spec))
+    assert len(copies) == 3
+    jobs = _jobs(lambda: MLP(64, 10, 32), (64,), 3, 40, spec)
+    for job in jobs:
+        job.state = clone({k: v.detach() for k, v in job.model.state_dict().items()})
+    given = _run_all(BatchedExecutor(), jobs)
+    assert len(copies) == 3  # none more
+    for a, b in zip(plain, given):
+        assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
+
+
 def test_rnd_predictor_fits_stack_within_their_tolerance():
     raw = digits_scenario({"name": "rnd_gossip", "rounds": 1, "alpha": 0.99, "rnd_epochs": 2, "rnd_batch_size": 16},
                           n=6)

@@ -70,6 +70,19 @@ def test_dsgd_keeps_no_round_model_after_mixing(monkeypatch):
     assert alive == []
 
 
+def test_gossip_training_keeps_one_start_copy_per_device_under_batched(monkeypatch):
+    """The start copy of ``ctx.train(delta=True)`` is the batched executor's snapshot too (not a second one)."""
+    import p2pfl.executors.batched as batched_module
+
+    copies = []
+    clone = batched_module.clone_state
+    monkeypatch.setattr(batched_module, "clone_state", lambda state: copies.append(1) or clone(state))
+    raw = digits_scenario({"name": "gossip", "rounds": 2}, n=6, kind="ring")
+    sim = Simulation(resolve({**raw, "executor": "batched"}))
+    sim.run()
+    assert sim.executor.stacked_jobs == 12 and copies == []
+
+
 @pytest.mark.parametrize("caller,scenario", [(2, 1), (1, 2)])
 def test_data_build_runs_at_the_scenarios_threads(monkeypatch, caller, scenario):
     seen = []
