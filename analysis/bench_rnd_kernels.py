@@ -87,10 +87,19 @@ def scoring_rows(x: torch.Tensor, fx: torch.Tensor, repeat: int, m: int) -> list
         h = F.max_pool2d(F.relu(F.conv2d(x, w1, b1, padding=1)), 2)
         return F.relu(F.conv2d(h, w2, b2, padding=1, groups=m))
 
+    old = [copy.deepcopy(p) for p in predictors]
+    for p in old:
+        p[2] = nn.MaxPool2d(2)
+
+    def before() -> list[float]:  # a predictor module per state, max_pool2d
+        return [float(((p(x) - fx) ** 2).sum(dim=1).double().mean()) for p in old]
+
     loop = best_of(lambda: state_novelties(template, states, x, fx), repeat)
     with torch.no_grad():
         cat = best_of(concatenated, repeat)
-    return [(f"scoring {m} predictors, loop (state_novelties, whole nets)", f"{loop * 1e3:.0f} ms"),
+        was = best_of(before, repeat)
+    return [(f"scoring {m} predictors, loop of modules with max_pool2d (before)", f"{was * 1e3:.0f} ms"),
+            (f"scoring {m} predictors, loop (state_novelties, whole nets)", f"{loop * 1e3:.0f} ms"),
             (f"scoring {m} predictors, concatenated + grouped convolutions only", f"{cat * 1e3:.0f} ms")]
 
 
