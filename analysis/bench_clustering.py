@@ -14,6 +14,7 @@ its ``summary.json``. A run past ``--limit-s`` is stopped and reported as such.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -58,8 +59,10 @@ def run_cell(tree: Path, n: int, protocol: str, out: Path, limit_s: float) -> di
         cmd += ["--set", s]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | {"PYTHONPATH": str(tree)}
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    err_file = out.with_name(out.name + ".stderr")
+    with err_file.open("wb") as err:  # a file, not a pipe: a worker left behind by a killed run keeps it open
+        proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     killed = False
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -69,10 +72,14 @@ def run_cell(tree: Path, n: int, protocol: str, out: Path, limit_s: float) -> di
             os.killpg(proc.pid, signal.SIGKILL)
             killed = True
         time.sleep(0.5)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # workers it left behind (e.g. when it was killed for memory)
     row: dict[str, Any] = {"n": n, "protocol": protocol, "peak_gb": usage.ru_maxrss * 1024 / 1e9}
-    if killed or os.waitstatus_to_exitcode(status) != 0:
-        err = proc.stderr.read().decode(errors="replace").strip().splitlines() if proc.stderr else []
-        row["failed"] = f"stopped after {limit_s:.0f} s" if killed else (err[-1] if err else f"exit {status}")
+    code = os.waitstatus_to_exitcode(status)
+    if killed or code != 0:
+        err = err_file.read_text(errors="replace").strip().splitlines()
+        row["failed"] = (f"stopped after {limit_s:.0f} s" if killed else
+                         f"killed by signal {-code} (out of memory?)" if code < 0 else (err[-1] if err else f"exit {code}"))
         return row
     timing = json.loads((out / "timing.json").read_text())
     summary = json.loads((out / "summary.json").read_text())

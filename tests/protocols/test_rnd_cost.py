@@ -73,3 +73,21 @@ def test_server_rnd_embeds_once_across_clustering_events(monkeypatch):
     assert sorted(forwards) == sorted(int(fx.shape[0]) for fx in probe._fx.values()) and len(forwards) == n
     assert [e["round"] for e in r.clustering_events] == [1, 3]
     assert r.clustering_flops == _expected_flops(probe, np.full(n, 2 * n), events=2)  # n predictors per event
+
+
+@pytest.mark.parametrize("exchange", ["relay", "direct"])
+def test_predictors_travel_shared_not_copied_per_message(monkeypatch, exchange):
+    held: dict[int, set[int]] = {}  # owner -> ids of the weight tensors the devices scored it with
+
+    class Probe(novelty_module.RNDProbe):
+        def score(self, ctx: Any, predictors: dict[int, Any], n: int) -> Any:
+            for j, state in predictors.items():
+                held.setdefault(j, set()).add(id(state["0.weight"]))
+            return (yield from super().score(ctx, predictors, n))
+
+    monkeypatch.setattr("p2pfl.protocols.server.rnd.RNDProbe", Probe)
+    n = 4
+    r = p2pfl.run(digits_scenario({"name": "rnd", "rounds": 1, "exchange": exchange, "rnd_epochs": 1},
+                                  n=n, kind="complete", servers=True), write=False)
+    assert sorted(held) == list(range(n)) and all(len(ids) == 1 for ids in held.values())  # one copy per owner
+    assert r.bytes_by_kind["rnd_predictor"] > 0  # and every forward still counted

@@ -151,7 +151,7 @@ class RNDGossip(Gossip[RNDGossipParams]):
         reach = within_hops(self.run.graph, me, self.params.hops)
         state = yield from self.probe.train(ctx, 1)
         for j in reach:
-            yield ctx.send(j, "rnd_predictor", {"state": state}, round=1, routed=True)
+            yield ctx.send(j, "rnd_predictor", {"state": state}, round=1, routed=True, share=True)
         held = {me: state}
         while len(held) < len(reach) + 1:
             msg: Message = yield ctx.recv("rnd_predictor")
@@ -215,7 +215,8 @@ class RNDGossip(Gossip[RNDGossipParams]):
         for j in to:
             if j not in sent:
                 sent.add(j)
-                yield ctx.send(j, "rnd_predictor", {"state": self._mine[ctx.id]}, round=1, routed=True)
+                yield ctx.send(j, "rnd_predictor", {"state": self._mine[ctx.id]}, round=1, routed=True,
+                                share=True)
 
     def answer_predictors(self, ctx: DeviceContext) -> Process:
         """Score each new predictor, send our verdict on it, and offer ours back."""
