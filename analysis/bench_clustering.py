@@ -120,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for label, tree in trees:
                 out = args.out.resolve() / f"{label}-{protocol}-n{n}"
+                commit = commit_of(tree)  # (before the run: a commit made meanwhile is not what ran)
                 row = run_cell(tree.resolve(), n, protocol, out, args.limit_s)
-                row["tree"] = f"{label} {commit_of(tree)}"
+                row["tree"] = f"{label} {commit}"
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
     print(table(rows))
