@@ -130,11 +130,11 @@ class Simulation:
         self._owns_executor = executor is None
         if executor is None:
             model = self._common_model()  # built now for the estimate, copied for every device later
+            samples = sum(int(s.train_y.shape[0]) for s in self.federation.shards)
             kind = resolve_kind(scenario.executor, threads=scenario.threads, torch_device=self.torch_device,
-                                train_flops=self._estimated_train_flops(model), model=model)
+                                train_flops=self._estimated_train_flops(model, samples), model=model)
             if kind in ("process", "ray"):  # they start workers
                 setup(f"executor:{kind}")
-            samples = sum(int(s.train_y.shape[0]) for s in self.federation.shards)
             executor = make_executor(kind, scenario.executor, threads=scenario.threads,
                                      renders=_rolls_out(self.federation), work_flops=self.protocol.work_flops(samples))
         self.executor = executor
@@ -152,9 +152,9 @@ class Simulation:
             self.recorder.stream_to(self._events_file)
         self.build_wall_s = time.perf_counter() - t0
 
-    def _estimated_train_flops(self, model: nn.Module) -> float:
-        """Modelled FLOPs of every device's local epochs over the rounds (``auto`` decides by it)."""
-        samples = sum(int(s.train_y.shape[0]) for s in self.federation.shards)
+    def _estimated_train_flops(self, model: nn.Module, samples: int) -> float:
+        """Modelled FLOPs of every device's local epochs on the fleet's ``samples`` over the rounds (``auto``
+        decides by it)."""
         rounds = getattr(self.scenario.protocol, "rounds", 1)
         return float(train_flops(forward_flops_per_sample(model, self.federation.input_shape),
                                  samples * self.training.epochs * rounds))
