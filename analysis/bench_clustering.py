@@ -6,7 +6,9 @@ The headline fleet (``scenarios/headline/base.yaml``: Fashion-MNIST, 100 samples
 source tree (``--before DIR`` is a checkout of an older commit; the after-tree is this one), with
 nothing else running: wall and build seconds from its ``timing.json``, peak memory of its largest
 process (``wait4``), the modelled discovery FLOPs (``clustering_flops``) and simulated time from
-its ``summary.json``. A run past ``--limit-s`` is stopped and reported as such.
+its ``summary.json``. A run past ``--limit-s`` is stopped and reported as such. ``--profile`` samples
+each run with py-spy at 10 Hz (its processes and their workers) and writes the folded stacks beside it,
+with the largest shares by function (``top_shares``).
 
     python analysis/bench_clustering.py --n 100 1000 --before /tmp/before --out runs/bench_clustering
 """
@@ -50,13 +52,17 @@ def commit_of(tree: Path) -> str:
     return out.stdout.strip() or "?"
 
 
-def run_cell(tree: Path, n: int, protocol: str, out: Path, limit_s: float) -> dict[str, Any]:
+def run_cell(tree: Path, n: int, protocol: str, out: Path, limit_s: float, profile: bool = False) -> dict[str, Any]:
     """One cell in a fresh process from ``tree``; its timing, peak memory and summary."""
     sets = [*SETTINGS[n], *DEADLINES.get((n, protocol), [])]
     shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, "-m", "p2pfl.cli", "run", f"scenarios/headline/{protocol}.yaml", "--quiet", "--out", str(out)]
     for s in sets:
         cmd += ["--set", s]
+    folded = out.with_name(out.name + ".folded")
+    if profile:
+        cmd = ["py-spy", "record", "--rate", "10", "--subprocesses", "--format", "raw", "--output", str(folded),
+               "--", *cmd]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | {"PYTHONPATH": str(tree)}
     t0 = time.monotonic()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -81,12 +87,40 @@ def run_cell(tree: Path, n: int, protocol: str, out: Path, limit_s: float) -> di
         row["failed"] = (f"stopped after {limit_s:.0f} s" if killed else
                          f"killed by signal {-code} (out of memory?)" if code < 0 else (err[-1] if err else f"exit {code}"))
         return row
+    if profile and folded.exists():
+        row["profile"] = top_shares(folded)
     timing = json.loads((out / "timing.json").read_text())
     summary = json.loads((out / "summary.json").read_text())
     row.update(wall_s=timing["wall_s"], build_s=timing["build_wall_s"], sim_s=summary.get("sim_time_s"),
                discovery_gflop=(summary.get("clustering_flops") or 0) / 1e9, acc=summary.get("accuracy_mean"),
                ari=summary.get("ari"))
     return row
+
+
+def top_shares(folded: Path, k: int = 8) -> dict[str, list[tuple[str, float]]]:
+    """Where a run's samples went, in % of all samples: ``self`` (the innermost frame's function) and
+    ``p2pfl`` (inclusive, the package's own functions under 60 %, i.e. not the run's outer loops)."""
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    samples = 0
+    for line in folded.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        c = int(count)
+        samples += c
+        frames = stack.split(";")[1:]  # frame 0 names the process
+        if frames:
+            leaf = frames[-1].split(" (")[0]
+            own[leaf] = own.get(leaf, 0) + c
+        for name in {f.split(" (")[0] for f in frames if "p2pfl/" in f}:
+            inclusive[name] = inclusive.get(name, 0) + c
+
+    def ranked(counts: dict[str, int], cap: float) -> list[tuple[str, float]]:
+        shares = [(name, round(100 * c / max(samples, 1), 1)) for name, c in counts.items()]
+        return sorted((x for x in shares if x[1] < cap), key=lambda x: -x[1])[:k]
+
+    return {"self": ranked(own, 101.0), "p2pfl": ranked(inclusive, 60.0)}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -111,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-after", action="store_true", help="run the before-tree only")
     ap.add_argument("--limit-s", type=float, default=3600.0, help="stop a run after this long")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_clustering"))
+    ap.add_argument("--profile", action="store_true", help="sample each run with py-spy (10 Hz)")
     args = ap.parse_args(argv)
     trees = ([("before", args.before)] if args.before else []) + ([] if args.skip_after else [("after", ROOT)])
     rows: list[dict[str, Any]] = []
@@ -121,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             for label, tree in trees:
                 out = args.out.resolve() / f"{label}-{protocol}-n{n}"
                 commit = commit_of(tree)  # (before the run: a commit made meanwhile is not what ran)
-                row = run_cell(tree.resolve(), n, protocol, out, args.limit_s)
+                row = run_cell(tree.resolve(), n, protocol, out, args.limit_s, args.profile)
                 row["tree"] = f"{label} {commit}"
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
