@@ -381,14 +381,15 @@ def _check_sizes(sc: Scenario, source: str) -> None:
         d = getattr(data.partition, "n_features", 1)
         k = getattr(data.partition, "n_clusters", 1)
         n_train = data.samples_per_client or DEFAULT_SAMPLES
-        n_test = n_train * data.test_fraction / (1 - data.test_fraction)
+        n_test = data.test_samples_per_client or n_train * data.test_fraction / (1 - data.test_fraction)
         need += n * (n_train + n_test) * d * 4.0 + k * d * d * 8.0
         what += f" and {n_train + n_test:,.0f} generated samples of {d} features each"
     elif data.overlap and data.samples_per_client:  # shards may hold more samples than the pool: count them
         from p2pfl.data.datasets import dataset_info
 
         d = math.prod(dataset_info(data.dataset).input_shape)
-        per = data.samples_per_client / (1 - data.test_fraction)
+        per = data.samples_per_client + (data.test_samples_per_client
+                                         or data.samples_per_client * data.test_fraction / (1 - data.test_fraction))
         need += n * per * d * 4.0
         what += f" and {per:,.0f} samples of {d} features each (data.overlap)"
     try:

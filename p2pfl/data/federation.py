@@ -150,7 +150,7 @@ def _assemble(spec: DataSpec, plan: Plan, seed: int) -> Federation:
         devs = [i for i in range(n) if plan.sources[i] == src]
         parts = local_test_partition(
             [pool.train_y[plan.train_index[i]] for i in devs], pool.test_y, spec.test_fraction,
-            rng=stream(seed, "data.test", s_id),
+            rng=stream(seed, "data.test", s_id), size=spec.test_samples_per_client,
         )
         for i, part in zip(devs, parts):
             test_index[i] = part

@@ -96,7 +96,8 @@ def plan_label_shift(spec: DataSpec, n: int, seed: int) -> Plan:
     """E1: cluster k draws only from class group k; labels keep their class ids."""
     p, pool = spec.partition, _pool(spec)
     clusters = assign_clusters(n, p.n_clusters, p.assignment)
-    groups = sem.label_shift_groups(spec.dataset, pool.num_classes, p.n_clusters, pool.fine_to_coarse)
+    groups = sem.label_shift_groups(spec.dataset, pool.num_classes, p.n_clusters, pool.fine_to_coarse,
+                                    p.classes_per_cluster)
     train = group_partition(pool.train_y, clusters, groups, rng=_rng(seed), samples_per_device=spec.samples_per_client,
                             overlap=spec.overlap)
     return _plan(spec, pool, clusters, train)

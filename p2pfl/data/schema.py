@@ -13,13 +13,14 @@ YAML (every field but ``partition.kind`` has a default)::
       root: null                    # folder of the dataset files (flat or torchvision layout)
       download: false               # true: torchvision fetches missing files into root
       test_fraction: 0.2            # local test set = this fraction of a device's local data
+      test_samples_per_client: null # or exactly this many local test samples per device (overrides test_fraction)
       samples_per_client: null      # training samples per device; null = deal the whole pool
       clients_per_cluster: null     # if set, must equal n_devices / n_clusters
       sparsity: null                # rich | med | sparse | very_sparse | super_sparse (5/10/20/50/100 per cluster)
       partition: {kind: iid}
       # {kind: dirichlet, alpha: 0.5, min_samples: 1}
       # {kind: quantity_skew, distribution: dirichlet, beta: 0.5}   (or power_law with exponent: 1.0)
-      # {kind: label_shift, n_clusters: 2, assignment: blocks}      (E1)
+      # {kind: label_shift, n_clusters: 2, assignment: blocks}      (E1; classes_per_cluster: 5 overlaps the groups)
       # {kind: covariate_subclass, n_clusters: 2}                   (E2a)
       # {kind: rotation, angles: [0, 90, 180, 270]}                 (E2b)
       # {kind: semantic_concept}                                    (E3a, 2 clusters)
@@ -108,10 +109,14 @@ class _Clustered(Strict):
 
 
 class LabelShiftPartition(_Clustered):
-    """E1: K clusters with disjoint class groups."""
+    """E1: K clusters with disjoint class groups, or overlapping ones of ``classes_per_cluster`` classes."""
 
     kind: Literal["label_shift"]
     n_clusters: int = Field(2, ge=1, le=limits.MAX_DEVICES)
+    classes_per_cluster: int | None = Field(
+        None, ge=1, le=limits.MAX_COUNT,
+        description="null: disjoint contiguous blocks (the paper's E1); c: cluster k holds the c classes from "
+                    "floor(k C / K) on, cyclically, so neighbouring groups share classes when c > C / K")
 
 
 class CovariateSubclassPartition(_Clustered):
@@ -316,6 +321,9 @@ class DataSpec(Strict):
     download: bool = False
     partition: PartitionSpec = Field(default_factory=IIDPartition)
     test_fraction: float = Field(0.2, gt=0, lt=1)
+    test_samples_per_client: int | None = Field(
+        None, ge=1, le=limits.MAX_SAMPLES_PER_CLIENT,
+        description="local test samples per device (drawn like test_fraction's); null: test_fraction decides")
     samples_per_client: int | None = Field(None, ge=1, le=limits.MAX_SAMPLES_PER_CLIENT)
     overlap: bool = Field(False, description="each device draws samples_per_client samples independently (a sample "
                                              "may sit on several devices): fleets larger than the dataset allows")
@@ -364,10 +372,20 @@ class DataSpec(Strict):
             if p.kind not in OVERLAP_KINDS:
                 raise ValueError(f"overlap is not supported by partition.kind {p.kind}; valid with: "
                                  f"{', '.join(OVERLAP_KINDS)}")
+        if self.test_samples_per_client is not None and p.kind == "robot_suites":
+            raise ValueError("test_samples_per_client does not apply to robot_suites (episodes are split by "
+                             "test_fraction); remove it")
         if (name == "robotics") != (p.kind == "robot_suites"):
             raise ValueError("dataset robotics goes with partition.kind robot_suites (and only with it); "
                              f"got dataset {name!r} with partition.kind {p.kind!r}")
         if p.kind == "label_shift":
+            if p.classes_per_cluster is not None and (name == "cifar100" or p.classes_per_cluster > info.num_classes):
+                raise ValueError(f"partition.classes_per_cluster={p.classes_per_cluster} needs a dataset of at least that "
+                                 f"many classes without superclasses; {name!r} has {info.num_classes}"
+                                 + (" grouped into superclasses" if name == "cifar100" else ""))
+            if p.classes_per_cluster is not None and not self.overlap and p.classes_per_cluster * p.n_clusters > info.num_classes:
+                raise ValueError(f"partition.classes_per_cluster={p.classes_per_cluster} x n_clusters={p.n_clusters} "
+                                 f"shares classes between groups, which needs overlap: true (with samples_per_client)")
             limit = 20 if name == "cifar100" else info.num_classes
             unit = "superclasses" if name == "cifar100" else "classes"
             if p.n_clusters > limit:

@@ -107,7 +107,8 @@ def semantic_label_maps(dataset: str) -> list[np.ndarray]:
 
 
 def label_shift_groups(
-    dataset: str, num_classes: int, n_clusters: int, fine_to_coarse: np.ndarray | None = None
+    dataset: str, num_classes: int, n_clusters: int, fine_to_coarse: np.ndarray | None = None,
+    classes_per_cluster: int | None = None,
 ) -> list[tuple[int, ...]]:
     """E1: disjoint class groups, one per cluster, by a deterministic mapping.
 
@@ -115,7 +116,16 @@ def label_shift_groups(
     its 20 official superclasses into K contiguous blocks (K=20: one superclass
     per cluster). Otherwise classes 0..C-1 are split into K contiguous blocks
     whose sizes differ by at most one (K=3 on 10 classes: 0-3, 4-6, 7-9).
+
+    ``classes_per_cluster`` c (not in the paper: label shift with less headroom between groups)
+    gives cluster k the c classes floor(k C / K), ... cyclically (K=4, C=10, c=5: 0-4, 2-6,
+    5-9, 7-1), so neighbouring groups share classes when c > C / K.
     """
+    if classes_per_cluster is not None:
+        if not 1 <= classes_per_cluster <= num_classes:
+            raise ValueError(f"classes_per_cluster must be in [1, {num_classes}]; got {classes_per_cluster}")
+        starts = [k * num_classes // n_clusters for k in range(n_clusters)]
+        return [tuple(sorted((s + j) % num_classes for j in range(classes_per_cluster))) for s in starts]
     if dataset == "cifar10" and n_clusters == 2:
         return list(CIFAR10_VEHICLES_ANIMALS)
     if fine_to_coarse is not None:

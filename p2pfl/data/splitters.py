@@ -260,7 +260,7 @@ def group_partition(
     """Split each group's samples (those whose label is in its class set) among its devices.
 
     ``device_group[i]`` is the group of device i; ``group_classes[g]`` the
-    classes group g draws from (groups must have disjoint class sets).  Within
+    classes group g draws from (disjoint class sets, unless ``overlap``).  Within
     a group the samples are shuffled and dealt in device-id order: exactly
     ``samples_per_device`` each, or all of them with sizes differing by at most one.
     With ``overlap`` each device draws its ``samples_per_device`` from its group's
@@ -271,8 +271,9 @@ def group_partition(
     n_groups = len(group_classes)
     seen: set[int] = set()
     for cls in group_classes:
-        if seen & set(cls):
-            raise DataError(f"class groups must be disjoint; classes {sorted(seen & set(cls))} are in two groups")
+        if seen & set(cls) and not overlap:
+            raise DataError(f"class groups must be disjoint; classes {sorted(seen & set(cls))} are in two groups "
+                            "(groups that share classes need data.overlap: true)")
         seen |= set(cls)
     if device_group.min(initial=0) < 0 or device_group.max(initial=0) >= n_groups:
         raise DataError(f"device groups must lie in 0..{n_groups - 1}")
@@ -319,11 +320,13 @@ def local_test_partition(
     fraction: float,
     *,
     rng: np.random.Generator,
+    size: int | None = None,
 ) -> list[np.ndarray]:
     """Local test sets that follow each device's training label distribution.
 
     Device i with n_i training samples gets t_i = max(1, round(n_i * f / (1 - f)))
-    test samples (so test is a fraction f of its local data), apportioned over
+    test samples (so test is a fraction f of its local data), or ``size`` of them
+    when it is given (and n_i > 0), apportioned over
     classes in proportion to its training counts (largest remainder) and capped
     at the class's pool size.  Test samples of class c are dealt from one seeded
     shuffle of the class-c pool in device-id order: disjoint across devices
@@ -332,17 +335,20 @@ def local_test_partition(
     """
     if not 0 < fraction < 1:
         raise DataError(f"test_fraction must be in (0, 1); got {fraction}")
+    if size is not None and size < 1:
+        raise DataError(f"test_samples_per_client must be >= 1; got {size}")
     test_labels = np.asarray(test_labels)
-    return _test_split([np.asarray(t) for t in train_labels], test_labels, fraction, rng)
+    return _test_split([np.asarray(t) for t in train_labels], test_labels, fraction, rng, size)
 
 
-def _test_split(train_labels, test_labels, fraction, rng) -> list[np.ndarray]:
+def _test_split(train_labels, test_labels, fraction, rng, size=None) -> list[np.ndarray]:
     n = len(train_labels)
     n_classes = int(max([test_labels.max(initial=-1)] + [t.max(initial=-1) for t in train_labels])) + 1
     counts = np.stack([np.bincount(t, minlength=n_classes) for t in train_labels]) if n else np.zeros((0, n_classes), np.int64)
     avail = np.bincount(test_labels, minlength=n_classes)
     sizes = counts.sum(1)
-    want = np.where(sizes > 0, np.maximum(1, np.floor(sizes * fraction / (1 - fraction) + 0.5)), 0).astype(np.int64)
+    per = np.maximum(1, np.floor(sizes * fraction / (1 - fraction) + 0.5)) if size is None else np.full(n, size)
+    want = np.where(sizes > 0, per, 0).astype(np.int64)
     take = np.zeros_like(counts)
     for i in range(n):
         if want[i]:

@@ -64,7 +64,7 @@ def build_synthetic(spec: DataSpec, n_devices: int, *, seed: int):
     clusters = assign_clusters(n_devices, p.n_clusters, p.assignment)
     params = [cluster_parameters(seed, k, p.n_features) for k in range(p.n_clusters)]
     n_train = spec.samples_per_client or DEFAULT_SAMPLES
-    n_test = max(1, int(np.floor(n_train * spec.test_fraction / (1 - spec.test_fraction) + 0.5)))
+    n_test = spec.test_samples_per_client or max(1, int(np.floor(n_train * spec.test_fraction / (1 - spec.test_fraction) + 0.5)))
     shards = []
     for i, c in enumerate(clusters):
         rng = stream(seed, "data.synthetic.samples", i)

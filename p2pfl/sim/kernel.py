@@ -178,13 +178,22 @@ class Simulation:
         links: dict[tuple[int, int], Link] = {(u, v): d["link"] for u, v, d in self.topology.graph.edges(data=True)}
         up = {i: p.uplink_bps for i, p in enumerate(self.profiles)}
         down = {i: p.downlink_bps for i, p in enumerate(self.profiles)}
+        serialized = self.scenario.topology.ingress == "serialized"
+        ingress = dict.fromkeys(range(self.n_devices), 1) if serialized else {}
+        egress: dict[int, int] = {}
         for sid, server in zip(self.server_ids, self.topology.servers):
-            up[sid] = down[sid] = math.inf  # a server is limited by its links only
+            # a server is limited by its links, and by its own capacity where one is given (ServerSpec)
+            up[sid] = server.egress_bps or math.inf
+            down[sid] = server.ingress_bps or math.inf
+            egress[sid] = _slots(server.egress_bps, server.link.bandwidth_bps)
+            if server.ingress_bps is not None or serialized:
+                ingress[sid] = _slots(server.ingress_bps, server.link.bandwidth_bps)
             for d in server.attached:
                 links[(d, sid)] = server.link
         return Network(self.env, links, up, down, lambda i: stream(self.seed, "loss", i),
                        lambda what, msg, u, v, **kw: self.recorder.message(what, msg, u, v, self.env.now, **kw),
-                       no_relay=frozenset(self.server_ids), fleet=self.fleet)
+                       no_relay=frozenset(self.server_ids), fleet=self.fleet, egress_slots=egress,
+                       ingress_slots=ingress)
 
     def _build_fleet(self) -> Optional[Fleet]:
         """The live fleet under ``dynamics:`` (None for a static one)."""
@@ -486,3 +495,8 @@ def _metric_of(federation: Federation) -> str:
     if _rolls_out(federation):
         return "success"
     return "rmse" if federation.task == "regression" else "accuracy"
+
+
+def _slots(capacity_bps: float | None, link_bps: float) -> int:
+    """Transfers a server's capacity carries at once at its links' bandwidth (one when not given)."""
+    return 1 if capacity_bps is None else max(1, math.floor(capacity_bps / link_bps))

@@ -5,6 +5,13 @@ for 8S/B seconds and arrives L seconds later, where L is the link latency and
 B = min(link bandwidth, u's uplink, v's downlink) (SimPy's ``latency.py`` Cable).
 Lost messages still occupy the uplink and count as sent; the drop is recorded.
 
+A node's uplink carries ``egress_slots`` transfers at once (default one). With a serialized ingress
+(``ingress_slots`` names the node) the receiver's downlink is a resource too: a transfer starts once
+the sender has an uplink slot and then the receiver a downlink slot, and holds both for its 8S/B
+seconds (the sender waits with its uplink held, as a NIC with one queue would), so a server with one
+ingress slot receives N uploads one after another. Slots are taken uplink first, then downlink, and a
+downlink slot is only held while transmitting, so no two transfers wait on each other in a cycle.
+
 Every message ends in exactly one way: delivered, dropped with a reason, or still in flight when
 the run ends (``in_flight``). Reasons: ``loss`` (the link's loss draw), and under dynamics
 (``p2pfl.sim.dynamics``) ``link_down`` (the link is down, out of radio range, or went down while
@@ -65,6 +72,8 @@ class Network:
         on_event: Callable[..., None],
         no_relay: frozenset[int] = frozenset(),
         fleet: Optional[Fleet] = None,
+        egress_slots: Optional[dict[int, int]] = None,
+        ingress_slots: Optional[dict[int, int]] = None,
     ) -> None:
         self.env = env
         self._links = links
@@ -73,7 +82,10 @@ class Network:
         self._loss_rng = loss_rng  # a node's stream, made when it first sends over a lossy link
         self._loss_rngs: dict[int, np.random.Generator] = {}
         self._on_event = on_event
-        self._uplinks = {n: simpy.Resource(env, capacity=1) for n in uplink_bps}
+        slots = egress_slots or {}
+        self._uplinks = {n: simpy.Resource(env, capacity=slots.get(n, 1)) for n in uplink_bps}
+        #: serialized ingress: the nodes whose downlink is a resource (a node not listed receives in parallel)
+        self._downlinks = {n: simpy.Resource(env, capacity=k) for n, k in (ingress_slots or {}).items()}
         self._inboxes: dict[tuple[int, str], simpy.Store] = {}
         self._seq = 0
         self._adj: dict[int, list[int]] | None = None
@@ -193,24 +205,18 @@ class Network:
                 yield from fleet.wait_online(path[hop])
         assert path is not None
         u, v = path[hop], path[hop + 1]
-        since = None
         with self._uplinks[u].request() as slot:
             yield slot
-            if fleet is None:
-                link = self.link(u, v)
-                bandwidth = self.bandwidth_bps(u, v)
+            downlink = self._downlinks.get(v)
+            if downlink is None:
+                sent = yield from self._transfer(msg, u, v, hop)
             else:
-                cut = fleet.blocked(u, v)
-                if cut is not None and cut != "offline":  # a sender cannot tell that the receiver is off
-                    self._drop(msg, u, v, cut, transmitted=False)
-                    return
-                link = fleet.link(u, v)
-                bandwidth = min(link.bandwidth_bps, self._up[u], self._down[v])
-                since = fleet.generation(u, v)
-            start = self.env.now
-            if hop == 0:
-                msg.sent_t = start
-            yield self.env.timeout(tx_time_s(msg.size_bytes, bandwidth))
+                with downlink.request() as inbound:
+                    yield inbound
+                    sent = yield from self._transfer(msg, u, v, hop)
+        if sent is None:
+            return
+        link, since, start = sent
         why: Optional[str] = None
         if fleet is not None:
             why = fleet.blocked(u, v, since)
@@ -221,6 +227,28 @@ class Network:
             self._drop(msg, u, v, why or "loss")
         else:
             self.env.process(self._propagate(msg, path, hop, link.latency_s, since))
+
+    def _transfer(self, msg: Message, u: int, v: int, hop: int):
+        """One hop's transmission, its slots held: (link, link generation, start time), or None when the
+        fleet drops it before it starts."""
+        fleet = self.fleet
+        since = None
+        if fleet is None:
+            link = self.link(u, v)
+            bandwidth = self.bandwidth_bps(u, v)
+        else:
+            cut = fleet.blocked(u, v)
+            if cut is not None and cut != "offline":  # a sender cannot tell that the receiver is off
+                self._drop(msg, u, v, cut, transmitted=False)
+                return None
+            link = fleet.link(u, v)
+            bandwidth = min(link.bandwidth_bps, self._up[u], self._down[v])
+            since = fleet.generation(u, v)
+        start = self.env.now
+        if hop == 0:
+            msg.sent_t = start
+        yield self.env.timeout(tx_time_s(msg.size_bytes, bandwidth))
+        return link, since, start
 
     def _propagate(self, msg: Message, path: list[int], hop: int, latency_s: float,
                    since: Optional[tuple[int, int]] = None):

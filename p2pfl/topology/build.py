@@ -29,11 +29,14 @@ class Link:
 
 @dataclass(frozen=True)
 class ServerNode:
-    """A server and the devices it talks to, all over the same kind of link."""
+    """A server and the devices it talks to, all over the same kind of link; its own send and receive
+    capacity (bit/s, None: see ``ServerSpec``)."""
 
     name: str
     attached: tuple[int, ...]
     link: Link
+    egress_bps: float | None = None
+    ingress_bps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,8 @@ def _servers(spec: TopologySpec, n: int) -> tuple[ServerNode, ...]:
                 raise ConfigError(
                     f"servers[{i}].attach: device {device} does not exist; device ids are 0..{n - 1}"
                 )
-        servers.append(ServerNode(name=s.name, attached=tuple(sorted(set(attached))), link=link_of(s.link)))
+        servers.append(ServerNode(name=s.name, attached=tuple(sorted(set(attached))), link=link_of(s.link),
+                                  egress_bps=s.egress_bps, ingress_bps=s.ingress_bps))
     return tuple(servers)
 
 

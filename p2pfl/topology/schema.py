@@ -87,11 +87,21 @@ class EdgeOverride(Strict):
 
 
 class ServerSpec(Strict):
-    """A server node attached to all devices or to a list of device ids."""
+    """A server node attached to all devices or to a list of device ids.
+
+    ``egress_bps`` / ``ingress_bps`` are the server's own send / receive capacity: transfers run at most
+    at the link's bandwidth, floor(capacity / link bandwidth) of them at once (at least one, at the
+    capacity's rate when it is below the link's). Left out, the server sends one transfer at a time at
+    the link's bandwidth and receives as ``topology.ingress`` says (``p2pfl.sim.network``).
+    """
 
     name: str = Field(default="server", min_length=1)
     attach: Literal["all"] | list[int] = Field(default="all", min_length=1)
     link: LinkSpec = LinkSpec()
+    egress_bps: float | None = Field(default=None, gt=0, description="send capacity (bit/s); null: one transfer "
+                                                                      "at a time at the link's bandwidth")
+    ingress_bps: float | None = Field(default=None, gt=0, description="receive capacity (bit/s); null: as "
+                                                                       "topology.ingress")
 
 
 class TopologySpec(Strict):
@@ -120,6 +130,11 @@ class TopologySpec(Strict):
     link: LinkSpec = LinkSpec()
     edges: list[EdgeOverride] = Field(default_factory=list)
     servers: list[ServerSpec] = Field(default_factory=list)
+    ingress: Literal["parallel", "serialized"] = Field(
+        default="parallel",
+        description="'parallel': a node receives any number of transfers at once (each capped by its downlink); "
+                    "'serialized': one at a time through its downlink, as it sends through its uplink "
+                    "(a server's ingress_bps gives it more at once)")
 
     @field_validator("n", "rows", "cols", "k", "m")
     @classmethod

@@ -124,6 +124,19 @@ def test_samples_per_client_exact_sizes():
     assert fed.stats()["test_samples_per_device"] == [13] * 6  # round(50 * 0.25 = 12.5) -> 13
 
 
+def test_test_samples_per_client_fixes_every_local_test_set():
+    fed = build({"kind": "label_shift", "n_clusters": 2}, n=6, samples_per_client=20, test_samples_per_client=30,
+                overlap=True)
+    assert fed.stats()["test_samples_per_device"] == [30] * 6
+    for s in fed.shards:  # still the device's own classes, no sample twice on a device
+        assert set(s.test_y.tolist()) <= set(s.train_y.tolist()) and np.unique(s.test_index).size == 30
+
+
+def test_test_samples_per_client_rejected_for_robot_suites():
+    with pytest.raises(ValueError, match="test_samples_per_client does not apply to robot_suites"):
+        DataSpec(dataset="robotics", partition={"kind": "robot_suites"}, test_samples_per_client=5)
+
+
 def test_dirichlet_fixed_size_and_quantity_skew_totals():
     fed = build({"kind": "dirichlet", "alpha": 0.1}, n=8, samples_per_client=40)
     assert fed.stats()["samples_per_device"] == [40] * 8
@@ -142,6 +155,20 @@ def test_label_shift_cluster_label_sets(k):
         assert len(devs) == 2 and fed.true_clusters[2 * c] == c  # blocks
         assert set().union(*(set(s.train_y.tolist()) for s in devs)) == set(groups[c])
         assert all(set(s.test_y.tolist()) <= set(groups[c]) for s in devs)
+
+
+def test_label_shift_overlapping_groups_are_cyclic_windows():
+    assert sem.label_shift_groups("fashion_mnist", 10, 4, classes_per_cluster=5) == [
+        (0, 1, 2, 3, 4), (2, 3, 4, 5, 6), (5, 6, 7, 8, 9), (0, 1, 7, 8, 9)]
+    fed = build({"kind": "label_shift", "n_clusters": 4, "classes_per_cluster": 5}, n=8, samples_per_client=60,
+                overlap=True)
+    for s in fed.shards:
+        group = sem.label_shift_groups("digits", 10, 4, classes_per_cluster=5)[s.true_cluster]
+        assert set(s.train_y.tolist()) == set(group) and set(s.test_y.tolist()) <= set(group)
+    with pytest.raises(ValueError, match="classes_per_cluster=11 needs a dataset of at least that many classes"):
+        DataSpec(dataset="digits", partition={"kind": "label_shift", "n_clusters": 2, "classes_per_cluster": 11})
+    with pytest.raises(ValueError, match="shares classes between groups, which needs overlap: true"):
+        DataSpec(dataset="digits", partition={"kind": "label_shift", "n_clusters": 4, "classes_per_cluster": 5})
 
 
 def test_label_shift_round_robin_assignment():

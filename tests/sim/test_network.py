@@ -207,3 +207,71 @@ def test_a_shared_payload_reaches_every_peer_as_one_object_and_costs_the_same_by
     assert (got[1]["w"] is got[2]["w"] is _Fanout.sent["w"]) == share
     assert torch.equal(got[1]["w"], torch.ones(3)) and torch.equal(got[2]["w"], torch.ones(3))
     assert summary["bytes_total"] == 2 * (HEADER_BYTES + payload_bytes({"w": torch.ones(3)}))
+
+
+def _arrivals(net, env, nodes, kind="m"):
+    times: dict[int, list[float]] = {}
+
+    def receiver(node):
+        while True:
+            msg = yield net.inbox(node, kind).get()
+            times.setdefault(node, []).append((env.now, msg.src))
+
+    for node in nodes:
+        env.process(receiver(node))
+    return times
+
+
+def test_serialized_ingress_receives_one_transfer_at_a_time(env):
+    # The same two uploads as test_different_senders_do_not_contend, through receiver 2's one downlink.
+    links = {(0, 2): Link(0.0, 8 * MB, 0.0), (1, 2): Link(0.0, 8 * MB, 0.0)}
+    net = Network(env, links, dict.fromkeys((0, 1, 2), float("inf")), dict.fromkeys((0, 1, 2), float("inf")),
+                  lambda n: np.random.default_rng(n), lambda *a, **kw: None, ingress_slots={2: 1})
+    times = _arrivals(net, env, [2])
+    net.send(0, 2, "m", _payload(MB))
+    net.send(1, 2, "m", _payload(MB // 2))
+    env.run()
+    assert times[2] == [(1.0, 0), (1.5, 1)]  # 1 MB in 1 s, then 0.5 MB in 0.5 s
+
+
+def test_a_sender_waiting_for_a_downlink_holds_its_uplink(env):
+    # 1 -> 2 takes 2's downlink first; 0 -> 2 waits for it holding 0's uplink, so 0 -> 3 waits too.
+    links = {(1, 2): Link(0.0, 8 * MB, 0.0), (0, 2): Link(0.1, 8 * MB, 0.0), (0, 3): Link(0.2, 8 * MB, 0.0)}
+    nodes = (0, 1, 2, 3)
+    log: list = []
+    net = Network(env, links, dict.fromkeys(nodes, float("inf")), dict.fromkeys(nodes, float("inf")),
+                  lambda n: np.random.default_rng(n), lambda *a, **kw: log.append((a, kw)),
+                  ingress_slots=dict.fromkeys(nodes, 1))
+    times = _arrivals(net, env, [2, 3])
+    net.send(1, 2, "m", _payload(MB))
+    net.send(0, 2, "m", _payload(MB))
+    net.send(0, 3, "m", _payload(MB))
+    env.run()
+    assert times[2] == [(1.0, 1), (2.1, 0)]  # starts at 1.0 when 2's downlink is free, +1 s, +0.1 s latency
+    assert times[3] == [(3.2, 0)]  # 0's uplink is free at 2.0, +1 s, +0.2 s
+    starts = sorted((kw["t_start"], a[2], a[3]) for a, kw in log if a[0] == "send")
+    assert starts == [(0.0, 1, 2), (1.0, 0, 2), (2.0, 0, 3)]
+
+
+@pytest.mark.parametrize(("slots", "expected"), [(1, [1.0, 2.0, 3.0, 4.0]), (3, [1.0, 1.0, 1.0, 2.0])])
+def test_ingress_and_egress_slots_carry_that_many_transfers_at_once(env, slots, expected):
+    # Four devices upload 1 MB to node 9 at once; then node 9 sends 1 MB back to each.
+    links = {(d, 9): Link(0.0, 8 * MB, 0.0) for d in range(4)}
+    nodes = (0, 1, 2, 3, 9)
+    net = Network(env, links, dict.fromkeys(nodes, float("inf")), dict.fromkeys(nodes, float("inf")),
+                  lambda n: np.random.default_rng(n), lambda *a, **kw: None,
+                  egress_slots={9: slots}, ingress_slots={9: slots})
+    up = _arrivals(net, env, [9])
+    down = _arrivals(net, env, range(4), kind="back")
+    for d in range(4):
+        net.send(d, 9, "m", _payload(MB))
+
+    def broadcast():
+        yield env.timeout(10.0)
+        for d in range(4):
+            net.send(9, d, "back", _payload(MB))
+
+    env.process(broadcast())
+    env.run()
+    assert [t for t, _ in up[9]] == expected
+    assert sorted(t for d in range(4) for t, _ in down[d]) == [10.0 + t for t in expected]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -56,3 +58,23 @@ def test_oracle_honours_its_client_fraction() -> None:
     per_update = full.bytes_by_kind["update"] // (3 * 6)
     assert full.bytes_by_kind["update"] == 3 * 6 * per_update
     assert half.bytes_by_kind["update"] == 3 * 3 * per_update
+
+
+@pytest.mark.parametrize(("topology", "server", "spacing"), [
+    ({}, {}, 0.0),  # parallel ingress (the default): the 4 uploads of a round start together
+    ({"ingress": "serialized"}, {}, 1.0),  # one at a time through the server's downlink
+    ({"ingress": "serialized"}, {"ingress_bps": 1.6e6}, 0.5),  # two at a time: pairs
+])
+def test_server_uploads_go_through_its_ingress(topology: dict, server: dict, spacing: float) -> None:
+    sc = digits_scenario({"name": "fedavg", "rounds": 1}, n=4, servers=True)
+    sc["topology"].update(topology)
+    # egress for 4 at once: the broadcast reaches every device together, so every upload is ready together
+    sc["topology"]["servers"][0].update(server, link={"latency_s": 0.0, "bandwidth_bps": 8.0e5}, egress_bps=3.2e6)
+    sim = Simulation(resolve(sc))
+    sim.run()
+    ups = sorted(e["t_start"] for e in sim.recorder.events if e.get("kind") == "send" and e["dst"] == 4)
+    nbytes = {e["bytes"] for e in sim.recorder.events if e.get("kind") == "send" and e["dst"] == 4}
+    tx = 8 * nbytes.pop() / 8.0e5  # one upload's seconds at the link's 0.8 Mbit/s
+    assert not nbytes and len(ups) == 4
+    steps = [round((b - a) / tx, 9) for a, b in itertools.pairwise(ups)]
+    assert steps == {0.0: [0.0, 0.0, 0.0], 1.0: [1.0, 1.0, 1.0], 0.5: [0.0, 1.0, 0.0]}[spacing]
