@@ -4,15 +4,24 @@ A claim such as "method a beats method b" is checked on the per-seed differences
 the same data and initial weights). It holds when the whole interval lies on the claimed side, does not
 hold when the whole interval lies on the other side, and is not resolved otherwise; with fewer than two
 seeds it is "not run". The reports in ``analysis/`` build their claims tables from these.
+
+A table of m such claims is corrected for multiplicity with Holm's step-down procedure (``holm``,
+``at_least_holm``); ``paired_p`` gives the paired t-test p-values it needs. ``headroom_gain``,
+``target_accuracy`` and ``fewer_bytes`` are the headline report's derived quantities. (The time to reach a
+target on a curve is ``time_to`` in ``analysis/headline_report.py``.)
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Sequence
+from typing import Literal
 
 from p2pfl.metrics.report import ci95
 
-__all__ = ["interval", "paired", "fmt_ci", "fmt_diff", "at_least", "below", "combine"]
+__all__ = ["interval", "paired", "fmt_ci", "fmt_diff", "at_least", "below", "combine", "holm", "holm_adjusted",
+           "paired_p", "at_least_holm", "headroom_gain", "headroom_gains", "target_accuracy", "fewer_bytes"]
 
 
 def interval(values: list[float]) -> tuple[float, float, float]:
@@ -79,3 +88,114 @@ def combine(verdicts: list[str]) -> str:
     if any(v == "does not hold" for v in verdicts):
         return "does not hold"
     return "not resolved"
+
+
+# ------------------------------------------------------------------------------ multiple comparisons
+def _check_p(pvalues: Sequence[float]) -> None:
+    if any(not 0.0 <= p <= 1.0 for p in pvalues):  # also rejects NaN
+        raise ValueError(f"p-values must lie in [0, 1], got {list(pvalues)}")
+
+
+def holm(pvalues: Sequence[float], alpha: float = 0.05) -> list[bool]:
+    """Which hypotheses Holm's step-down procedure rejects, in input order (family-wise error <= alpha).
+
+    Sorted ascending, p_(i) is rejected while p_(j) <= alpha / (m - j + 1) for every j <= i; the first
+    failure stops it. Holm, S. (1979), "A simple sequentially rejective multiple test procedure",
+    Scand. J. Statist. 6:65-70.
+    """
+    _check_p(pvalues)
+    m = len(pvalues)
+    out = [False] * m
+    for i, k in enumerate(sorted(range(m), key=lambda k: pvalues[k])):
+        if pvalues[k] > alpha / (m - i):
+            break
+        out[k] = True
+    return out
+
+
+def holm_adjusted(pvalues: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values in input order: max over j <= i of (m - j + 1) p_(j), capped at 1 (Holm 1979).
+
+    H_i is rejected by ``holm`` at level alpha exactly when its adjusted p-value is <= alpha.
+    """
+    _check_p(pvalues)
+    m = len(pvalues)
+    out = [0.0] * m
+    running = 0.0
+    for i, k in enumerate(sorted(range(m), key=lambda k: pvalues[k])):
+        running = max(running, min(1.0, (m - i) * pvalues[k]))
+        out[k] = running
+    return out
+
+
+def paired_p(diffs: Sequence[float], margin: float = 0.0, side: Literal["greater", "less"] = "greater") -> float:
+    """One-sided paired t-test p-value on the per-seed differences (n - 1 degrees of freedom).
+
+    ``side="greater"`` tests H0: mean(diff) <= margin against mean > margin; ``"less"`` tests
+    H0: mean >= margin. NaN for fewer than two differences. Zero variance leaves no sampling error:
+    0.0 when the common value lies strictly on the alternative's side of the margin, else 1.0.
+    """
+    if side not in ("greater", "less"):
+        raise ValueError(f"side must be 'greater' or 'less', got {side!r}")
+    n = len(diffs)
+    if n < 2:
+        return math.nan
+    mean = float(statistics.mean(diffs))  # exact, as in ci95: equal values have sd 0
+    sd = float(statistics.stdev(diffs))
+    sign = 1.0 if side == "greater" else -1.0
+    if sd == 0.0:
+        return 0.0 if sign * (mean - margin) > 0 else 1.0
+    from scipy.stats import t
+
+    return float(t.sf(sign * (mean - margin) / (sd / math.sqrt(n)), n - 1))
+
+
+def at_least_holm(diffs_list: Sequence[Sequence[float]], margin: float, alpha: float = 0.05) -> list[str]:
+    """``at_least`` verdicts ('a >= b - margin', diffs a - b) for a table of m comparisons, Holm-corrected.
+
+    Each comparison's two-sided paired t-test of mean(diff) = -margin, p = 2 min(p_greater, p_less)
+    (``paired_p``), enters Holm's procedure at level ``alpha`` (``holm``); a rejection is read in the
+    direction of the mean: "holds" when mean > -margin (a matches b within the margin), "does not hold"
+    when mean < -margin. Rejection at Holm's step i is the (1 - alpha / (m - i + 1)) two-sided t-interval
+    lying wholly above, resp. below, -margin, so for m = 1 this is ``at_least``. Otherwise the verdict is
+    ``at_least``'s "not resolved" string: the adjusted p-value exceeds alpha (that interval spans the
+    margin, or an earlier step stopped the procedure). Fewer than two seeds: "not run", left out of m.
+    Directional decisions after Holm: Shaffer (1980), Ann. Statist. 8:1342-1347.
+    """
+    tested = [k for k, d in enumerate(diffs_list) if len(d) >= 2]
+    p = [min(1.0, 2 * min(paired_p(diffs_list[k], -margin, "greater"), paired_p(diffs_list[k], -margin, "less")))
+         for k in tested]
+    out = ["not run"] * len(diffs_list)
+    for k, rejected in zip(tested, holm(p, alpha)):
+        if not rejected:
+            out[k] = "not resolved (interval spans the margin)"
+        else:
+            out[k] = "holds" if statistics.mean(diffs_list[k]) > -margin else "does not hold"
+    return out
+
+
+# ------------------------------------------------------------------------------ headline quantities
+def headroom_gain(acc: float, local: float, oracle: float) -> float:
+    """Share of the local-to-oracle headroom a method gains: (acc - local) / (oracle - local).
+
+    NaN when oracle - local <= 0: the oracle is no better than training alone, so there is no headroom
+    for collaboration to share and the ratio means nothing.
+    """
+    headroom = oracle - local
+    return (acc - local) / headroom if headroom > 0 else math.nan
+
+
+def headroom_gains(acc: dict[int, float], local: dict[int, float], oracle: dict[int, float]) -> list[float]:
+    """``headroom_gain`` per seed, over the seeds all three have (in seed order): paired like ``paired``."""
+    return [headroom_gain(acc[s], local[s], oracle[s]) for s in sorted(set(acc) & set(local) & set(oracle))]
+
+
+def target_accuracy(local: float, oracle: float, fraction: float = 0.9) -> float:
+    """The accuracy ``fraction`` of the way from local training to the oracle: local + fraction (oracle - local)."""
+    return local + fraction * (oracle - local)
+
+
+def fewer_bytes(a: float, b: float, tolerance: float = 0.10) -> bool:
+    """Whether a counts as fewer bytes than b: a <= (1 - tolerance) b, so differences within the tolerance
+    (e.g. 336.57 vs 334.03 MB at 10%) count as neither fewer nor more."""
+    return a <= (1.0 - tolerance) * b
