@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.context import DeviceContext
     from p2pfl.sim.runinfo import RunInfo
 
-__all__ = ["RNDProbe", "Predictor", "heatmap_png", "npy_bytes"]
+__all__ = ["RNDProbe", "Predictor", "heatmap_png", "npy_bytes", "novelty_artifacts", "NPY_DEVICES"]
 
 #: A trained predictor as it travels: its state dict.
 Predictor = Mapping[str, torch.Tensor]
@@ -106,6 +106,23 @@ def heatmap_png(U: np.ndarray, true_clusters: tuple[int, ...], title: str) -> by
     with tempfile.TemporaryDirectory() as tmp:
         path = novelty_heatmap(U, Path(tmp) / "heatmap.png", true_labels=list(true_clusters), title=title)
         return path.read_bytes()
+
+
+#: Largest novelty matrix written whole (``novelty.npy``: 32 MB at 2,000 devices); above, the scored pairs.
+NPY_DEVICES = 2000
+
+
+def novelty_artifacts(U: np.ndarray, true_clusters: tuple[int, ...], title: str) -> dict[str, bytes]:
+    """A run's novelty files: the heatmap, and ``novelty.npy`` (the matrix, nan = not scored) up to
+    ``NPY_DEVICES`` devices, else ``novelty_pairs.npz`` (``i``, ``j``, ``u``: the scored pairs only)."""
+    if U.shape[0] <= NPY_DEVICES:
+        out = {"novelty.npy": npy_bytes(U)}
+    else:
+        i, j = np.nonzero(np.isfinite(U))
+        buf = io.BytesIO()
+        np.savez_compressed(buf, i=i.astype(np.int32), j=j.astype(np.int32), u=U[i, j])
+        out = {"novelty_pairs.npz": buf.getvalue()}
+    return out | {"novelty_heatmap.png": heatmap_png(U, true_clusters, title)}
 
 
 def npy_bytes(U: np.ndarray) -> bytes:

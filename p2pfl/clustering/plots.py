@@ -9,7 +9,12 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-__all__ = ["novelty_heatmap", "federation_frames", "frame_moments"]
+__all__ = ["novelty_heatmap", "federation_frames", "frame_moments", "HEATMAP_CELLS", "TICKED_DEVICES"]
+
+#: Most rows / columns a novelty heatmap draws; a larger matrix is shown as means of square blocks.
+HEATMAP_CELLS = 1000
+#: Most devices whose ids label the heatmap's axes.
+TICKED_DEVICES = 60
 
 
 def novelty_heatmap(
@@ -22,8 +27,9 @@ def novelty_heatmap(
 
     With ``true_labels`` the devices are ordered by true cluster (stable, so
     ids stay ascending inside a cluster) and cluster boundaries are drawn.
-    Unscored (``nan``) pairs are shown in grey. Uses the Agg backend and no
-    pyplot state; returns the written path.
+    Unscored (``nan``) pairs are shown in grey. Above ``HEATMAP_CELLS`` devices each pixel is
+    the mean of a square block of scored pairs, and above ``TICKED_DEVICES`` the axes carry no
+    ids. Uses the Agg backend and no pyplot state; returns the written path.
     """
     arr = np.array(U, dtype=np.float64)
     if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] == 0:
@@ -40,6 +46,10 @@ def novelty_heatmap(
         bounds = [k for k in range(1, n) if sorted_labels[k] != sorted_labels[k - 1]]
     D = np.diag(arr)[:, None] - arr
     D = D[np.ix_(order, order)]
+    block = -(-n // HEATMAP_CELLS)  # above HEATMAP_CELLS devices a pixel is the mean of a block x block square
+    if block > 1:
+        D = _block_mean(D, block)
+        bounds = [-(-b // block) for b in bounds]
     masked = np.ma.masked_invalid(D)
 
     fig = Figure(figsize=(5.2, 4.4), dpi=120)
@@ -52,11 +62,16 @@ def novelty_heatmap(
     for b in bounds:
         ax.axhline(b - 0.5, color="black", linewidth=1.2)
         ax.axvline(b - 0.5, color="black", linewidth=1.2)
-    ticks = np.arange(n)
-    ax.set_xticks(ticks, [str(int(v)) for v in order], fontsize=7 if n <= 30 else 5)
-    ax.set_yticks(ticks, [str(int(v)) for v in order], fontsize=7 if n <= 30 else 5)
-    ax.set_xlabel("predictor j")
-    ax.set_ylabel("data of device i")
+    if n <= TICKED_DEVICES:
+        ticks = np.arange(n)
+        ax.set_xticks(ticks, [str(int(v)) for v in order], fontsize=7 if n <= 30 else 5)
+        ax.set_yticks(ticks, [str(int(v)) for v in order], fontsize=7 if n <= 30 else 5)
+    else:  # ten thousand tick labels took matplotlib minutes and say nothing
+        ax.set_xticks([])
+        ax.set_yticks([])
+    what = "" if block == 1 else f" (blocks of {block}, by true group)" if true_labels is not None else f" (blocks of {block})"
+    ax.set_xlabel("predictor j" + what)
+    ax.set_ylabel("data of device i" + what)
     ax.set_title(title if title is not None else r"$u_{ii} - u_{ij}$")
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     fig.tight_layout()
@@ -64,6 +79,20 @@ def novelty_heatmap(
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
     return out
+
+
+def _block_mean(D: np.ndarray, b: int) -> np.ndarray:
+    """Means of the b x b blocks of ``D`` over its finite entries (nan where a block has none)."""
+    n = D.shape[0]
+    m = -(-n // b)
+    padded = np.full((m * b, m * b), np.nan)
+    padded[:n, :n] = D
+    blocks = padded.reshape(m, b, m, b)
+    finite = np.isfinite(blocks)
+    count = finite.sum(axis=(1, 3))
+    total = np.where(finite, blocks, 0.0).sum(axis=(1, 3))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / count, np.nan)
 
 
 def _cmap():

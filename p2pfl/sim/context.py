@@ -21,7 +21,7 @@ from p2pfl.learning.aggregate import clone_state, sub
 from p2pfl.learning.flat import FlatState
 from p2pfl.learning.state import add_delta_, live_state, load_state_
 from p2pfl.learning.train import BatchLoss, Penalty, TrainResult
-from p2pfl.sim.cost import train_flops
+from p2pfl.sim.cost import message_bytes, train_flops
 from p2pfl.sim.profiles import DeviceProfile
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -83,6 +83,10 @@ class NodeContext:
         """
         return self._sim.network.send(self.id, dst, kind, payload if share else _snapshot(payload), round, routed)
 
+    def transfer_s(self, dst: int, payload: Any, routed: bool = False) -> float:
+        """Seconds ``payload`` would take to reach ``dst`` over the links with every uplink free (no queue)."""
+        return self._sim.network.transfer_s(self.id, dst, message_bytes(payload), routed)
+
     def recv(self, kind: str, timeout: Optional[float] = None) -> simpy.Event:
         """Next message of ``kind`` for this node; with ``timeout`` the value is None if none came in time."""
         get = self._sim.network.inbox(self.id, kind).get()
@@ -119,6 +123,10 @@ class NodeContext:
         """
         fleet = self._sim.fleet
         return self.neighbors if fleet is None else fleet.live_neighbors(self.id)
+
+    def signal(self) -> simpy.Event:
+        """A fresh event for one of this node's processes to fire (``succeed()``) and another to wait on."""
+        return self._env.event()
 
     def neighborhood_change(self) -> simpy.Event:
         """An event that fires when ``live_neighbors`` next changes (never, for a static fleet)."""

@@ -116,6 +116,21 @@ class Network:
         """Effective bandwidth of a u->v transfer: the slowest of link, sender uplink, receiver downlink."""
         return min(self.link(u, v).bandwidth_bps, self._up[u], self._down[v])
 
+    def transfer_s(self, src: int, dst: int, size_bytes: int, routed: bool = False) -> float:
+        """Seconds a message of ``size_bytes`` takes from ``src`` to ``dst`` with every uplink free: 8S/B + L
+        per hop of the route it would take now (the link model a device knows: its links' speed, the RTT)."""
+        fleet = self.fleet
+        path = None
+        if routed and fleet is not None:
+            path, _ = self._live_route(src, dst)
+        if path is None:
+            path = self.route(src, dst) if routed else [src, dst]
+        total = 0.0
+        for u, v in itertools.pairwise(path):
+            link = self.link(u, v) if fleet is None else fleet.link(u, v)
+            total += tx_time_s(size_bytes, min(link.bandwidth_bps, self._up[u], self._down[v])) + link.latency_s
+        return total
+
     def inbox(self, node: int, kind: str) -> simpy.Store:
         key = (node, kind)
         if key not in self._inboxes:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import io
 import itertools
 
 import numpy as np
@@ -76,3 +78,24 @@ def test_novelty_heatmap_writes_a_png(tmp_path):
     assert out.exists() and data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
     with pytest.raises(ValueError, match="length 6"):
         novelty_heatmap(U, tmp_path / "x.png", true_labels=[0, 1])
+
+
+def test_a_large_heatmap_draws_block_means_and_large_matrices_travel_as_pairs(tmp_path, monkeypatch):
+    novelty = importlib.import_module("p2pfl.clustering.novelty")  # (the package exports a function of that name)
+    plots = importlib.import_module("p2pfl.clustering.plots")
+
+    D = np.array([[1.0, 2.0, np.nan, 4.0], [3.0, np.nan, np.nan, np.nan], [5.0, 6.0, 7.0, 8.0], [np.nan] * 4])
+    assert np.array_equal(plots._block_mean(D, 2), np.array([[2.0, 4.0], [5.5, 7.5]]), equal_nan=True)
+    assert np.array_equal(plots._block_mean(D[:3, :3], 2), np.array([[2.0, np.nan], [5.5, 7.0]]), equal_nan=True)
+    monkeypatch.setattr(novelty, "NPY_DEVICES", 3)
+    U = np.full((4, 4), np.nan)
+    U[[0, 1, 2, 3, 0], [0, 1, 2, 3, 2]] = [1.0, 2.0, 3.0, 4.0, 0.5]
+    files = novelty.novelty_artifacts(U, (0, 0, 1, 1), "t")
+    assert sorted(files) == ["novelty_heatmap.png", "novelty_pairs.npz"]
+    with np.load(io.BytesIO(files["novelty_pairs.npz"])) as z:
+        assert z["i"].tolist() == [0, 0, 1, 2, 3] and z["j"].tolist() == [0, 2, 1, 2, 3]
+        assert z["u"].tolist() == [1.0, 0.5, 2.0, 3.0, 4.0]
+    monkeypatch.setattr(plots, "HEATMAP_CELLS", 2)  # 4 devices in 2 x 2 blocks: still a PNG
+    assert plots.novelty_heatmap(U, tmp_path / "h.png", true_labels=[0, 0, 1, 1]).read_bytes()[:4] == b"\x89PNG"
+    monkeypatch.setattr(novelty, "NPY_DEVICES", 4)
+    assert sorted(novelty.novelty_artifacts(U, (0, 0, 1, 1), "t")) == ["novelty.npy", "novelty_heatmap.png"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import networkx as nx
 import numpy as np
+import pytest
 
 import p2pfl
 from p2pfl.protocols.serverless.rnd_gossip import compatible_row, components_from_labels, within_hops
@@ -64,3 +65,23 @@ def test_pure_helpers():
     row = np.array([1.0, 1.25, np.nan, 0.6, 1.35])
     assert compatible_row(row, 0, 0.3).tolist() == [True, True, False, False, False]
     assert components_from_labels({0: 0, 1: 0, 2: 2, 3: 0, 4: 2}) == [[0, 1, 3], [2, 4]]
+
+
+def _busy_fleet(timeout: object, dynamic: bool, hops: int) -> dict:
+    """16 devices on a random geometric graph (degrees 2-8): some finish discovery long before others,
+    and everyone is compatible (alpha 0.99), so exchanges start while peers still discover."""
+    sc = digits_scenario({"name": "rnd_gossip", "rounds": 3, "alpha": 0.99, "hops": hops, "reply_timeout_s": timeout,
+                          "discovery_timeout_s": 30.0, **FAST}, n=16, kind="random_geometric")
+    sc["topology"].update(radius=0.4, seed=3, link={"latency_s": 0.005, "bandwidth_bps": 5.0e6})
+    if dynamic:  # the headline's static fleet: churn with nobody offline (the event-driven discovery)
+        sc["dynamics"] = {"churn": {"offline": 0.0, "cycle_s": 2.0}}
+    return sc
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("hops", [1, 2])
+def test_auto_reply_timeout_loses_no_exchange_in_a_static_fleet(dynamic, hops):
+    r = p2pfl.run(_busy_fleet("auto", dynamic, hops), write=False)
+    assert r.exchanges_failed == 0
+    short = p2pfl.run(_busy_fleet(1e-3, dynamic, hops), write=False)  # below one transfer: every exchange fails
+    assert short.exchanges_failed == 16 * 3

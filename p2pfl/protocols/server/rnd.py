@@ -38,7 +38,7 @@ from pydantic import Field
 from torch import nn
 
 from p2pfl.clustering import clustering_scores, compatibility_clusters
-from p2pfl.clustering.novelty import RNDProbe, heatmap_png, npy_bytes
+from p2pfl.clustering.novelty import RNDProbe, novelty_artifacts
 from p2pfl.errors import ConfigError
 from p2pfl.learning.aggregate import State, clone_state, weighted_average
 from p2pfl.learning.state import load_state_
@@ -283,6 +283,4 @@ class RND(Protocol[RNDParams]):
     def artifacts(self) -> dict[str, bytes]:
         if self.novelty is None:
             return {}
-        return {"novelty.npy": npy_bytes(self.novelty),
-                "novelty_heatmap.png": heatmap_png(self.novelty, self.run.true_clusters,
-                                                   r"RND (server): $u_{ii} - u_{ij}$")}
+        return novelty_artifacts(self.novelty, self.run.true_clusters, r"RND (server): $u_{ii} - u_{ij}$")

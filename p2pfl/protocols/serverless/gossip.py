@@ -28,11 +28,11 @@ time all devices have finished a round.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional, TypeVar, Union
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, PositiveFloat
 from torch import nn
 
 from p2pfl.learning.aggregate import State, state_to_vector, sub
@@ -53,7 +53,9 @@ class GossipParams(ProtocolParams):
     exchange: Literal["push_pull", "push"] = Field("push_pull", description="pairwise averaging, or push only")
     wake_rate_hz: float = Field(1.0, gt=0, description="async: Poisson wake-up rate per device")
     init: Literal["common", "independent"] = Field("common", description="initial weights shared or per device")
-    reply_timeout_s: Optional[float] = Field(None, gt=0, description="give up waiting for a pull reply (lossy links)")
+    reply_timeout_s: Optional[Union[PositiveFloat, Literal["auto"]]] = Field(
+        None, description="give up waiting for a pull reply (lossy links, dynamics); 'auto': from the link model "
+                          "(Gossip.reply_timeout)")
 
 
 def select_peer(neighbors: tuple[int, ...], rng: np.random.Generator) -> Optional[int]:
@@ -111,17 +113,26 @@ class Gossip(Protocol[GP]):
         self._finished: dict[int, int] = {}
         #: Exchanges that found no live peer or got no reply in time (reported under dynamics).
         self.exchanges_failed = 0
+        self._max_degree: Optional[int] = None
 
     def deadline_fields(self) -> tuple[str, ...]:
         return ("reply_timeout_s",) if self.params.exchange == "push_pull" else ()
 
     def device(self, ctx: DeviceContext) -> Process:
-        p = self.params
-        model = ctx.new_model(independent=p.init == "independent")
+        yield from self.rounds(ctx, self.start(ctx))
+
+    def start(self, ctx: DeviceContext) -> nn.Module:
+        """The device's model, with its responder answering pushes from now on."""
+        model = ctx.new_model(independent=self.params.init == "independent")
         self.models[ctx.id] = model
         if ctx.id == self.run.n_devices - 1:
             self._log_consensus(ctx, 0)
         ctx.spawn(self.responder(ctx, model))
+        return model
+
+    def rounds(self, ctx: DeviceContext, model: nn.Module) -> Process:
+        """Train, exchange with one peer, evaluate: ``rounds`` times."""
+        p = self.params
         for r in range(1, p.rounds + 1):
             if p.mode == "async":
                 yield ctx.sleep(float(ctx.rng.exponential(1.0 / p.wake_rate_hz)))
@@ -153,11 +164,13 @@ class Gossip(Protocol[GP]):
         if peer is None:
             self.exchanges_failed += 1
             return
-        yield ctx.send(peer, "gossip_push", {"state": live_state(model)}, round=r, routed=self.routed)  # a snapshot
+        push = {"state": live_state(model)}
+        timeout = self.reply_timeout(ctx, peer, push)
+        yield ctx.send(peer, "gossip_push", push, round=r, routed=self.routed)  # a snapshot
         if self.params.exchange == "push":
             return
         while True:
-            reply: Optional[Message] = yield ctx.recv("gossip_reply", timeout=self.params.reply_timeout_s)
+            reply: Optional[Message] = yield ctx.recv("gossip_reply", timeout=timeout)
             if reply is None:
                 self.exchanges_failed += 1
                 return  # lost or too late: keep our model
@@ -165,6 +178,18 @@ class Gossip(Protocol[GP]):
                 break
         mine = live_state(model)  # may have moved since the push (pushes answered meanwhile)
         add_delta_(model, sub(reply.payload["state"], mine), 0.5)
+
+    def reply_timeout(self, ctx: DeviceContext, peer: int, push: dict[str, Any]) -> Optional[float]:
+        """How long to wait for ``peer``'s reply: ``reply_timeout_s``, or with ``auto`` (2 + D) round trips
+        of the model over the route with every uplink free (``ctx.transfer_s``), D the topology's largest
+        degree: ahead of our reply the peer's uplink may hold its own push and a reply to each of its
+        neighbours, so in a static lossless fleet no reply comes later (tested: no failed exchange)."""
+        t = self.params.reply_timeout_s
+        if t != "auto":
+            return t
+        if self._max_degree is None:
+            self._max_degree = max((d for _, d in self.run.graph.degree), default=0)
+        return (2 + self._max_degree) * 2 * ctx.transfer_s(peer, push, routed=self.routed)
 
     def responder(self, ctx: DeviceContext, model: nn.Module) -> Process:
         """Answer every push: reply with our model (push-pull), then move halfway."""

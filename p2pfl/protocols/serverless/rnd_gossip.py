@@ -30,7 +30,8 @@ its predictor to the devices within ``hops`` live hops, and again to every devic
 within reach (mobility, a device back online, a link back up). Whoever receives a predictor it has
 not scored scores it (s_ij, one novelty job), answers with its verdict, and sends its own predictor
 back if it has not yet, so both ends judge each other. A device starts training once it has every
-initial verdict or after ``discovery_timeout_s`` (default ``reply_timeout_s``). A device that left
+initial verdict and has scored every initial predictor, or after ``discovery_timeout_s`` (default
+``reply_timeout_s``). A device that left
 its reach (offline, link down, partition, moved away) before its verdict came gets the predictor
 again when it is back (and answers a predictor it already scored with its verdict again). Its gossip peers are its mutually compatible peers
 *within live reach now*: departed ones are forgotten (kept scored, in case they return), new ones
@@ -58,10 +59,11 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import networkx as nx
 import numpy as np
-from pydantic import Field
+import simpy
+from pydantic import Field, model_validator
 
 from p2pfl.clustering import clustering_scores, compatibility_clusters
-from p2pfl.clustering.novelty import Predictor, RNDProbe, heatmap_png, npy_bytes
+from p2pfl.clustering.novelty import Predictor, RNDProbe, novelty_artifacts
 from p2pfl.protocols.base import Process
 from p2pfl.protocols.serverless.dac import selection_components
 from p2pfl.protocols.serverless.gossip import Gossip, GossipParams
@@ -83,6 +85,13 @@ class RNDGossipParams(GossipParams):
     discovery_timeout_s: Optional[float] = Field(
         None, gt=0, description="under dynamics: how long a device waits for its first verdicts before it "
                                 "starts training (default reply_timeout_s; scoring a predictor takes time)")
+
+    @model_validator(mode="after")
+    def _discovery_deadline(self) -> RNDGossipParams:
+        if self.reply_timeout_s == "auto" and self.discovery_timeout_s is None:
+            raise ValueError("reply_timeout_s: auto is a per-exchange wait, not a discovery deadline; "
+                             "set protocol.discovery_timeout_s too")
+        return self
 
 
 # --------------------------------------------------------------------------- pure decisions
@@ -134,16 +143,20 @@ class RNDGossip(Gossip[RNDGossipParams]):
         self._mine: dict[int, Predictor] = {}  # under dynamics: each device's predictor state
         self._sent: dict[int, set[int]] = {}  # ... whom it sent its predictor to
         self._theirs: dict[int, dict[int, bool]] = {}  # ... the verdicts it received
+        self._scored: dict[int, simpy.Event] = {}  # ... fired when it scores a predictor it waits for
 
     def work_flops(self, samples: int) -> float:
         return self.probe.work_flops(samples, 1)
 
     def device(self, ctx: DeviceContext) -> Process:
+        # The responder runs from the start: a peer that judged us compatible and finished its discovery
+        # first may push before we finish ours (it waited out its reply timeout before, issue 33).
+        model = self.start(ctx)
         if self.dynamic:
             yield from self.discover_live(ctx)
         else:
             yield from self.discover(ctx)
-        yield from super().device(ctx)
+        yield from self.rounds(ctx, model)
 
     def discover(self, ctx: DeviceContext) -> Process:
         """Steps 1-4: predictor within reach, row, verdicts, then label propagation in the background."""
@@ -200,12 +213,18 @@ class RNDGossip(Gossip[RNDGossipParams]):
         reach = ctx.live_within(self.params.hops)
         yield from self.offer(ctx, reach)
         ctx.spawn(self.follow(ctx))
-        deadline = ctx.now + (self.params.discovery_timeout_s or self.params.reply_timeout_s or 0.0)
+        reply = self.params.reply_timeout_s
+        deadline = ctx.now + (self.params.discovery_timeout_s or (reply if isinstance(reply, float) else 0.0))
         while not set(reach) <= self._theirs[me].keys():
             msg: Optional[Message] = yield ctx.recv("rnd_verdict", timeout=max(deadline - ctx.now, 0.0))
             if msg is None:
                 break  # start training; later verdicts still count
             self._theirs[me][msg.src] = bool(msg.payload["compatible"])
+        # ... and our own verdicts: a peer's verdict on us can come before we scored its predictor
+        while ctx.now < deadline and np.isnan(self.rows[me, list(reach)]).any():
+            self._scored[me] = ctx.signal()
+            yield self._scored[me] | ctx.sleep(deadline - ctx.now)
+        self._scored.pop(me, None)
         self._update_peers(ctx)
         ctx.spawn(self.take_verdicts(ctx))
 
@@ -227,6 +246,9 @@ class RNDGossip(Gossip[RNDGossipParams]):
             if np.isnan(self.rows[me, j]):
                 row = yield from self.probe.score(ctx, {j: msg.payload["state"]}, n)
                 self.rows[me, j] = row[j]
+                waiting = self._scored.pop(me, None)
+                if waiting is not None:
+                    waiting.succeed()
             # (a predictor sent again means our verdict may have been lost: it is sent again, not rescored)
             ok = bool(compatible_row(self.rows[me], me, self.params.alpha)[j])
             ctx.send(j, "rnd_verdict", {"compatible": ok}, round=1, routed=True)
@@ -304,6 +326,7 @@ class RNDGossip(Gossip[RNDGossipParams]):
         out = clustering_scores(self.run.true_clusters, clusters)
         out.update({
             "label_settled_t": self.label_settled_t,
+            "exchanges_failed": self.exchanges_failed,
             "clustering_flops": self.probe.flops,
             "scored_pairs": int(scored.sum() - self.run.n_devices),
             "compatible_links": sum(len(p) for p in self.peers.values()) // 2,
@@ -315,6 +338,5 @@ class RNDGossip(Gossip[RNDGossipParams]):
     def artifacts(self) -> dict[str, bytes]:
         if np.isnan(np.diag(self.rows)).any():
             return {}
-        return {"novelty.npy": npy_bytes(self.rows),
-                "novelty_heatmap.png": heatmap_png(self.rows, self.run.true_clusters,
-                                                   rf"RND gossip ({self.params.hops} hop): $u_{{ii}} - u_{{ij}}$")}
+        return novelty_artifacts(self.rows, self.run.true_clusters,
+                                 rf"RND gossip ({self.params.hops} hop): $u_{{ii}} - u_{{ij}}$")
