@@ -43,6 +43,9 @@ class Recorder:
         self._pending: set[int] = set()  # ids of evaluations awaiting their score
         self.bytes_sent = [0] * n_nodes
         self.bytes_received = [0] * n_nodes
+        #: bytes a node received as a relay of a routed message it then forwarded (or was stopped
+        #: from forwarding): its radio received them, though they were not for it
+        self.bytes_relayed = [0] * n_nodes
         self.messages_sent = [0] * n_nodes
         self.messages_dropped = 0
         self.dropped_by_reason: dict[str, int] = defaultdict(int)
@@ -91,12 +94,16 @@ class Recorder:
                 t_start: float = 0.0) -> None:
         """Count one hop u->v of a message: transmitted (``send``, its bytes counted here and only
         here), arrived at its destination (``deliver``) or dropped (``drop``, with a ``reason``).
-        Events carry the message's ``id`` (its sequence number), so a message can be followed hop by hop."""
+        Events carry the message's ``id`` (its sequence number), so a message can be followed hop by hop.
+        A hop that leaves a relay (``u`` is not the message's source), transmitted or dropped before
+        it is, counts the message as received by that relay (``bytes_relayed``)."""
         if what == "deliver":
             self.bytes_received[v] += msg.size_bytes
             self.event(t, "deliver", src=msg.src, dst=msg.dst, msg=msg.kind, bytes=msg.size_bytes, id=msg.seq)
             return
         relayed = {"origin": msg.src, "target": msg.dst} if (u, v) != (msg.src, msg.dst) else {}
+        if u != msg.src and (what == "send" or not transmitted):
+            self.bytes_relayed[u] += msg.size_bytes
         if what == "send":
             self.bytes_sent[u] += msg.size_bytes
             self.messages_sent[u] += 1

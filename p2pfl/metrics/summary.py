@@ -5,12 +5,15 @@ The score is metric-aware: ``metric`` is ``accuracy`` (classification), ``rmse``
 ``success`` (robot rollouts). It names every score field: ``<metric>_mean``,
 ``<metric>_worst``, ``<metric>_per_node`` and ``<metric>_curve`` (mean device
 score per evaluated round). Nothing that is not an accuracy is called one.
+
+The ``energy`` block is the devices' energy account (``p2pfl.metrics.energy``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
+from p2pfl.metrics.energy import EnergyModel, energy_summary
 from p2pfl.metrics.recorder import Recorder
 
 __all__ = ["METRICS", "metric_label", "scores", "score_curve", "build_summary", "LOWER_IS_BETTER"]
@@ -56,8 +59,9 @@ def score_curve(events: list[dict[str, Any]], metric: str) -> list[dict[str, Any
 
 def build_summary(rec: Recorder, *, metric: str, n_devices: int, server_ids: tuple[int, ...],
                   server_names: tuple[str, ...], head: dict[str, Any], sim_time_s: float,
-                  tail: dict[str, Any]) -> dict[str, Any]:
-    """summary.json content: ``head`` (scenario, protocol, seed, ...), counts, scores, then ``tail``."""
+                  tail: dict[str, Any], energy: EnergyModel) -> dict[str, Any]:
+    """summary.json content: ``head`` (scenario, protocol, seed, ...), counts, scores, the devices'
+    energy (``energy``: their constants), then ``tail``."""
     n = n_devices
     values = [rec.scores.get(i) for i in range(n)]
     out: dict[str, Any] = {
@@ -73,11 +77,14 @@ def build_summary(rec: Recorder, *, metric: str, n_devices: int, server_ids: tup
         "bytes_dropped_by_reason": dict(sorted(rec.bytes_dropped_by_reason.items())),
         "bytes_per_node": rec.bytes_sent[:n],
         "bytes_received_per_node": rec.bytes_received[:n],
+        "bytes_relayed_per_node": rec.bytes_relayed[:n],
         "bytes_per_server": {name: rec.bytes_sent[sid] for sid, name in zip(server_ids, server_names)},
         "bytes_by_kind": dict(sorted(rec.bytes_by_kind.items())),
         "compute_flops_total": sum(rec.compute_flops),
         "compute_sim_s_total": sum(rec.compute_sim_s),
         "compute_flops_per_node": rec.compute_flops[:n],
+        "energy": energy_summary(energy, bytes_sent=rec.bytes_sent[:n], bytes_received=rec.bytes_received[:n],
+                                 bytes_relayed=rec.bytes_relayed[:n], flops=rec.compute_flops[:n]),
         f"{metric}_curve": score_curve(rec.evaluations, metric),
         "logs": {k: [{kk: vv for kk, vv in e.items() if kk != "node"} for e in v] for k, v in sorted(rec.logs.items())},
     }

@@ -31,6 +31,7 @@ from p2pfl.executors.jobs import CallJob, EvalJob
 from p2pfl.executors.select import make_executor, resolve_kind
 from p2pfl.learning.clone import clone_module
 from p2pfl.learning.state import flatten_live_
+from p2pfl.metrics.energy import EnergyModel
 from p2pfl.metrics.recorder import Recorder
 from p2pfl.metrics.summary import build_summary
 from p2pfl.seeding import child_seed, stream, torch_generator
@@ -420,9 +421,12 @@ class Simulation:
         tail = {"true_clusters": list(self.federation.true_clusters), "partition": self.federation.stats(),
                 "messages_in_flight": len(self.network.in_flight), **self.dynamics_summary(),
                 **self.protocol.result()}
+        energy = EnergyModel(send_j_per_bit=tuple(p.send_j_per_bit for p in self.profiles),
+                             receive_j_per_bit=tuple(p.receive_j_per_bit for p in self.profiles),
+                             j_per_flop=tuple(p.j_per_flop for p in self.profiles))
         return build_summary(self.recorder, metric=self.metric, n_devices=self.n_devices, server_ids=self.server_ids,
                              server_names=tuple(s.name for s in self.topology.servers), head=head,
-                             sim_time_s=self.env.now, tail=tail)
+                             sim_time_s=self.env.now, tail=tail, energy=energy)
 
     def dynamics_summary(self) -> dict[str, Any]:
         """``dynamics``: per-device availability (share of the run online), offline periods, link

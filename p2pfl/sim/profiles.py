@@ -1,10 +1,27 @@
-"""Device profiles: FLOP rate and access-link bandwidth, fixed or drawn per device.
+"""Device profiles: FLOP rate, access-link bandwidth and energy constants, fixed or drawn per device.
 
 A heterogeneous fleet is a distribution in YAML, e.g.::
 
     devices:
       flops_per_s: {dist: lognormal, median: 2.0e9, sigma: 0.5}
       uplink_bps: {dist: choice, values: [1.0e7, 1.0e8], p: [0.7, 0.3]}
+      send_j_per_bit: 4.3839e-7        # LTE instead of WiFi (Huang et al. 2012)
+
+The energy constants (joules per bit sent, per bit received, per FLOP) feed the energy account
+(``p2pfl.metrics.energy``). Their defaults are order-of-magnitude figures from published
+measurements, meant to be overridden for the hardware being modelled:
+
+- Radio: Huang et al., "A Close Examination of Performance and Power Characteristics of 4G LTE
+  Networks", MobiSys 2012, fit radio power as ``alpha_u * uplink Mbps + alpha_d * downlink Mbps
+  + beta``. Their WiFi coefficients, alpha_u = 283.17 mW/Mbps and alpha_d = 137.01 mW/Mbps, are
+  2.8317e-7 J per bit sent and 1.3701e-7 J per bit received (LTE: 438.39 and 51.97 mW/Mbps,
+  i.e. 4.3839e-7 and 5.197e-8 J/bit). Only the throughput terms are charged: the base power beta
+  and the radio's tail energy depend on time and the radio's state machine, not on bits.
+- Compute: Horowitz, "Computing's Energy Problem (and what we can do about it)", ISSCC 2014, 45 nm:
+  a 32-bit float add costs 0.9 pJ and a multiply 3.7 pJ, but a general-purpose core spends about
+  70 pJ per instruction on fetch, decode and register files, and a DRAM access 1.3-2.6 nJ per
+  64 bits. 1e-10 J (100 pJ) per FLOP is that overhead's order of magnitude on a mobile CPU; SIMD
+  lowers it, memory traffic raises it. At the default 1 GFLOP/s it is 0.1 W while computing.
 """
 
 from __future__ import annotations
@@ -67,23 +84,32 @@ class Choice(Strict):
 
 Distribution = Annotated[Union[Uniform, LogNormal, Choice], Field(discriminator="dist")]
 Quantity = Union[Annotated[float, Field(gt=0)], Distribution]
+#: an energy constant: zero leaves that part out of the account
+Energy = Union[Annotated[float, Field(ge=0)], Distribution]
 
 
 class DeviceProfilesSpec(Strict):
-    """YAML ``devices:`` block. Defaults: 1 GFLOP/s, 100 Mbit/s up and down, always available."""
+    """YAML ``devices:`` block. Defaults: 1 GFLOP/s, 100 Mbit/s up and down, always available; the
+    energy constants' defaults and their sources are in the module docstring."""
 
     flops_per_s: Quantity = 1.0e9
     uplink_bps: Quantity = 1.0e8
     downlink_bps: Quantity = 1.0e8
+    send_j_per_bit: Energy = Field(2.8317e-7, description="J per bit transmitted (WiFi, Huang et al. 2012)")
+    receive_j_per_bit: Energy = Field(1.3701e-7, description="J per bit received (WiFi, Huang et al. 2012)")
+    j_per_flop: Energy = Field(1.0e-10, description="J per FLOP (order of magnitude, Horowitz 2014)")
 
 
 @dataclass(frozen=True)
 class DeviceProfile:
-    """One device's capabilities."""
+    """One device's capabilities and energy constants."""
 
     flops_per_s: float
     uplink_bps: float
     downlink_bps: float
+    send_j_per_bit: float
+    receive_j_per_bit: float
+    j_per_flop: float
 
 
 def _draw(q: object, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -93,11 +119,13 @@ def _draw(q: object, rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def draw_profiles(spec: DeviceProfilesSpec, n: int, rng: np.random.Generator) -> list[DeviceProfile]:
-    """One profile per device; each field drawn in a fixed order from ``rng``."""
-    f = _draw(spec.flops_per_s, rng, n)
-    up = _draw(spec.uplink_bps, rng, n)
-    down = _draw(spec.downlink_bps, rng, n)
-    return [DeviceProfile(float(a), float(b), float(c)) for a, b, c in zip(f, up, down)]
+    """One profile per device; each field drawn in a fixed order from ``rng`` (a fixed number draws
+    nothing, and the energy constants come last, so they never change the other fields' draws)."""
+    columns = [_draw(q, rng, n) for q in (spec.flops_per_s, spec.uplink_bps, spec.downlink_bps,
+                                          spec.send_j_per_bit, spec.receive_j_per_bit, spec.j_per_flop)]
+    return [DeviceProfile(*(float(c[i]) for c in columns)) for i in range(n)]
 
 
-SERVER_PROFILE = DeviceProfile(flops_per_s=math.inf, uplink_bps=math.inf, downlink_bps=math.inf)
+#: servers are not devices: unlimited, and outside the energy account
+SERVER_PROFILE = DeviceProfile(flops_per_s=math.inf, uplink_bps=math.inf, downlink_bps=math.inf,
+                               send_j_per_bit=0.0, receive_j_per_bit=0.0, j_per_flop=0.0)
