@@ -32,8 +32,14 @@ class Recorder:
     """
 
     def __init__(self, n_nodes: int, metric: str = "accuracy", on_round: Optional[Callable[[], None]] = None,
-                 sink: Optional[TextIO] = None) -> None:
+                 sink: Optional[TextIO] = None, n_devices: Optional[int] = None) -> None:
         self.n_nodes = n_nodes
+        #: nodes 0..n_devices-1 are devices, the rest servers
+        self.n_devices = n_nodes if n_devices is None else n_devices
+        #: bytes sent so far by all devices / all servers, and their values at each round's latest evaluation
+        self.device_bytes = 0
+        self.server_bytes = 0
+        self.traffic_at_round: dict[int, tuple[int, int]] = {}
         self.metric = metric
         self.events: list[dict[str, Any]] = []
         self.evaluations: list[dict[str, Any]] = []
@@ -106,6 +112,10 @@ class Recorder:
             self.bytes_relayed[u] += msg.size_bytes
         if what == "send":
             self.bytes_sent[u] += msg.size_bytes
+            if u < self.n_devices:
+                self.device_bytes += msg.size_bytes
+            else:
+                self.server_bytes += msg.size_bytes
             self.messages_sent[u] += 1
             self.bytes_by_kind[msg.kind] += msg.size_bytes
             self.event(t, "send", src=u, dst=v, msg=msg.kind, bytes=msg.size_bytes, t_start=t_start, id=msg.seq,
@@ -166,6 +176,8 @@ class Recorder:
         """Record an evaluation whose score is not known yet; ``fill_evaluation`` sets it (in submit order)."""
         entry = self.event_later(t, "eval", node=node, round=round, **{self.metric: None})
         self.evaluations.append(entry)
+        if round is not None:
+            self.traffic_at_round[round] = (self.device_bytes, self.server_bytes)
         return entry
 
     def fill_evaluation(self, entry: dict[str, Any], score: float) -> None:

@@ -45,16 +45,25 @@ def scores(metric: str, values: list[Optional[float]], diverged: tuple[int, ...]
     }
 
 
-def score_curve(events: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+def score_curve(events: list[dict[str, Any]], metric: str, traffic: dict[int, tuple[int, int]] | None = None,
+                n_devices: int = 1) -> list[dict[str, Any]]:
     """Mean device score per evaluated round, at the time the last device of that round was scored
-    (``events``: the evaluations, or a whole event log); None for a round where a model diverged."""
+    (``events``: the evaluations, or a whole event log); None for a round where a model diverged.
+    With ``traffic`` (round -> bytes sent by all devices, by all servers, at that moment:
+    ``Recorder.traffic_at_round``) each point also says ``bytes_per_device`` (the devices' mean) and
+    ``bytes_servers``: the curve can be read at equal bytes."""
     by_round: dict[int, list[tuple[float, float]]] = {}
     for e in events:
         if e["kind"] == "eval" and e["round"] is not None:
             by_round.setdefault(e["round"], []).append((e["t"], e[metric]))
-    return [{"round": r, "t": max(t for t, _ in v),
-             f"{metric}_mean": None if any(a is None for _, a in v) else sum(a for _, a in v) / len(v)}
-            for r, v in sorted(by_round.items())]
+    out = []
+    for r, v in sorted(by_round.items()):
+        point = {"round": r, "t": max(t for t, _ in v),
+                 f"{metric}_mean": None if any(a is None for _, a in v) else sum(a for _, a in v) / len(v)}
+        if traffic is not None and r in traffic:
+            point.update(bytes_per_device=traffic[r][0] / n_devices, bytes_servers=traffic[r][1])
+        out.append(point)
+    return out
 
 
 def build_summary(rec: Recorder, *, metric: str, n_devices: int, server_ids: tuple[int, ...],
@@ -85,7 +94,7 @@ def build_summary(rec: Recorder, *, metric: str, n_devices: int, server_ids: tup
         "compute_flops_per_node": rec.compute_flops[:n],
         "energy": energy_summary(energy, bytes_sent=rec.bytes_sent[:n], bytes_received=rec.bytes_received[:n],
                                  bytes_relayed=rec.bytes_relayed[:n], flops=rec.compute_flops[:n]),
-        f"{metric}_curve": score_curve(rec.evaluations, metric),
+        f"{metric}_curve": score_curve(rec.evaluations, metric, rec.traffic_at_round, n),
         "logs": {k: [{kk: vv for kk, vv in e.items() if kk != "node"} for e in v] for k, v in sorted(rec.logs.items())},
     }
     out.update(tail)

@@ -112,7 +112,7 @@ class Simulation:
         self.env = simpy.Environment()
         self._on_round = on_round
         self._rounds_done = 0
-        self.recorder = Recorder(n + len(self.server_ids), metric=self.metric, on_round=self._round_done)
+        self.recorder = Recorder(n + len(self.server_ids), metric=self.metric, on_round=self._round_done, n_devices=n)
         setup("network")
         self.profiles = draw_profiles(scenario.devices, n, stream(seed, "profiles"))
         self.fleet = self._build_fleet()

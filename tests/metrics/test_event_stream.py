@@ -274,3 +274,23 @@ def test_an_existing_out_is_refused_before_anything_runs(kind, tmp_path, monkeyp
         assert _leftovers(out) == ["keep.txt"] and (out / "keep.txt").read_text(encoding="utf-8") == "mine"
     else:
         assert out.read_text(encoding="utf-8") == "mine"
+
+
+def test_the_score_curve_says_the_bytes_sent_up_to_each_point():
+    """Each point's bytes are those of the send events logged before that round's last evaluation."""
+    from p2pfl.api import resolve
+    from p2pfl.sim.kernel import Simulation
+    from tests.helpers import digits_scenario
+
+    sc = digits_scenario({"name": "fedavg", "rounds": 3, "eval_every": 1}, n=4, servers=True)
+    sim = Simulation(resolve(sc))
+    summary = sim.run()
+    events = sim.recorder.events
+    last_eval = {e["round"]: i for i, e in enumerate(events) if e["kind"] == "eval"}
+    curve = summary["accuracy_curve"]
+    assert [p["round"] for p in curve] == [1, 2, 3]
+    for p in curve:
+        before = [e for e in events[: last_eval[p["round"]]] if e["kind"] == "send"]
+        assert p["bytes_per_device"] == sum(e["bytes"] for e in before if e["src"] < 4) / 4
+        assert p["bytes_servers"] == sum(e["bytes"] for e in before if e["src"] >= 4)
+    assert 0 < curve[0]["bytes_servers"] < curve[-1]["bytes_servers"] <= summary["bytes_per_server"]["server"]
