@@ -226,12 +226,12 @@ three seeds (wide with n = 3); accuracy changes are paired by seed.
   training rounds of gossip), p% of the time down; an offline device pauses its training and holds its
   messages. Simulated time then stretches, so the curves are over a longer time, not more rounds.
 - **partition**: the square is cut into left and right halves for the middle third of training (t = 0.8-1.6 s;
-  for rnd_gossip t = 12-36 s, during its predictor exchange and scoring). Partitions cut device links only:
-  FedAvg's devices keep their server links, so its cells equal the static ones.
+  for rnd_gossip t = 2.5-7.5 s, inside its discovery, which ends at about 7.8 s).
+  Partitions cut device links only: FedAvg's devices keep their server links, so its cells equal the static ones.
 - **mobility v**: every device moves (random waypoint, speed v units/s, no pause) and the links are the
   radius graph, recomputed every 0.02 s. FedAvg does not use device links, so its cells equal the static
-  ones. rnd_gossip runs about 50 s (its discovery dominates), so at the same speed its devices travel about
-  10x farther than those of the other protocols.
+  ones. rnd_gossip runs about 10 s (its discovery, about 7.8 s, dominates), so at the same speed its devices
+  travel 2-4x farther than those of the other protocols (2.5-4.3 s).
 - Random waypoint gathers devices towards the centre of the square (a known property of the model: its
   stationary density peaks in the middle), so the radius graph gets denser as devices move: the table's
   "mean degree" column is the radius graph's mean degree averaged over the run (static: the initial

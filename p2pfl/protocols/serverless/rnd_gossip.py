@@ -31,8 +31,8 @@ within reach (mobility, a device back online, a link back up). Whoever receives 
 not scored scores it (s_ij, one novelty job), answers with its verdict, and sends its own predictor
 back if it has not yet, so both ends judge each other. A device starts training once it has every
 initial verdict and has scored every initial predictor, or after ``discovery_timeout_s`` (default
-``reply_timeout_s``). A device that left
-its reach (offline, link down, partition, moved away) before its verdict came gets the predictor
+``reply_timeout_s``). A device that left its reach (offline, link down, partition, moved away) before
+its verdict came gets the predictor
 again when it is back (and answers a predictor it already scored with its verdict again). Its gossip peers are its mutually compatible peers
 *within live reach now*: departed ones are forgotten (kept scored, in case they return), new ones
 join once judged. No label propagation runs (labels never grow back when links go); the reported
