@@ -127,9 +127,15 @@ class Network:
             path = self.route(src, dst) if routed else [src, dst]
         total = 0.0
         for u, v in itertools.pairwise(path):
-            link = self.link(u, v) if fleet is None else fleet.link(u, v)
-            total += tx_time_s(size_bytes, min(link.bandwidth_bps, self._up[u], self._down[v])) + link.latency_s
+            link, bandwidth = self._hop(u, v)
+            total += tx_time_s(size_bytes, bandwidth) + link.latency_s
         return total
+
+    def _hop(self, u: int, v: int) -> tuple[Link, float]:
+        """The link u-v as it is now (the fleet's under dynamics) and a transfer's bandwidth over it: the
+        slowest of the link, u's uplink and v's downlink."""
+        link = self.link(u, v) if self.fleet is None else self.fleet.link(u, v)
+        return link, min(link.bandwidth_bps, self._up[u], self._down[v])
 
     def inbox(self, node: int, kind: str) -> simpy.Store:
         key = (node, kind)
@@ -248,17 +254,13 @@ class Network:
         fleet drops it before it starts."""
         fleet = self.fleet
         since = None
-        if fleet is None:
-            link = self.link(u, v)
-            bandwidth = self.bandwidth_bps(u, v)
-        else:
+        if fleet is not None:
             cut = fleet.blocked(u, v)
             if cut is not None and cut != "offline":  # a sender cannot tell that the receiver is off
                 self._drop(msg, u, v, cut, transmitted=False)
                 return None
-            link = fleet.link(u, v)
-            bandwidth = min(link.bandwidth_bps, self._up[u], self._down[v])
             since = fleet.generation(u, v)
+        link, bandwidth = self._hop(u, v)
         start = self.env.now
         if hop == 0:
             msg.sent_t = start

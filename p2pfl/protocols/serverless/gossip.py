@@ -113,7 +113,8 @@ class Gossip(Protocol[GP]):
         self._finished: dict[int, int] = {}
         #: Exchanges that found no live peer or got no reply in time (reported under dynamics).
         self.exchanges_failed = 0
-        self._max_degree: Optional[int] = None
+        #: the topology's largest degree (``reply_timeout_s: auto``)
+        self._max_degree = max((d for _, d in run.graph.degree), default=0) if params.reply_timeout_s == "auto" else 0
 
     def deadline_fields(self) -> tuple[str, ...]:
         return ("reply_timeout_s",) if self.params.exchange == "push_pull" else ()
@@ -187,8 +188,6 @@ class Gossip(Protocol[GP]):
         t = self.params.reply_timeout_s
         if t != "auto":
             return t
-        if self._max_degree is None:
-            self._max_degree = max((d for _, d in self.run.graph.degree), default=0)
         return (2 + self._max_degree) * 2 * ctx.transfer_s(peer, push, routed=self.routed)
 
     def responder(self, ctx: DeviceContext, model: nn.Module) -> Process:
