@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from typing import Any, Optional, TextIO
@@ -39,6 +40,8 @@ class Recorder:
         #: bytes sent so far by all devices / all servers, and their values at each round's latest evaluation
         self.device_bytes = 0
         self.server_bytes = 0
+        #: bytes sent over hops that touch a server (the WAN: device-server, server-server)
+        self.wan_bytes = 0
         self.traffic_at_round: dict[int, tuple[int, int]] = {}
         self.metric = metric
         self.events: list[dict[str, Any]] = []
@@ -63,6 +66,10 @@ class Recorder:
         #: devices whose latest score was not a finite number (their model diverged)
         self.diverged: set[int] = set()
         self.logs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        #: simulated seconds of every round a device / a server finished (from its previous round's end,
+        #: or from the start for its first)
+        self.round_s: dict[str, array[float]] = {"device": array("d"), "server": array("d")}
+        self._round_end: dict[int, float] = {}
         self._on_round = on_round
 
     def event(self, t: float, kind: str, **fields: Any) -> None:
@@ -116,6 +123,8 @@ class Recorder:
                 self.device_bytes += msg.size_bytes
             else:
                 self.server_bytes += msg.size_bytes
+            if u >= self.n_devices or v >= self.n_devices:
+                self.wan_bytes += msg.size_bytes
             self.messages_sent[u] += 1
             self.bytes_by_kind[msg.kind] += msg.size_bytes
             self.event(t, "send", src=u, dst=v, msg=msg.kind, bytes=msg.size_bytes, t_start=t_start, id=msg.seq,
@@ -203,7 +212,10 @@ class Recorder:
         self.event(t, "log", name=name, node=node, value=value, **fields)
 
     def round_done(self, t: float, node: Optional[int], round: int) -> None:
-        """A node finished a round; drives the progress bar."""
+        """A node finished a round; drives the progress bar and times the round."""
         self.event(t, "round", node=node, round=round)
+        if node is not None:
+            self.round_s["device" if node < self.n_devices else "server"].append(t - self._round_end.get(node, 0.0))
+            self._round_end[node] = t
         if self._on_round is not None:
             self._on_round()

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import numpy as np
+
 from p2pfl.metrics.energy import EnergyModel, energy_summary
 from p2pfl.metrics.recorder import Recorder
 
-__all__ = ["METRICS", "metric_label", "scores", "score_curve", "build_summary", "LOWER_IS_BETTER"]
+__all__ = ["METRICS", "metric_label", "scores", "score_curve", "round_latency", "build_summary", "LOWER_IS_BETTER"]
 
 #: metric -> axis/table label
 METRICS: dict[str, str] = {"accuracy": "accuracy", "rmse": "RMSE", "success": "rollout success rate"}
@@ -66,6 +68,18 @@ def score_curve(events: list[dict[str, Any]], metric: str, traffic: dict[int, tu
     return out
 
 
+def round_latency(rec: Recorder) -> dict[str, Any]:
+    """Simulated seconds per round: the servers' rounds where a server keeps the rounds (FedAvg, IFCA, ...),
+    else the devices' (each device's round from its previous one's end; the first from the start). p50, p95
+    (linear interpolation) and max; None when no round finished."""
+    by = "server" if len(rec.round_s["server"]) else "device"
+    values = np.asarray(rec.round_s[by], dtype=np.float64)
+    if not len(values):
+        return {"rounds_of": by, "n": 0, "p50": None, "p95": None, "max": None}
+    p50, p95 = np.quantile(values, [0.5, 0.95])
+    return {"rounds_of": by, "n": len(values), "p50": float(p50), "p95": float(p95), "max": float(values.max())}
+
+
 def build_summary(rec: Recorder, *, metric: str, n_devices: int, server_ids: tuple[int, ...],
                   server_names: tuple[str, ...], head: dict[str, Any], sim_time_s: float,
                   tail: dict[str, Any], energy: EnergyModel) -> dict[str, Any]:
@@ -88,6 +102,9 @@ def build_summary(rec: Recorder, *, metric: str, n_devices: int, server_ids: tup
         "bytes_received_per_node": rec.bytes_received[:n],
         "bytes_relayed_per_node": rec.bytes_relayed[:n],
         "bytes_per_server": {name: rec.bytes_sent[sid] for sid, name in zip(server_ids, server_names)},
+        "bytes_received_per_server": {name: rec.bytes_received[sid] for sid, name in zip(server_ids, server_names)},
+        "bytes_wan": rec.wan_bytes,
+        "bytes_device_to_device": sum(rec.bytes_sent) - rec.wan_bytes,
         "bytes_by_kind": dict(sorted(rec.bytes_by_kind.items())),
         "compute_flops_total": sum(rec.compute_flops),
         "compute_sim_s_total": sum(rec.compute_sim_s),
@@ -95,6 +112,7 @@ def build_summary(rec: Recorder, *, metric: str, n_devices: int, server_ids: tup
         "energy": energy_summary(energy, bytes_sent=rec.bytes_sent[:n], bytes_received=rec.bytes_received[:n],
                                  bytes_relayed=rec.bytes_relayed[:n], flops=rec.compute_flops[:n]),
         f"{metric}_curve": score_curve(rec.evaluations, metric, rec.traffic_at_round, n),
+        "round_latency_s": round_latency(rec),
         "logs": {k: [{kk: vv for kk, vv in e.items() if kk != "node"} for e in v] for k, v in sorted(rec.logs.items())},
     }
     out.update(tail)
