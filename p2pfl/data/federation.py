@@ -1,4 +1,5 @@
-"""Shards, federations and ``build_federation`` (the entry point the kernel calls).
+"""``build_federation`` (the entry point the kernel calls); ``Shard`` and ``Federation`` (defined in
+``p2pfl.data.shards``) and ``Plan`` (``p2pfl.data.partitions``) are re-exported from here.
 
 ``build_federation(spec, n_devices, seed=...)`` loads the pool(s), asks the
 partition kind's plan (``p2pfl.data.partitions.PLANS``) for disjoint training
@@ -11,103 +12,18 @@ train.  The robot partition (``robot_suites``) is not built here: see
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-
 import numpy as np
 import torch
 
-from p2pfl.data.datasets import Pool
+from p2pfl.data.partitions import PLANS, Plan
 from p2pfl.data.schema import ROBOT_PARTITION_KIND, DataSpec
+from p2pfl.data.shards import Federation, Shard
 from p2pfl.data.splitters import local_test_partition
+from p2pfl.data.synthetic import build_synthetic
 from p2pfl.errors import ConfigError, DataError
 from p2pfl.seeding import stream
 
 __all__ = ["Shard", "Federation", "build_federation", "Plan"]
-
-Transform = Callable[[torch.Tensor, str], torch.Tensor]  # (x, "train" | "test") -> x
-
-
-@dataclass(frozen=True, eq=False)
-class Shard:
-    """One device's local data.
-
-    Images are float32 ``(n, C, H, W)`` in [0, 1]; vectors float32 ``(n, D)``.
-    Labels are int64 ``(n,)`` (float32 for regression tasks).  ``train_index``
-    / ``test_index`` are the rows of the source pool's train / test split
-    the samples came from, ``source`` that pool's dataset name.
-    """
-
-    train_x: torch.Tensor
-    train_y: torch.Tensor
-    test_x: torch.Tensor
-    test_y: torch.Tensor
-    true_cluster: int
-    train_index: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64), repr=False)
-    test_index: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64), repr=False)
-    source: str = ""
-
-    def __repr__(self) -> str:
-        return (f"Shard(train={tuple(self.train_x.shape)}, test={tuple(self.test_x.shape)}, "
-                f"cluster={self.true_cluster}, source={self.source!r})")
-
-
-@dataclass(frozen=True, eq=False)
-class Federation:
-    """All devices' shards plus the task's facts; index in ``shards`` = device id."""
-
-    dataset: str
-    shards: tuple[Shard, ...]
-    num_classes: int
-    input_shape: tuple[int, ...]
-    true_clusters: tuple[int, ...]
-    partition: str = "iid"
-    task: str = "classification"  # or "regression" (synthetic_linear; num_classes 0)
-
-    @property
-    def n_devices(self) -> int:
-        return len(self.shards)
-
-    @property
-    def n_clusters(self) -> int:
-        return len(set(self.true_clusters))
-
-    def to(self, device: torch.device | str) -> Federation:
-        """This federation with every shard's tensors on ``device`` (no copy where they already are)."""
-        moved = tuple(replace(s, train_x=s.train_x.to(device), train_y=s.train_y.to(device),
-                              test_x=s.test_x.to(device), test_y=s.test_y.to(device)) for s in self.shards)
-        return replace(self, shards=moved)
-
-    def stats(self) -> dict:
-        """JSON-ready summary of sizes, label sets and clusters per device."""
-        def classes(y: torch.Tensor) -> list[int]:
-            return [] if self.task == "regression" else sorted(int(c) for c in torch.unique(y).tolist())
-
-        return {
-            "dataset": self.dataset,
-            "partition": self.partition,
-            "num_classes": self.num_classes,
-            "input_shape": list(self.input_shape),
-            "samples_per_device": [int(s.train_y.shape[0]) for s in self.shards],
-            "test_samples_per_device": [int(s.test_y.shape[0]) for s in self.shards],
-            "classes_per_device": [classes(s.train_y) for s in self.shards],
-            "true_cluster_per_device": [int(c) for c in self.true_clusters],
-            "n_clusters": self.n_clusters,
-            "sources_per_device": [s.source for s in self.shards],
-        }
-
-
-@dataclass
-class Plan:
-    """What a partition decides before tensors are built (one entry per device)."""
-
-    pools: dict[str, Pool]
-    sources: list[str]
-    clusters: np.ndarray
-    train_index: list[np.ndarray]
-    label_maps: list[np.ndarray | None]
-    transforms: list[Transform | None]
-    num_classes: int
 
 
 def _check_devices(spec: DataSpec, n_devices: int) -> None:
@@ -133,11 +49,7 @@ def build_federation(spec: DataSpec, n_devices: int, *, seed: int) -> Federation
                           "not p2pfl.data.build_federation; use p2pfl.sim.world.build_any_federation")
     _check_devices(spec, n_devices)
     if kind == "parameter_shift":
-        from p2pfl.data.synthetic import build_synthetic
-
         return build_synthetic(spec, int(n_devices), seed=seed)
-    from p2pfl.data.partitions import PLANS
-
     plan = PLANS[kind](spec, int(n_devices), seed)
     return _assemble(spec, plan, seed)
 
@@ -161,16 +73,17 @@ def _assemble(spec: DataSpec, plan: Plan, seed: int) -> Federation:
     for i in range(n):
         pool = plan.pools[plan.sources[i]]
         tr, te = plan.train_index[i], test_index[i]
+        label_map, transform = plan.label_maps[i], plan.transforms[i]
         xs, ys = [], []
         for x_all, y_all, idx, split in ((pool.train_x, pool.train_y, tr, "train"), (pool.test_x, pool.test_y, te, "test")):
             x = torch.from_numpy(np.ascontiguousarray(x_all[idx], dtype=np.float32))
             if pool.scale != 1.0:
                 x.div_(pool.scale)
             y = y_all[idx]
-            if plan.label_maps[i] is not None:
-                y = plan.label_maps[i][y]
-            if plan.transforms[i] is not None:
-                x = plan.transforms[i](x, split)
+            if label_map is not None:
+                y = label_map[y]
+            if transform is not None:
+                x = transform(x, split)
             xs.append(x)
             ys.append(torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)))
         shards.append(Shard(xs[0], ys[0], xs[1], ys[1], int(plan.clusters[i]), tr, te, plan.sources[i]))

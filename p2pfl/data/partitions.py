@@ -15,6 +15,7 @@ way training shards are pairwise disjoint.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -22,8 +23,19 @@ import torch
 from p2pfl.data import semantic as sem
 from p2pfl.data import transforms as tf
 from p2pfl.data.datasets import FALLBACKS, Pool, load_dataset
-from p2pfl.data.federation import Plan
-from p2pfl.data.schema import DataSpec
+from p2pfl.data.schema import (
+    CombinedPartition,
+    CovariateSubclassPartition,
+    CrossDatasetPartition,
+    DataSpec,
+    DirichletPartition,
+    FeatureSkewPartition,
+    LabelPermutationPartition,
+    LabelShiftPartition,
+    QuantitySkewPartition,
+    RotationPartition,
+    SemanticConceptPartition,
+)
 from p2pfl.data.splitters import (
     assign_clusters,
     dirichlet_partition,
@@ -35,7 +47,22 @@ from p2pfl.data.splitters import (
 from p2pfl.errors import DataError
 from p2pfl.seeding import stream
 
-__all__ = ["PLANS"]
+__all__ = ["PLANS", "Plan", "Transform"]
+
+Transform = Callable[[torch.Tensor, str], torch.Tensor]  # (x, "train" | "test") -> x
+
+
+@dataclass
+class Plan:
+    """What a partition decides before tensors are built (one entry per device)."""
+
+    pools: dict[str, Pool]
+    sources: list[str]
+    clusters: np.ndarray
+    train_index: list[np.ndarray]
+    label_maps: list[np.ndarray | None]
+    transforms: list[Transform | None]
+    num_classes: int
 
 
 def _pool(spec: DataSpec) -> Pool:
@@ -46,7 +73,9 @@ def _rng(seed: int) -> np.random.Generator:
     return stream(seed, "data.partition")
 
 
-def _plan(spec, pool, clusters, train, label_maps=None, transforms=None, num_classes=None) -> Plan:
+def _plan(spec: DataSpec, pool: Pool, clusters: np.ndarray, train: list[np.ndarray],
+          label_maps: list[np.ndarray | None] | None = None, transforms: list[Transform | None] | None = None,
+          num_classes: int | None = None) -> Plan:
     n = len(train)
     return Plan(
         pools={pool.name: pool},
@@ -71,7 +100,7 @@ def plan_iid(spec: DataSpec, n: int, seed: int) -> Plan:
 
 
 def plan_dirichlet(spec: DataSpec, n: int, seed: int) -> Plan:
-    p, pool = spec.partition, _pool(spec)
+    p, pool = spec.partition_as(DirichletPartition), _pool(spec)
     train = dirichlet_partition(pool.train_y, n, p.alpha, rng=_rng(seed), min_samples=p.min_samples,
                                 samples_per_device=spec.samples_per_client)
     return _plan(spec, pool, np.zeros(n), train)
@@ -80,7 +109,7 @@ def plan_dirichlet(spec: DataSpec, n: int, seed: int) -> Plan:
 def plan_quantity_skew(spec: DataSpec, n: int, seed: int) -> Plan:
     """Sizes from ``quantity_sizes``; their total is the whole pool, or
     n * samples_per_client when that is set (it is then the mean size)."""
-    p, pool = spec.partition, _pool(spec)
+    p, pool = spec.partition_as(QuantitySkewPartition), _pool(spec)
     total = len(pool.train_y) if spec.samples_per_client is None else n * spec.samples_per_client
     if total > len(pool.train_y):
         raise DataError(f"{n} devices x samples_per_client={spec.samples_per_client} exceed the {len(pool.train_y)} "
@@ -94,7 +123,7 @@ def plan_quantity_skew(spec: DataSpec, n: int, seed: int) -> Plan:
 # ---------------------------------------------------------------- E1 / E2a: class groups per cluster
 def plan_label_shift(spec: DataSpec, n: int, seed: int) -> Plan:
     """E1: cluster k draws only from class group k; labels keep their class ids."""
-    p, pool = spec.partition, _pool(spec)
+    p, pool = spec.partition_as(LabelShiftPartition), _pool(spec)
     clusters = assign_clusters(n, p.n_clusters, p.assignment)
     groups = sem.label_shift_groups(spec.dataset, pool.num_classes, p.n_clusters, pool.fine_to_coarse,
                                     p.classes_per_cluster)
@@ -105,7 +134,7 @@ def plan_label_shift(spec: DataSpec, n: int, seed: int) -> Plan:
 
 def plan_covariate_subclass(spec: DataSpec, n: int, seed: int) -> Plan:
     """E2a: cluster k sees subclass group k; every cluster predicts the superclass."""
-    p, pool = spec.partition, _pool(spec)
+    p, pool = spec.partition_as(CovariateSubclassPartition), _pool(spec)
     clusters = assign_clusters(n, p.n_clusters, p.assignment)
     supers = sem.superclasses(spec.dataset, pool.fine_to_coarse)
     groups = sem.subclass_groups(supers, p.n_clusters)
@@ -118,19 +147,19 @@ def plan_covariate_subclass(spec: DataSpec, n: int, seed: int) -> Plan:
 # ---------------------------------------------------------------- shared pool, per-cluster labels or inputs
 def plan_rotation(spec: DataSpec, n: int, seed: int) -> Plan:
     """E2b: cluster k's train and test images are rotated by angles[k] degrees."""
-    p, pool = spec.partition, _pool(spec)
+    p, pool = spec.partition_as(RotationPartition), _pool(spec)
     clusters = assign_clusters(n, len(p.angles), p.assignment)
     per_cluster = [_rotation(a) for a in p.angles]
     return _plan(spec, pool, clusters, _iid(spec, pool, n, seed), transforms=[per_cluster[c] for c in clusters])
 
 
-def _rotation(angle: float) -> Callable[[torch.Tensor, str], torch.Tensor]:
+def _rotation(angle: float) -> Transform:
     return lambda x, split: tf.rotate(x, angle)
 
 
 def plan_semantic_concept(spec: DataSpec, n: int, seed: int) -> Plan:
     """E3a: cluster k labels by ``SEMANTIC_MAPPINGS[dataset][k]``."""
-    p, pool = spec.partition, _pool(spec)
+    p, pool = spec.partition_as(SemanticConceptPartition), _pool(spec)
     maps = sem.semantic_label_maps(spec.dataset)
     clusters = assign_clusters(n, len(maps), p.assignment)
     n_out = int(max(m.max() for m in maps)) + 1
@@ -139,7 +168,7 @@ def plan_semantic_concept(spec: DataSpec, n: int, seed: int) -> Plan:
 
 def plan_label_permutation(spec: DataSpec, n: int, seed: int) -> Plan:
     """E3b: cluster k's label y becomes perm_k[y] (``semantic.label_permutations``)."""
-    p, pool = spec.partition, _pool(spec)
+    p, pool = spec.partition_as(LabelPermutationPartition), _pool(spec)
     clusters = assign_clusters(n, p.n_clusters, p.assignment)
     perms = sem.label_permutations(pool.num_classes, p.n_clusters, seed=seed, identity_first=p.identity_first)
     return _plan(spec, pool, clusters, _iid(spec, pool, n, seed), label_maps=[perms[c] for c in clusters])
@@ -149,8 +178,9 @@ def plan_feature_skew(spec: DataSpec, n: int, seed: int) -> Plan:
     """RND paper: same label distribution everywhere; group k's inputs get
     Gaussian noise of std noise_levels[k] (fresh per sample, drawn from the
     device's own stream) or the fixed simplex pattern k, clamped to [0, 1]."""
-    p, pool = spec.partition, _pool(spec)
+    p, pool = spec.partition_as(FeatureSkewPartition), _pool(spec)
     clusters = assign_clusters(n, p.n_clusters, p.assignment)
+    transforms: list[Transform | None]
     if p.mode == "noise":
         levels = tf.noise_levels(p.noise_std, p.n_clusters)
         transforms = [_noise(levels[c], seed, i) for i, c in enumerate(clusters)]
@@ -160,11 +190,11 @@ def plan_feature_skew(spec: DataSpec, n: int, seed: int) -> Plan:
     return _plan(spec, pool, clusters, _iid(spec, pool, n, seed), transforms=transforms)
 
 
-def _noise(std: float, seed: int, device: int):
+def _noise(std: float, seed: int, device: int) -> Transform:
     return lambda x, split: tf.add_noise(x, std, rng=stream(seed, "data.noise", device, 0 if split == "train" else 1))
 
 
-def _pattern(pattern: torch.Tensor):
+def _pattern(pattern: torch.Tensor) -> Transform:
     return lambda x, split: tf.add_pattern(x, pattern)
 
 
@@ -173,7 +203,7 @@ def plan_cross_dataset(spec: DataSpec, n: int, seed: int) -> Plan:
     """E4a: cluster 0 draws from data.dataset, cluster k from others[k-1]; all
     keep their own 10-class labels.  Devices that use the same dataset split
     it iid.  With ``fallback``, MNIST without files becomes digits28."""
-    p = spec.partition
+    p = spec.partition_as(CrossDatasetPartition)
     names = [spec.dataset] + list(p.others)
     pools: dict[str, Pool] = {}
     resolved = []
@@ -208,7 +238,7 @@ def plan_combined(spec: DataSpec, n: int, seed: int) -> Plan:
     """E4b: cluster id = g * C + c: concept group g (semantic mapping g of E3a)
     and covariate cluster c (subclass group c of E2a).  The two concept groups
     share each covariate cluster's images, split disjointly among their devices."""
-    p, pool = spec.partition, _pool(spec)
+    p, pool = spec.partition_as(CombinedPartition), _pool(spec)
     c_count = p.covariate_clusters
     clusters = assign_clusters(n, 2 * c_count, p.assignment)
     covariate = clusters % c_count

@@ -42,7 +42,7 @@ dispatches on ``ROBOT_PARTITION_KIND``).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, TypeVar, Union
 
 from pydantic import Field, field_validator, model_validator
 
@@ -292,17 +292,21 @@ PARTITIONS: dict[str, str] = {
     "parameter_shift": "MCDC synthetic tasks: per-cluster generating parameters (synthetic_* datasets)",
 }
 
-def _n_clusters(p) -> int:
+#: One partition kind's model (``DataSpec.partition_as``).
+_Kind = TypeVar("_Kind", bound=Strict)
+
+
+def _n_clusters(p: PartitionSpec) -> int:
     """Number of ground-truth clusters a partition defines (before devices are known)."""
-    if p.kind in ("iid", "dirichlet", "quantity_skew"):
+    if isinstance(p, (IIDPartition, DirichletPartition, QuantitySkewPartition)):
         return 1
-    if p.kind == "rotation":
+    if isinstance(p, RotationPartition):
         return len(p.angles)
-    if p.kind == "semantic_concept":
+    if isinstance(p, SemanticConceptPartition):
         return 2
-    if p.kind == "cross_dataset":
+    if isinstance(p, CrossDatasetPartition):
         return 1 + len(p.others)
-    if p.kind == "combined":
+    if isinstance(p, CombinedPartition):
         return 2 * p.covariate_clusters
     return p.n_clusters
 
@@ -346,6 +350,17 @@ class DataSpec(Strict):
     @property
     def n_clusters(self) -> int:
         return _n_clusters(self.partition)
+
+    def partition_as(self, kind: type[_Kind]) -> _Kind:
+        """``partition``, typed as the kind a plan builds (``spec.partition_as(DirichletPartition)``).
+
+        A plan receives only the spec of its own kind (``PLANS`` is keyed by ``kind``), so a mismatch
+        is a programming error (TypeError), never a user error.
+        """
+        p = self.partition
+        if not isinstance(p, kind):
+            raise TypeError(f"expected a {kind.__name__}, got partition.kind {p.kind!r}")
+        return p
 
     @property
     def cluster_size(self) -> int | None:

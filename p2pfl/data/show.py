@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from p2pfl.data.federation import Federation
+from p2pfl.data.shards import Federation
 
 __all__ = ["show_federation", "federation_table", "label_counts"]
 

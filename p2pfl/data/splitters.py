@@ -224,6 +224,7 @@ def quantity_sizes(
         raise DataError(f"n_devices must be >= 1 and min_samples >= 0; got {n_devices}, {min_samples}")
     if n_devices * min_samples > total:
         raise DataError(f"min_samples={min_samples} x {n_devices} devices exceeds the {total} samples")
+    shares: np.ndarray
     if distribution == "dirichlet":
         if not beta > 0:
             raise DataError(f"quantity_skew beta must be > 0; got {beta}")
@@ -238,19 +239,20 @@ def quantity_sizes(
     return min_samples + apportion(total - n_devices * min_samples, shares)
 
 
-def quantity_skew_partition(n_samples: int, sizes: Sequence[int], *, rng: np.random.Generator) -> list[np.ndarray]:
+def quantity_skew_partition(n_samples: int, sizes: Sequence[int] | np.ndarray, *,
+                            rng: np.random.Generator) -> list[np.ndarray]:
     """Random split of ``range(n_samples)`` into pieces of the given ``sizes`` (labels iid)."""
-    sizes = np.asarray(sizes, dtype=np.int64)
-    if sizes.min(initial=0) < 0 or sizes.sum() > n_samples:
-        raise DataError(f"sizes must be >= 0 and sum to at most {n_samples}; got sum {int(sizes.sum())}")
-    perm = rng.permutation(n_samples)[: sizes.sum()]
-    return [np.sort(p).astype(np.int64) for p in np.split(perm, np.cumsum(sizes)[:-1])]
+    size = np.asarray(sizes, dtype=np.int64)
+    if size.min(initial=0) < 0 or size.sum() > n_samples:
+        raise DataError(f"sizes must be >= 0 and sum to at most {n_samples}; got sum {int(size.sum())}")
+    perm = rng.permutation(n_samples)[: size.sum()]
+    return [np.sort(p).astype(np.int64) for p in np.split(perm, np.cumsum(size)[:-1])]
 
 
 # ---------------------------------------------------------------- class groups (cluster partitions)
 def group_partition(
     labels: np.ndarray,
-    device_group: Sequence[int],
+    device_group: Sequence[int] | np.ndarray,
     group_classes: Sequence[Sequence[int]],
     *,
     rng: np.random.Generator,
@@ -267,7 +269,7 @@ def group_partition(
     samples independently, in device-id order.
     """
     labels = np.asarray(labels)
-    device_group = np.asarray(device_group, dtype=np.int64)
+    groups = np.asarray(device_group, dtype=np.int64)
     n_groups = len(group_classes)
     seen: set[int] = set()
     for cls in group_classes:
@@ -275,19 +277,19 @@ def group_partition(
             raise DataError(f"class groups must be disjoint; classes {sorted(seen & set(cls))} are in two groups "
                             "(groups that share classes need data.overlap: true)")
         seen |= set(cls)
-    if device_group.min(initial=0) < 0 or device_group.max(initial=0) >= n_groups:
+    if groups.min(initial=0) < 0 or groups.max(initial=0) >= n_groups:
         raise DataError(f"device groups must lie in 0..{n_groups - 1}")
     if overlap:
-        out: list[np.ndarray] = [np.empty(0, np.int64)] * device_group.size
+        out: list[np.ndarray] = [np.empty(0, np.int64)] * groups.size
         for g, cls in enumerate(group_classes):
-            devices = np.flatnonzero(device_group == g)
+            devices = np.flatnonzero(groups == g)
             members = np.flatnonzero(np.isin(labels, cls))
             for i, idx in zip(devices, _overlapping(members, devices.size, samples_per_device, rng,
                                                     f"cluster {g} (classes {list(cls)})")):
                 out[i] = idx
         return out
     for g, cls in enumerate(group_classes):
-        m = int((device_group == g).sum())
+        m = int((groups == g).sum())
         have = int(np.isin(labels, cls).sum())
         need = m * (samples_per_device or 1)
         if m and need > have:
@@ -295,7 +297,7 @@ def group_partition(
                 f"cluster {g} (classes {list(cls)}) has {have} training samples but its {m} devices need {need}; "
                 "lower samples_per_client or the number of devices, or set data.overlap: true"
             )
-    return _group_split(labels, device_group, group_classes, rng, samples_per_device)
+    return _group_split(labels, groups, group_classes, rng, samples_per_device)
 
 
 def _group_split(labels, device_group, group_classes, rng, per) -> list[np.ndarray]:

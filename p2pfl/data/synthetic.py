@@ -20,19 +20,31 @@ round(n * f / (1 - f)) test samples, f = test_fraction.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 import torch
 
-from p2pfl.data.schema import DataSpec
+from p2pfl.data.schema import DataSpec, ParameterShiftPartition
+from p2pfl.data.shards import Federation, Shard
 from p2pfl.data.splitters import assign_clusters
 from p2pfl.seeding import stream
 
-__all__ = ["build_synthetic", "cluster_parameters", "DEFAULT_SAMPLES"]
+__all__ = ["build_synthetic", "cluster_parameters", "ClusterParameters", "DEFAULT_SAMPLES"]
 
 DEFAULT_SAMPLES = 200
 
 
-def cluster_parameters(seed: int, cluster: int, n_features: int) -> dict[str, np.ndarray | float]:
+class ClusterParameters(TypedDict):
+    """One cluster's generating parameters: x = A z + mu, y from w . x (+ b)."""
+
+    A: np.ndarray
+    mu: np.ndarray
+    w: np.ndarray
+    b: float
+
+
+def cluster_parameters(seed: int, cluster: int, n_features: int) -> ClusterParameters:
     """Generating parameters (A, mu, w, b) of one cluster."""
     rng = stream(seed, "data.synthetic", cluster)
     d = n_features
@@ -44,7 +56,8 @@ def cluster_parameters(seed: int, cluster: int, n_features: int) -> dict[str, np
     }
 
 
-def _draw(params: dict, n: int, logistic: bool, noise_std: float, rng: np.random.Generator):
+def _draw(params: ClusterParameters, n: int, logistic: bool, noise_std: float,
+          rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     d = params["mu"].shape[0]
     x = rng.standard_normal((n, d)) @ params["A"].T + params["mu"]
     eps = noise_std * rng.standard_normal(n)
@@ -55,11 +68,9 @@ def _draw(params: dict, n: int, logistic: bool, noise_std: float, rng: np.random
     return torch.from_numpy(x.astype(np.float32)), torch.from_numpy(y.astype(np.float32))
 
 
-def build_synthetic(spec: DataSpec, n_devices: int, *, seed: int):
+def build_synthetic(spec: DataSpec, n_devices: int, *, seed: int) -> Federation:
     """A Federation of vector data for ``synthetic_linear`` / ``synthetic_logistic``."""
-    from p2pfl.data.federation import Federation, Shard
-
-    p = spec.partition
+    p = spec.partition_as(ParameterShiftPartition)
     logistic = spec.dataset == "synthetic_logistic"
     clusters = assign_clusters(n_devices, p.n_clusters, p.assignment)
     params = [cluster_parameters(seed, k, p.n_features) for k in range(p.n_clusters)]

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from p2pfl.data.federation import Federation, Shard
 from p2pfl.data.schema import RobotSuitesPartition
+from p2pfl.data.shards import Federation, Shard
 from p2pfl.errors import ConfigError, DataError
 from p2pfl.robotics.gl import require_gl
 from p2pfl.robotics.policy import ObsLayout, pack_samples, resize_frames

@@ -1,0 +1,86 @@
+"""A device's local data (:class:`Shard`) and a whole federation (:class:`Federation`).
+
+The leaf of ``p2pfl.data``'s build path: ``p2pfl.data.partitions`` and
+``p2pfl.data.synthetic`` build these, ``p2pfl.data.federation`` assembles them
+(``build_federation``).  Importing nothing else of ``p2pfl.data`` keeps the
+package free of import circles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["Shard", "Federation"]
+
+
+@dataclass(frozen=True, eq=False)
+class Shard:
+    """One device's local data.
+
+    Images are float32 ``(n, C, H, W)`` in [0, 1]; vectors float32 ``(n, D)``.
+    Labels are int64 ``(n,)`` (float32 for regression tasks).  ``train_index``
+    / ``test_index`` are the rows of the source pool's train / test split
+    the samples came from, ``source`` that pool's dataset name.
+    """
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    true_cluster: int
+    train_index: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64), repr=False)
+    test_index: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64), repr=False)
+    source: str = ""
+
+    def __repr__(self) -> str:
+        return (f"Shard(train={tuple(self.train_x.shape)}, test={tuple(self.test_x.shape)}, "
+                f"cluster={self.true_cluster}, source={self.source!r})")
+
+
+@dataclass(frozen=True, eq=False)
+class Federation:
+    """All devices' shards plus the task's facts; index in ``shards`` = device id."""
+
+    dataset: str
+    shards: tuple[Shard, ...]
+    num_classes: int
+    input_shape: tuple[int, ...]
+    true_clusters: tuple[int, ...]
+    partition: str = "iid"
+    task: str = "classification"  # or "regression" (synthetic_linear; num_classes 0)
+
+    @property
+    def n_devices(self) -> int:
+        return len(self.shards)
+
+    @property
+    def n_clusters(self) -> int:
+        return len(set(self.true_clusters))
+
+    def to(self, device: torch.device | str) -> Federation:
+        """This federation with every shard's tensors on ``device`` (no copy where they already are)."""
+        moved = tuple(replace(s, train_x=s.train_x.to(device), train_y=s.train_y.to(device),
+                              test_x=s.test_x.to(device), test_y=s.test_y.to(device)) for s in self.shards)
+        return replace(self, shards=moved)
+
+    def stats(self) -> dict[str, Any]:
+        """JSON-ready summary of sizes, label sets and clusters per device."""
+        def classes(y: torch.Tensor) -> list[int]:
+            return [] if self.task == "regression" else sorted(int(c) for c in torch.unique(y).tolist())
+
+        return {
+            "dataset": self.dataset,
+            "partition": self.partition,
+            "num_classes": self.num_classes,
+            "input_shape": list(self.input_shape),
+            "samples_per_device": [int(s.train_y.shape[0]) for s in self.shards],
+            "test_samples_per_device": [int(s.test_y.shape[0]) for s in self.shards],
+            "classes_per_device": [classes(s.train_y) for s in self.shards],
+            "true_cluster_per_device": [int(c) for c in self.true_clusters],
+            "n_clusters": self.n_clusters,
+            "sources_per_device": [s.source for s in self.shards],
+        }
