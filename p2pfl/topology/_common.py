@@ -23,7 +23,12 @@ def fresh_graph(n: int, edges: Iterable[tuple[int, int]]) -> nx.Graph:
 def relabelled(g: nx.Graph, order: list[Hashable]) -> nx.Graph:
     """Copy of ``g`` with node ``order[i]`` renamed to ``i``; edge attributes are dropped."""
     index = {node: i for i, node in enumerate(order)}
-    return fresh_graph(len(order), sorted(tuple(sorted((index[u], index[v]))) for u, v in g.edges()))
+    return fresh_graph(len(order), sorted(_pair(index[u], index[v]) for u, v in g.edges()))
+
+
+def _pair(a: int, b: int) -> tuple[int, int]:
+    """The edge (a, b) with its smaller end first."""
+    return (a, b) if a <= b else (b, a)
 
 
 def check_tries(tries: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import networkx as nx
 
@@ -16,6 +17,8 @@ from p2pfl.topology.schema import LinkSpec, TopologySpec
 from p2pfl.validation import parse_model, read_yaml, require_mapping
 
 __all__ = ["Link", "ServerNode", "Topology", "BUILDERS", "build_topology", "link_of", "load_topology_file"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -69,24 +72,50 @@ BUILDERS: dict[str, str] = {
 }
 
 
+def _given(spec: TopologySpec, name: str, value: _T | None) -> _T:
+    """A parameter ``spec.kind`` needs; the schema guarantees it (``KIND_PARAMS``), so None is a bug."""
+    if value is None:
+        raise ConfigError(f"kind '{spec.kind}' needs '{name}'")
+    return value
+
+
 def _generate(spec: TopologySpec, seed: int, base_dir: str | Path | None) -> nx.Graph:
     """Call the builder for ``spec.kind`` with the parameters it takes."""
-    random_opts = {"tries": spec.tries, "connected": not spec.allow_disconnected}
+    tries, connected = spec.tries, not spec.allow_disconnected
+
+    def n() -> int:
+        return _given(spec, "n", spec.n)
+
+    def rows_cols() -> tuple[int, int]:
+        return _given(spec, "rows", spec.rows), _given(spec, "cols", spec.cols)
+
+    def k() -> int:
+        return _given(spec, "k", spec.k)
+
+    def p() -> float:
+        return _given(spec, "p", spec.p)
+
+    def path() -> str:
+        return _given(spec, "path", spec.with_base_dir(base_dir or ".").path)
+
     calls: dict[str, Callable[[], nx.Graph]] = {
-        "ring": lambda: classic.ring(spec.n, seed=seed),
-        "line": lambda: classic.line(spec.n, seed=seed),
-        "grid": lambda: classic.grid(spec.rows, spec.cols, seed=seed),
-        "torus": lambda: classic.torus(spec.rows, spec.cols, seed=seed),
-        "complete": lambda: classic.complete(spec.n, seed=seed),
-        "star": lambda: classic.star(spec.n, seed=seed),
-        "k_regular": lambda: classic.k_regular(spec.n, spec.k, seed=seed, **random_opts),
-        "erdos_renyi": lambda: random_graphs.erdos_renyi(spec.n, spec.p, seed=seed, **random_opts),
-        "watts_strogatz": lambda: random_graphs.watts_strogatz(spec.n, spec.k, spec.p, seed=seed, **random_opts),
-        "barabasi_albert": lambda: random_graphs.barabasi_albert(spec.n, spec.m, seed=seed, **random_opts),
-        "random_geometric": lambda: geometric.random_geometric(spec.n, spec.radius, seed=seed, placement=spec.placement,
-                                                                  **random_opts),
-        "edge_list": lambda: files.edge_list(spec.with_base_dir(base_dir or ".").path),
-        "graphml": lambda: files.graphml(spec.with_base_dir(base_dir or ".").path),
+        "ring": lambda: classic.ring(n(), seed=seed),
+        "line": lambda: classic.line(n(), seed=seed),
+        "grid": lambda: classic.grid(*rows_cols(), seed=seed),
+        "torus": lambda: classic.torus(*rows_cols(), seed=seed),
+        "complete": lambda: classic.complete(n(), seed=seed),
+        "star": lambda: classic.star(n(), seed=seed),
+        "k_regular": lambda: classic.k_regular(n(), k(), seed=seed, tries=tries, connected=connected),
+        "erdos_renyi": lambda: random_graphs.erdos_renyi(n(), p(), seed=seed, tries=tries, connected=connected),
+        "watts_strogatz": lambda: random_graphs.watts_strogatz(n(), k(), p(), seed=seed, tries=tries,
+                                                               connected=connected),
+        "barabasi_albert": lambda: random_graphs.barabasi_albert(n(), _given(spec, "m", spec.m), seed=seed,
+                                                                 tries=tries, connected=connected),
+        "random_geometric": lambda: geometric.random_geometric(n(), _given(spec, "radius", spec.radius), seed=seed,
+                                                               tries=tries, connected=connected,
+                                                               placement=spec.placement),
+        "edge_list": lambda: files.edge_list(path()),
+        "graphml": lambda: files.graphml(path()),
     }
     return calls[spec.kind]()
 
