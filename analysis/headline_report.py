@@ -1,23 +1,27 @@
-"""The headline comparison (issue 16): server vs serverless clustering at neighbourhood scale, static and
-under churn and mobility, from the run directories of the studies ``scenarios/studies/headline_n*.yaml``.
+"""Server vs serverless clustering (issue 33): when should a fleet drop the server? From the archived cells of
+``scenarios/studies/headline_n{100,1000,10000}.yaml``, at the budget the pilot chose (``headline_pilot.md``).
 
-    for n in 100 1000; do
-      p2pfl sweep scenarios/studies/headline_n$n.yaml --jobs 2 --out runs/headline/n$n \
-          --archive analysis/cells/headline/n$n; done
-    p2pfl sweep scenarios/studies/headline_n10000.yaml --jobs 1 --out runs/headline/n10000 \
-        --archive analysis/cells/headline/n10000   # alone: memory, see its header
-    python analysis/headline_report.py analysis/cells/headline   # -> analysis/results/server_vs_serverless.md + PNGs
+    p2pfl sweep scenarios/studies/headline_n100.yaml --jobs 2 --out runs/headline/n100 \
+        --archive analysis/cells/headline/n100          # likewise n1000 (--jobs 2) and n10000 (--jobs 1)
+    python analysis/headline_report.py analysis/cells/headline   # -> analysis/results/server_vs_serverless.md
 
-The committed archive (``analysis/cells/headline``: each complete cell without its event stream, see
-``p2pfl.metrics.archive``) is what the report reads; the same sweep command resumes a study from it.
+The arms were fixed before the runs (the study headers say why): the server's clustering arm is IFCA
+(``SERVER_ARM``); the serverless clustering arms are rnd_gossip h1 and DAC as published (``SERVERLESS_ARMS``).
+No arm is picked per row by its mean. Per group (N x heterogeneity x fleet dynamics) and seed:
 
-Reads run directories only (``cell.json``, ``scenario.yaml``, ``summary.json``, ``timing.json``,
-``positions.npz``). Per cell (protocol x N x heterogeneity x fleet setting) over seeds: mean device accuracy
-and its worst decile (mean of the lowest 10% of devices), final ARI of the federations, bytes sent per
-device and by the server, simulated time of the run and to reach the target accuracy (0.9 x the Oracle's
-mean final accuracy in the same setting), modelled compute per device, and messages lost to the dynamics
-(dropped because a device was offline, a link was down or out of range). Intervals are 95% t-intervals
-over seeds; "matches" is decided on paired per-seed differences (``p2pfl.metrics.claims``).
+- headroom gain (acc - local) / (oracle - local), Local and Oracle of the same group and seed;
+- the serverless arm read at the server arm's traffic (bytes sent by every node, devices and servers, per
+  device: the last evaluation at or below that traffic), at equal simulated time (both read at the earlier
+  end), and at its end;
+- "matches": the paired gain difference (serverless - IFCA) at equal traffic lies above -``MARGIN`` (10% of
+  the headroom), Holm-corrected over the decision table's comparisons at each N (``at_least_holm``);
+- "fewer bytes": at most 90% of the server arm's (``fewer_bytes``); time to target: the first evaluation
+  at or above local + 0.9 (oracle - local), means of the group's seeds;
+- p10: the device at the 10th percentile of accuracy (100 test samples per device).
+
+Server protocols do not depend on where devices are or how they move (every device has its own link to the
+server), so the studies run them on the static and churned fleets only; their static cells are reused for
+the group-mobility rows (marked), as is Local's (it sends nothing).
 """
 
 from __future__ import annotations
@@ -26,137 +30,258 @@ import argparse
 import json
 import math
 import sys
-from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Optional
 
 import numpy as np
 import yaml
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from p2pfl.clustering.plots import federation_frames  # noqa: E402
-from p2pfl.metrics.claims import at_least, fmt_ci, fmt_diff, interval, paired  # noqa: E402
+from p2pfl.metrics.claims import (  # noqa: E402
+    at_least_holm,
+    fewer_bytes,
+    fmt_ci,
+    fmt_diff,
+    headroom_gain,
+    target_accuracy,
+)
 from p2pfl.metrics.runs import find_runs  # noqa: E402
 
 OUT = ROOT / "analysis" / "results"
-COMMAND = ("for n in 100 1000; do p2pfl sweep scenarios/studies/headline_n$n.yaml --jobs 2 "
-           "--out runs/headline/n$n --archive analysis/cells/headline/n$n; done\n"
-           "MALLOC_MMAP_THRESHOLD_=65536 p2pfl sweep scenarios/studies/headline_n10000.yaml --jobs 1 "
-           "--out runs/headline/n10000 --archive analysis/cells/headline/n10000   # alone: memory, see its header\n"
+COMMAND = ("for n in 100 1000; do p2pfl sweep scenarios/studies/headline_n$n.yaml --jobs 2 --out runs/headline/n$n "
+           "--archive analysis/cells/headline/n$n; done\n"
+           "p2pfl sweep scenarios/studies/headline_n10000.yaml --jobs 1 --out runs/headline/n10000 "
+           "--archive analysis/cells/headline/n10000\n"
            "python analysis/headline_report.py analysis/cells/headline")
-#: protocol -> (side, clusters?): the report's order
+SERVER_ARM = "ifca"
+SERVERLESS_ARMS = ("rnd_gossip_h1", "dac_original")
+#: every protocol: (side, clusters?), in the report's order
 PROTOCOLS = {
-    "oracle": ("server", True), "rnd_relay": ("server", True), "rnd_direct": ("server", True),
-    "ifca": ("server", True), "fedavg": ("server", False),
+    "oracle": ("reference", True), "ifca": ("server", True), "rnd_relay": ("server", True),
+    "rnd_direct": ("server", True), "fedavg": ("server", False),
     "rnd_gossip_h1": ("serverless", True), "rnd_gossip_h2": ("serverless", True),
-    "dac_cosine": ("serverless", True), "dac_original": ("serverless", True),
-    "gossip": ("serverless", False), "dsgd": ("serverless", False), "local": ("none", False),
+    "dac_original": ("serverless", True), "dac_cosine": ("serverless", True),
+    "gossip": ("serverless", False), "dsgd": ("serverless", False), "local": ("reference", False),
 }
-#: server protocols a serverless one must match (the Oracle knows the groups: a ceiling, not a contender)
-SERVER_CLUSTERING = ("rnd_relay", "rnd_direct", "ifca")
-SERVERLESS_CLUSTERING = ("rnd_gossip_h1", "rnd_gossip_h2", "dac_cosine", "dac_original")
-SETTINGS = ("together, static", "scattered, static", "together, churn", "scattered, churn", "group mobility")
-LOST = ("offline", "link_down", "partition")
-MATCH_MARGIN = 0.02  # accuracy points a serverless protocol may trail the server's best and still "match"
-#: protocols whose cost grows by design faster than their devices: rnd with a server trains a predictor per
-#: device and scores every (predictor, device) pair, N^2 (RND paper, Sec. III); used only where a protocol ran
-#: at a single N, so its growth could not be measured
-DESIGN_GROWTH = {"rnd_relay": (2.0, "N^2 predictor pairs scored (by design)"),
-                 "rnd_direct": (2.0, "N^2 predictor pairs scored (by design)")}
+HETS = ("rotation", "label_permutation", "label_shift", "feature_skew")
+CONTROL = "feature_skew"
+DYNAMICS = ("static", "churn", "mobility")
+MARGIN = 0.10  # headroom gain a serverless arm may trail the server arm by and still "match"
+BYTES_TOL = 0.10  # "fewer bytes" means at least 10% fewer
+TARGET = 0.9  # time to target: local + 0.9 (oracle - local)
+#: message kinds that discover clusters (the rest trains)
+DISCOVERY_KINDS = ("rnd_predictor", "rnd_verdict", "rnd_upload", "rnd_row", "dac_request")
+
+Row = dict[str, Any]
+Group = tuple[int, str, str]  # (N, heterogeneity, dynamics)
 
 
 # ------------------------------------------------------------------------------------------ runs
-def setting_of(scenario: dict[str, Any]) -> str:
-    """The fleet setting of a run, from its resolved scenario."""
+def dynamics_of(scenario: dict[str, Any]) -> str:
+    """static, churn or mobility, from a run's resolved scenario (the static fleet is churn with nobody off)."""
     dyn = scenario.get("dynamics") or {}
     if dyn.get("mobility"):
-        return "group mobility"
-    where = "together" if scenario["topology"].get("placement") == "strips" else "scattered"
-    churn = (dyn.get("churn") or {}).get("offline") or 0.0
-    return f"{where}, churn" if churn > 0 else f"{where}, static"
+        return "mobility"
+    return "churn" if ((dyn.get("churn") or {}).get("offline") or 0.0) > 0 else "static"
 
 
-def worst_decile(values: list[float]) -> float:
-    """Mean of the lowest 10% of devices (at least one)."""
-    v = sorted(values)
-    return float(np.mean(v[: max(1, math.ceil(0.1 * len(v)))]))
+def egress_of(scenario: dict[str, Any]) -> Optional[float]:
+    """The server's egress (bit/s; its link's bandwidth when not set), None without a server."""
+    servers = scenario["topology"].get("servers") or []
+    if not servers:
+        return None
+    s = servers[0]
+    return float(s.get("egress_bps") or (s.get("link") or {}).get("bandwidth_bps") or 0.0)
 
 
-def ari_curve(summary: dict[str, Any]) -> list[tuple[float, float]]:
-    """(simulated time, ARI) of every clustering event the run logged."""
-    events = summary.get("clustering_events") or summary.get("logs", {}).get("ari", [])
-    return [(float(e["t"]), float(e["ari"] if "ari" in e else e["value"])) for e in events]
+def p10(values: Sequence[Optional[float]]) -> float:
+    """The 10th-percentile device accuracy (linear interpolation; devices never scored left out)."""
+    return float(np.percentile(np.asarray([v for v in values if v is not None], dtype=float), 10))
 
 
-def load(root: Path) -> list[dict[str, Any]]:
-    """One row per run directory of the headline studies under ``root``."""
-    rows = []
-    for path in find_runs(root):
-        cell = json.loads((path / "cell.json").read_text())
-        if not str(cell.get("study", "")).startswith("headline_n"):
-            continue
-        s = json.loads((path / "summary.json").read_text())
-        sc = yaml.safe_load((path / "scenario.yaml").read_text())
-        dropped = s.get("messages_dropped_by_reason", {})
-        rows.append({
-            "path": path, "study": cell["study"], "protocol": cell["variant"], "seed": int(cell["seed"]), "n": int(sc["topology"]["n"]),
-            "partition": sc["data"]["partition"]["kind"], "setting": setting_of(sc),
-            "acc": s["accuracy_mean"], "worst10": worst_decile(s["accuracy_per_node"]), "ari": s.get("ari"),
-            "bytes_device": float(np.mean(s["bytes_per_node"])), "bytes_server": float(sum(s["bytes_per_server"].values())),
-            "bytes": s["bytes_total"], "sim_s": s["sim_time_s"], "flops_device": float(np.mean(s["compute_flops_per_node"])),
-            "lost": sum(int(dropped.get(k, 0)) for k in LOST), "messages": s["messages_total"],
-            "curve": [(float(e["t"]), float(e["accuracy_mean"])) for e in s["accuracy_curve"]],
-            "ari_curve": ari_curve(s), "wall_s": json.loads((path / "timing.json").read_text())["wall_s"],
-        })
+def traffic_curve(summary: dict[str, Any]) -> list[tuple[int, float, float, float]]:
+    """(round, simulated time, mean accuracy, bytes sent by every node per device by then) per evaluation."""
+    n = summary["n_devices"]
+    return [(int(p["round"]), float(p["t"]), float(p["accuracy_mean"]),
+             float(p["bytes_per_device"]) + float(p["bytes_servers"]) / n)
+            for p in summary["accuracy_curve"] if p["accuracy_mean"] is not None]
+
+
+def row_of(path: Path) -> Row:
+    """One run directory's figures."""
+    cell = json.loads((path / "cell.json").read_text())
+    s = json.loads((path / "summary.json").read_text())
+    sc = yaml.safe_load((path / "scenario.yaml").read_text())
+    n = int(s["n_devices"])
+    sent, received = s["bytes_per_node"], s["bytes_received_per_node"]
+    kinds = s.get("bytes_by_kind", {})
+    energy = s["energy"]["j_per_device"]
+    lat = s.get("round_latency_s") or {}
+    return {
+        "path": path, "study": cell["study"], "variant": cell["variant"], "protocol": cell["variant"].removesuffix("_1g"),
+        "egress": egress_of(sc), "seed": int(cell["seed"]), "n": n, "het": sc["data"]["partition"]["kind"],
+        "dyn": dynamics_of(sc), "reused": False, "acc": s["accuracy_mean"], "p10": p10(s["accuracy_per_node"]),
+        "ari": s.get("ari"), "curve": traffic_curve(s), "traffic": s["bytes_total"] / n, "sim_s": s["sim_time_s"],
+        "wan": s.get("bytes_wan", 0) / n, "d2d": s.get("bytes_device_to_device", 0) / n,
+        "server_egress": float(sum(s["bytes_per_server"].values())),
+        "server_ingress": float(sum((s.get("bytes_received_per_server") or {}).values())),
+        "busiest": float(max(a + b for a, b in zip(sent, received))),
+        "lat50": lat.get("p50"), "lat95": lat.get("p95"),
+        "j_radio": energy["radio_mean"], "j_compute": energy["compute_mean"], "j_max": energy["total_max"],
+        "flops": s["compute_flops_total"] / n, "discovery_flops": float(s.get("clustering_flops") or 0) / n,
+        "discovery_bytes": sum(kinds.get(k, 0) for k in DISCOVERY_KINDS) / n,
+        "degree": (s.get("dynamics") or {}).get("mean_radius_degree"),
+        "wall_s": json.loads((path / "timing.json").read_text())["wall_s"],
+    }
+
+
+def load(root: Path) -> list[Row]:
+    """One row per run of the headline studies under ``root``."""
+    rows = [row_of(p) for p in find_runs(root)
+            if str(json.loads((p / "cell.json").read_text()).get("study", "")).startswith("headline_n")]
     if not rows:
         raise SystemExit(f"{root}: no runs of the headline studies (scenarios/studies/headline_n*.yaml) found")
     return rows
 
 
-Key = tuple[int, str, str]  # (N, partition, setting)
+def arm(row: Row) -> str:
+    """A row's name in the tables: the protocol, with the server's egress where there is one."""
+    e = row["egress"]
+    if e is None:
+        return row["protocol"]
+    return f"{row['protocol']} @{e / 1e9:g} Gbit/s" if e >= 1e9 else f"{row['protocol']} @{e / 1e6:g} Mbit/s"
 
 
-def cells(rows: list[dict[str, Any]]) -> dict[Key, dict[str, list[dict[str, Any]]]]:
-    """(N, partition, setting) -> protocol -> runs over seeds."""
-    out: dict[Key, dict[str, list[dict[str, Any]]]] = {}
+def groups(rows: list[Row]) -> dict[Group, dict[str, list[Row]]]:
+    """(N, heterogeneity, dynamics) -> arm -> runs; server arms and Local reuse their static runs under mobility."""
+    out: dict[Group, dict[str, list[Row]]] = {}
     for r in rows:
-        out.setdefault((r["n"], r["partition"], r["setting"]), {}).setdefault(r["protocol"], []).append(r)
-    return dict(sorted(out.items(), key=lambda kv: (kv[0][0], kv[0][1], SETTINGS.index(kv[0][2]))))
+        out.setdefault((r["n"], r["het"], r["dyn"]), {}).setdefault(arm(r), []).append(r)
+    for (n, het, dyn), arms in list(out.items()):
+        if dyn != "mobility":
+            continue
+        for name, runs in out.get((n, het, "static"), {}).items():
+            if runs[0]["egress"] is not None or runs[0]["protocol"] == "local":
+                arms.setdefault(name, [{**r, "dyn": "mobility", "reused": True} for r in runs])
+    order = {h: i for i, h in enumerate(HETS)}
+    return {k: dict(sorted(v.items(), key=lambda kv: _order(kv[0])))
+            for k, v in sorted(out.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 9), DYNAMICS.index(kv[0][2])))}
 
 
-def mean(runs: list[dict[str, Any]], field: str) -> float:
-    vals = [r[field] for r in runs if r[field] is not None]
-    return float(np.mean(vals)) if vals else float("nan")
+def _order(name: str) -> tuple[int, str]:
+    proto = name.split(" @")[0]
+    return (list(PROTOCOLS).index(proto) if proto in PROTOCOLS else 99, name)
 
 
-def by_seed(runs: list[dict[str, Any]], field: str) -> dict[int, float]:
-    return {r["seed"]: r[field] for r in runs if r[field] is not None}
+def reference(arms: dict[str, list[Row]], protocol: str) -> dict[int, float]:
+    """Final accuracy per seed of a reference (``local``; ``oracle`` at the slowest server egress)."""
+    runs = [r for name, rs in arms.items() for r in rs if r["protocol"] == protocol]
+    slowest = min((r["egress"] for r in runs if r["egress"] is not None), default=None)
+    return {r["seed"]: r["acc"] for r in runs if r["egress"] == slowest}
 
 
-def time_to(curve: list[tuple[float, float]], target: float) -> float | None:
-    """First simulated time the mean device accuracy reached ``target`` (None: never)."""
-    return next((t for t, a in curve if a >= target), None)
+def server_arm(arms: dict[str, list[Row]], protocol: str = SERVER_ARM) -> Optional[str]:
+    """The name of ``protocol``'s arm at the slowest server egress (the studies' 50 Mbit/s), if it ran."""
+    names = [a for a, rs in arms.items() if rs[0]["protocol"] == protocol]
+    return min(names, key=lambda a: arms[a][0]["egress"] or 0.0) if names else None
 
 
-def with_targets(table: dict[Key, dict[str, list[dict[str, Any]]]]) -> None:
-    """Add ``t_target`` to every run: time to 0.9 x the Oracle's mean final accuracy of its setting."""
-    for protos in table.values():
-        target = 0.9 * mean(protos["oracle"], "acc") if "oracle" in protos else None
-        for runs in protos.values():
-            for r in runs:
-                r["target"] = target
-                r["t_target"] = None if target is None else time_to(r["curve"], target)
+# ------------------------------------------------------------------------------------------ readings
+def at_traffic(curve: Sequence[tuple[int, float, float, float]], budget: float) -> Optional[float]:
+    """Accuracy at the last evaluation whose traffic was at most ``budget`` (None: none was)."""
+    ok = [acc for _, _, acc, b in curve if b <= budget * (1 + 1e-9)]
+    return ok[-1] if ok else None
+
+
+def at_time(curve: Sequence[tuple[int, float, float, float]], t: float) -> Optional[float]:
+    """Accuracy at the last evaluation at or before simulated time ``t`` (None: none was)."""
+    ok = [acc for _, tt, acc, _ in curve if tt <= t * (1 + 1e-12)]
+    return ok[-1] if ok else None
+
+
+def first_reaching(curve: Sequence[tuple[int, float, float, float]], target: float) -> Optional[tuple[float, float]]:
+    """(simulated time, traffic) of the first evaluation at or above ``target``; None if never."""
+    return next(((t, b) for _, t, acc, b in curve if acc >= target), None)
+
+
+def gains(runs: list[Row], local: dict[int, float], oracle: dict[int, float],
+          acc_of: Any = None) -> dict[int, float]:
+    """Headroom gain per seed (``acc_of(run)`` the accuracy read; default the final one)."""
+    out = {}
+    for r in runs:
+        s = r["seed"]
+        acc = r["acc"] if acc_of is None else acc_of(r)
+        if acc is not None and s in local and s in oracle:
+            g = headroom_gain(acc, local[s], oracle[s])
+            if not math.isnan(g):
+                out[s] = g
+    return out
+
+
+def comparison(arms: dict[str, list[Row]], name: str) -> Optional[dict[str, Any]]:
+    """The serverless arm ``name`` against the server arm in one group: paired gain differences (serverless -
+    server) at equal traffic, equal time and at the ends; traffic and time ratios; time and traffic to target."""
+    server = server_arm(arms)
+    if server is None or name not in arms:
+        return None
+    local, oracle = reference(arms, "local"), reference(arms, "oracle")
+    srv = {r["seed"]: r for r in arms[server]}
+    mine = {r["seed"]: r for r in arms[name] if r["seed"] in srv}
+    g_srv = gains(list(srv.values()), local, oracle)
+
+    def diffs(acc_of: Any) -> list[float]:
+        g = gains(list(mine.values()), local, oracle, acc_of)
+        return [g[s] - g_srv[s] for s in sorted(set(g) & set(g_srv))]
+
+    target = {s: target_accuracy(local[s], oracle[s], TARGET) for s in set(local) & set(oracle)}
+    reach = {s: first_reaching(r["curve"], target[s]) for s, r in mine.items() if s in target}
+    reach_srv = {s: first_reaching(r["curve"], target[s]) for s, r in srv.items() if s in target}
+    return {
+        "server": server, "n_seeds": len(mine),
+        "gain_server": list(g_srv.values()), "gain": list(gains(list(mine.values()), local, oracle).values()),
+        "equal_traffic": diffs(lambda r: at_traffic(r["curve"], srv[r["seed"]]["traffic"])),
+        "equal_time": diffs(lambda r: at_time(r["curve"], min(r["sim_s"], srv[r["seed"]]["sim_s"]))),
+        "end": diffs(None),
+        "traffic_ratio": [mine[s]["traffic"] / srv[s]["traffic"] for s in mine],
+        "time_ratio": [mine[s]["sim_s"] / srv[s]["sim_s"] for s in mine],
+        "to_target": {s: v for s, v in reach.items()}, "to_target_server": reach_srv,
+    }
+
+
+def verdicts(table: dict[Group, dict[str, list[Row]]]) -> dict[tuple[Group, str], tuple[dict[str, Any], str]]:
+    """(group, serverless arm) -> (its comparison, the Holm-corrected 'matches at equal traffic' verdict), Holm
+    over all of them at the same N (the decision table's family)."""
+    out: dict[tuple[Group, str], tuple[dict[str, Any], str]] = {}
+    for n in sorted({g[0] for g in table}):
+        keys, comps = [], []
+        for g, arms in table.items():
+            if g[0] != n:
+                continue
+            for name in SERVERLESS_ARMS:
+                c = comparison(arms, name)
+                if c is not None:
+                    keys.append((g, name))
+                    comps.append(c)
+        for key, c, v in zip(keys, comps, at_least_holm([c["equal_traffic"] for c in comps], MARGIN)):
+            out[key] = (c, v)
+    return out
 
 
 # ------------------------------------------------------------------------------------------ tables
+def md(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str = "") -> list[str]:
+    """A markdown table (``align``: one of l/r per column, default left for the first, right for the rest)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    sep = "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"
+    return ["| " + " | ".join(header) + " |", sep, *("| " + " | ".join(str(c) for c in r) + " |" for r in rows), ""]
+
+
 def fmt_bytes(b: float) -> str:
-    if math.isnan(b):
+    if b is None or math.isnan(b):
         return "—"
     for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if b >= k:
@@ -164,494 +289,251 @@ def fmt_bytes(b: float) -> str:
     return f"{b:.0f} B"
 
 
-def ordered(protos: Iterable[str]) -> list[str]:
-    return [p for p in PROTOCOLS if p in set(protos)]
+def fmt_s(t: Optional[float]) -> str:
+    return "—" if t is None or math.isnan(t) else (f"{t:.2f} s" if t < 100 else f"{t:,.0f} s")
 
 
-def accuracy_tables(table: dict[Key, dict[str, list[dict[str, Any]]]]) -> list[str]:
-    """Per N and heterogeneity: protocols x settings, mean accuracy ± CI (worst decile below)."""
-    out = []
-    for n, part in sorted({(k[0], k[1]) for k in table}):
-        settings = [s for s in SETTINGS if (n, part, s) in table]
-        protos = ordered({p for s in settings for p in table[(n, part, s)]})
-        out += [f"### N = {n:,}, {part}: accuracy (mean ± 95% CI; worst decile)", "",
-                "| protocol | " + " | ".join(settings) + " |", "|---|" + "---|" * len(settings)]
-        for p in protos:
-            cellv = []
-            for s in settings:
-                runs = table[(n, part, s)].get(p, [])
-                cellv.append(f"{fmt_ci([r['acc'] for r in runs])} ({mean(runs, 'worst10'):.3f})" if runs else "—")
-            out.append(f"| {p} | " + " | ".join(cellv) + " |")
-        out.append("")
-    return out
+def mean_of(runs: list[Row], field: str) -> float:
+    vals = [r[field] for r in runs if r[field] is not None]
+    return float(np.mean(vals)) if vals else math.nan
 
 
-def ari_tables(table: dict[Key, dict[str, list[dict[str, Any]]]]) -> list[str]:
-    out = []
-    for n, part in sorted({(k[0], k[1]) for k in table}):
-        settings = [s for s in SETTINGS if (n, part, s) in table]
-        protos = [p for p in ordered({p for s in settings for p in table[(n, part, s)]})
-                  if PROTOCOLS[p][1] and p != "oracle"]
-        if not protos:
+def group_name(g: Group) -> str:
+    return f"N = {g[0]:,}, {g[1]}, {g[2]}"
+
+
+def recommend(c_by_arm: dict[str, tuple[dict[str, Any], str]], fedavg_gain: float, server_gain: float) -> tuple[str, str]:
+    """(what to run, because ...) for one group from the serverless arms' verdicts."""
+    holds = [(a, c) for a, (c, v) in c_by_arm.items() if v == "holds"]
+    if holds:
+        a, c = max(holds, key=lambda ac: float(np.mean(ac[1]["gain"])))
+        fewer = fewer_bytes(float(np.mean([r for r in c["traffic_ratio"]])), 1.0, BYTES_TOL)
+        why = (f"matches the server's IFCA at its traffic (gain {fmt_diff(c['equal_traffic'], 1.0, 2)} vs IFCA)"
+               + ("; at the end it sent ≥ 10% fewer bytes" if fewer else "") +
+               f"; simulated time {np.mean(c['time_ratio']):.2f}x IFCA's")
+        return f"drop the server: {a}", why
+    if c_by_arm and all(v == "does not hold" for _, v in c_by_arm.values()):
+        why = "every serverless arm trails IFCA by more than 10% of the headroom at IFCA's traffic"
+        if not math.isnan(fedavg_gain) and fedavg_gain >= server_gain:
+            return "keep a server: FedAvg", why + f"; FedAvg's gain {fedavg_gain:.2f} ≥ IFCA's {server_gain:.2f}"
+        return "keep the server: IFCA", why
+    if not c_by_arm:
+        return "—", "the arms have not run here yet"
+    return "not resolved at this budget", "the Holm-corrected interval spans the margin for " + ", ".join(
+        a for a, (_, v) in c_by_arm.items() if v != "does not hold")
+
+
+def decision_table(table: dict[Group, dict[str, list[Row]]],
+                   verdict: dict[tuple[Group, str], tuple[dict[str, Any], str]]) -> list[str]:
+    rows = []
+    for g, arms in table.items():
+        by_arm = {a: verdict[(g, a)] for a in SERVERLESS_ARMS if (g, a) in verdict}
+        server = server_arm(arms)
+        local, oracle = reference(arms, "local"), reference(arms, "oracle")
+        fa = server_arm(arms, "fedavg")
+        g_srv = float(np.mean(list(gains(arms[server], local, oracle).values()) or [math.nan])) if server else math.nan
+        g_fa = float(np.mean(list(gains(arms[fa], local, oracle).values()) or [math.nan])) if fa else math.nan
+        what, why = recommend(by_arm, g_fa, g_srv)
+        cells = [f"{fmt_diff(c['equal_traffic'], 1.0, 2)}: {v.split(' (')[0]}" for c, v in by_arm.values()]
+        cells += ["—"] * (len(SERVERLESS_ARMS) - len(cells))
+        head = 100 * (float(np.mean(list(oracle.values()))) - float(np.mean(list(local.values())))) \
+            if local and oracle else math.nan
+        seeds = len(arms[server]) if server else 0
+        rows.append([group_name(g), seeds, f"{head:.1f}", f"{g_srv:.2f}", f"{g_fa:.2f}", *cells, f"**{what}**", why])
+    return md(["fleet", "seeds", "headroom (pts)", "IFCA gain", "FedAvg gain",
+               *[f"{a} − IFCA, gain at IFCA's traffic" for a in SERVERLESS_ARMS], "run", "because"], rows,
+              "lrrrr" + "l" * (len(SERVERLESS_ARMS) + 2))
+
+
+def crossover(verdict: dict[tuple[Group, str], tuple[dict[str, Any], str]]) -> list[str]:
+    """Per regime (heterogeneity x dynamics) and serverless arm: the smallest N where it matches IFCA at equal
+    traffic and, at its end, spent >= 10% fewer bytes or less simulated time."""
+    regimes = sorted({(g[1], g[2]) for g, _ in verdict}, key=lambda r: (HETS.index(r[0]) if r[0] in HETS else 9,
+                                                                       DYNAMICS.index(r[1])))
+    rows = []
+    for het, dyn in regimes:
+        for a in SERVERLESS_ARMS:
+            ns = sorted(g[0] for g, aa in verdict if (g[1], g[2], aa) == (het, dyn, a))
+            if not ns:
+                continue
+            hit = next((n for n in ns if _pays(*verdict[((n, het, dyn), a)])), None)
+            tried = ", ".join(f"{n:,}" for n in ns)
+            rows.append([f"{het}, {dyn}", a, tried, f"N = {hit:,}" if hit else f"none of N = {tried}"])
+    return md(["regime", "serverless arm", "N run", "crossover"], rows, "llll")
+
+
+def _pays(c: dict[str, Any], v: str) -> bool:
+    cheaper = fewer_bytes(float(np.mean(c["traffic_ratio"])), 1.0, BYTES_TOL)
+    faster = float(np.mean(c["time_ratio"])) < 1.0
+    return v == "holds" and (cheaper or faster)
+
+
+def pareto(points: dict[str, tuple[float, float]]) -> list[str]:
+    """Arms no other arm beats on (accuracy up, traffic down) at once: name -> (accuracy, traffic)."""
+    return [a for a, (acc, b) in points.items()
+            if not any(acc2 >= acc and b2 <= b and (acc2, b2) != (acc, b) for a2, (acc2, b2) in points.items() if a2 != a)]
+
+
+def accuracy_table(g: Group, arms: dict[str, list[Row]]) -> list[str]:
+    local, oracle = reference(arms, "local"), reference(arms, "oracle")
+    target = target_accuracy(float(np.mean(list(local.values()) or [math.nan])),
+                             float(np.mean(list(oracle.values()) or [math.nan])), TARGET)
+    front = pareto({a: (mean_of(rs, "acc"), mean_of(rs, "traffic")) for a, rs in arms.items()})
+    rows = []
+    for a, rs in arms.items():
+        hit = [first_reaching(r["curve"], target) for r in rs]
+        times = [h[0] for h in hit if h is not None]
+        ttt = "never" if not times else (fmt_s(float(np.mean(times))) + ("" if len(times) == len(hit)
+                                                                          else f" ({len(times)}/{len(hit)} seeds)"))
+        g_ = list(gains(rs, local, oracle).values())
+        ari = [r["ari"] for r in rs if r["ari"] is not None]
+        rows.append([a + (" (static run)" if rs[0]["reused"] else "") + (" ★" if a in front else ""), len(rs),
+                     fmt_ci([r["acc"] for r in rs]), fmt_ci(g_, 1.0, 2) if g_ else "—", fmt_ci([r["p10"] for r in rs]),
+                     fmt_ci(ari, 1.0, 2) if ari else "—", fmt_bytes(mean_of(rs, "traffic")), fmt_s(mean_of(rs, "sim_s")),
+                     ttt])
+    return [f"**{group_name(g)}** (target {target:.3f}; ★ Pareto front of accuracy vs traffic)", "",
+            *md(["arm", "seeds", "accuracy", "headroom gain", "p10 device", "ARI", "traffic / device", "sim time",
+                 "time to target"], rows)]
+
+
+def cost_table(g: Group, arms: dict[str, list[Row]]) -> list[str]:
+    rows = []
+    for a, rs in arms.items():
+        if rs[0]["reused"]:
             continue
-        out += [f"### N = {n:,}, {part}: final ARI of the federations (mean ± 95% CI)", "",
-                "| protocol | " + " | ".join(settings) + " |", "|---|" + "---|" * len(settings)]
-        for p in protos:
-            vals = [fmt_ci([r["ari"] for r in table[(n, part, s)].get(p, []) if r["ari"] is not None], digits=2)
-                    for s in settings]
-            out.append(f"| {p} | " + " | ".join(vals) + " |")
-        out.append("")
-    return out
+        rows.append([a, fmt_bytes(mean_of(rs, "wan")), fmt_bytes(mean_of(rs, "d2d")),
+                     fmt_bytes(mean_of(rs, "server_egress")), fmt_bytes(mean_of(rs, "server_ingress")),
+                     fmt_bytes(mean_of(rs, "busiest")), fmt_s(mean_of(rs, "lat50")), fmt_s(mean_of(rs, "lat95")),
+                     f"{mean_of(rs, 'j_radio'):.2f}", f"{mean_of(rs, 'j_compute'):.2f}", f"{mean_of(rs, 'j_max'):.2f}",
+                     f"{mean_of(rs, 'wall_s'):.0f}"])
+    return [f"**{group_name(g)}**", "",
+            *md(["arm", "WAN / device", "device-device / device", "server egress", "server ingress",
+                 "busiest device (sent + received)", "round p50", "round p95", "radio J / device",
+                 "compute J / device", "max J (a device)", "wall s / run"], rows)]
 
 
-def cost_tables(table: dict[Key, dict[str, list[dict[str, Any]]]]) -> list[str]:
-    """Per N and heterogeneity, the static fleet with groups together: what each protocol costs; messages lost
-    under churn and mobility."""
-    out = []
-    for n, part in sorted({(k[0], k[1]) for k in table}):
-        base = table.get((n, part, "together, static"))
-        if not base:
-            continue
-        out += [f"### N = {n:,}, {part}: costs (groups together, static; lost messages under churn / mobility)", "",
-                "| protocol | bytes / device | bytes at the server | sim time (s) | time to target (s) | "
-                "GFLOP / device | lost (churn) | lost (mobility) |", "|---|---|---|---|---|---|---|---|"]
-        for p in ordered(base):
-            runs = base[p]
-            reached = [r["t_target"] for r in runs if r.get("t_target") is not None]
-            tt = f"{np.mean(reached):.2f} ({len(reached)}/{len(runs)})" if reached else f"never (0/{len(runs)})"
-            churn = table.get((n, part, "together, churn"), {}).get(p, [])
-            mob = table.get((n, part, "group mobility"), {}).get(p, [])
-            lost = [f"{mean(runs_, 'lost'):.0f}" if runs_ else "—" for runs_ in (churn, mob)]
-            out.append(f"| {p} | {fmt_bytes(mean(runs, 'bytes_device'))} | {fmt_bytes(mean(runs, 'bytes_server'))} | "
-                       f"{mean(runs, 'sim_s'):.2f} | {tt} | {mean(runs, 'flops_device') / 1e9:.2f} | {lost[0]} | {lost[1]} |")
-        out.append("")
-    return out
+def discovery_table(table: dict[Group, dict[str, list[Row]]]) -> list[str]:
+    """Per clustering protocol and N (static fleets, all heterogeneities): what discovering the clusters cost
+    beside training, per device."""
+    rows = []
+    for n in sorted({g[0] for g in table}):
+        runs = [r for g, arms in table.items() if g[0] == n and g[2] == "static" for rs in arms.values() for r in rs]
+        for p in [p for p, (_, clusters) in PROTOCOLS.items() if clusters and p != "oracle"]:
+            rs = [r for r in runs if r["protocol"] == p and r["egress"] in (None, min(
+                (x["egress"] for x in runs if x["protocol"] == p and x["egress"] is not None), default=None))]
+            if not rs:
+                continue
+            d_f, f = mean_of(rs, "discovery_flops"), mean_of(rs, "flops")
+            d_b, b = mean_of(rs, "discovery_bytes"), mean_of(rs, "traffic")
+            rows.append([f"{n:,}", p, len(rs), f"{d_f / 1e9:.2f}", f"{(f - d_f) / 1e9:.2f}", fmt_bytes(d_b),
+                         fmt_bytes(b - d_b), f"{100 * d_b / b:.0f}%" if b else "—"])
+    return md(["N", "protocol", "runs", "discovery GFLOP / device", "training GFLOP / device",
+               "discovery bytes / device", "other bytes / device", "discovery share of bytes"], rows)
 
 
-def pareto(protos: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """Protocols no other one beats on accuracy, total bytes and simulated time at once (means)."""
-    pts = {p: (mean(r, "acc"), mean(r, "bytes"), mean(r, "sim_s")) for p, r in protos.items()}
-
-    def dominated(p: str) -> bool:
-        a, b, t = pts[p]
-        return any(a2 >= a and b2 <= b and t2 <= t and (a2, b2, t2) != (a, b, t) for q, (a2, b2, t2) in pts.items()
-                   if q != p)
-
-    return [p for p in ordered(pts) if not dominated(p)]
+def comparisons_table(verdict: dict[tuple[Group, str], tuple[dict[str, Any], str]]) -> list[str]:
+    rows = []
+    for (g, a), (c, v) in verdict.items():
+        rows.append([group_name(g), a, c["n_seeds"], fmt_diff(c["equal_traffic"], 1.0, 2), v,
+                     fmt_diff(c["equal_time"], 1.0, 2), fmt_diff(c["end"], 1.0, 2),
+                     f"{np.mean(c['traffic_ratio']):.2f}", f"{np.mean(c['time_ratio']):.3f}"])
+    return md(["fleet", "serverless arm", "seeds", "gain − IFCA's at IFCA's traffic", "matches (Holm, margin 0.10)",
+               "at equal time", "at the ends", "traffic ratio (end)", "sim time ratio (end)"], rows, "lllrlrrrr")
 
 
-def pareto_table(table: dict[Key, dict[str, list[dict[str, Any]]]]) -> list[str]:
-    out = ["| N | heterogeneity | setting | Pareto front (accuracy ↑, bytes ↓, simulated time ↓) |", "|---|---|---|---|"]
-    for (n, part, s), protos in table.items():
-        front = pareto(protos)
-        out.append(f"| {n:,} | {part} | {s} | " + ", ".join(
-            f"{p} ({mean(protos[p], 'acc'):.3f}, {fmt_bytes(mean(protos[p], 'bytes'))}, {mean(protos[p], 'sim_s'):.1f} s)"
-            for p in front) + " |")
-    return out + [""]
-
-
-def best(protos: dict[str, list[dict[str, Any]]], names: tuple[str, ...]) -> str | None:
-    have = [p for p in names if p in protos]
-    return max(have, key=lambda p: mean(protos[p], "acc")) if have else None
-
-
-def crossover(table: dict[Key, dict[str, list[dict[str, Any]]]]) -> tuple[list[str], dict[tuple[str, str], int | None]]:
-    """Per heterogeneity and setting, by N: the server's best clustering vs the best serverless one, and the
-    smallest N where serverless matches (paired 95% interval above -MATCH_MARGIN) at fewer bytes."""
-    lines = ["| heterogeneity | setting | N | server's best (acc, bytes) | serverless best (acc, bytes) | "
-             "serverless − server (paired) | matches at fewer bytes |", "|---|---|---|---|---|---|---|"]
-    found: dict[tuple[str, str], int | None] = {}
-    for (n, part, s), protos in table.items():
-        srv, sl = best(protos, SERVER_CLUSTERING), best(protos, SERVERLESS_CLUSTERING)
-        if srv is None or sl is None:
-            continue
-        diffs = paired(by_seed(protos[sl], "acc"), by_seed(protos[srv], "acc"))
-        verdict = at_least(diffs, MATCH_MARGIN)
-        cheaper = mean(protos[sl], "bytes") < mean(protos[srv], "bytes")
-        ok = verdict == "holds" and cheaper
-        found.setdefault((part, s), None)
-        if ok and found[(part, s)] is None:
-            found[(part, s)] = n
-        lines.append(f"| {part} | {s} | {n:,} | {srv} ({mean(protos[srv], 'acc'):.3f}, {fmt_bytes(mean(protos[srv], 'bytes'))}) "
-                     f"| {sl} ({mean(protos[sl], 'acc'):.3f}, {fmt_bytes(mean(protos[sl], 'bytes'))}) | "
-                     f"{fmt_diff(diffs)} pts | {'yes' if ok else 'no'} ({verdict}{'' if cheaper else '; more bytes'}) |")
-    return lines + [""], found
-
-
-def decision(table: dict[Key, dict[str, list[dict[str, Any]]]]) -> list[str]:
-    """Fleet like this -> run that: the most accurate protocol, or the cheapest one statistically tied with it."""
-    lines = ["| fleet (N, heterogeneity, setting) | run | because |", "|---|---|---|"]
-    for (n, part, s), protos in table.items():
-        contenders = {p: r for p, r in protos.items() if p != "oracle"}
-        top = max(contenders, key=lambda p: mean(contenders[p], "acc"))
-        tied = [p for p in contenders if p == top or at_least(paired(by_seed(contenders[p], "acc"),
-                                                                          by_seed(contenders[top], "acc")),
-                                                               MATCH_MARGIN) == "holds"]
-        pick = min(tied, key=lambda p: mean(contenders[p], "bytes"))
-        why = (f"accuracy {mean(contenders[pick], 'acc'):.3f} "
-               + (f"(best: {top} {mean(contenders[top], 'acc'):.3f}, within {MATCH_MARGIN} on every seed's interval) "
-                  if pick != top else "(the best) ")
-               + f"at {fmt_bytes(mean(contenders[pick], 'bytes_device'))} per device"
-               + (f" and {fmt_bytes(mean(contenders[pick], 'bytes_server'))} at the server"
-                  if mean(contenders[pick], "bytes_server") > 0 else ", no server")
-               + f"; {mean(contenders[pick], 'sim_s'):.1f} s simulated")
-        lines.append(f"| {n:,}, {part}, {s} | **{pick}** | {why} |")
-    return lines + [""]
-
-
-# ------------------------------------------------------------------------------------------ reading
-UNCLUSTERED = ("fedavg", "gossip", "dsgd")  # one model for the whole fleet
-
-
-def _acc(protos: dict[str, list[dict[str, Any]]], p: str) -> str:
-    return f"{p} {mean(protos[p], 'acc'):.3f}"
-
-
-def _growth(rows: list[dict[str, Any]], protocol: str, field: str) -> tuple[int, int, float] | None:
-    """Log-log slope of ``field`` (mean over seeds) between the two largest N ``protocol`` ran at (feature skew,
-    groups together, static); None where it ran at one N or the values are not positive."""
-    sel = [r for r in rows if r["protocol"] == protocol and r["partition"] == "feature_skew"
-           and r["setting"] == "together, static"]
-    ns = sorted({r["n"] for r in sel})
-    if len(ns) < 2:
-        return None
-    lo, hi = (mean([r for r in sel if r["n"] == n], field) for n in ns[-2:])
-    if not (lo > 0 and hi > 0):
-        return None
-    return ns[-2], ns[-1], math.log(hi / lo) / math.log(ns[-1] / ns[-2])
-
-
-def reading(table: dict[Key, dict[str, list[dict[str, Any]]]], rows: list[dict[str, Any]],
-            found: dict[tuple[str, str], int | None]) -> list[str]:
-    """What the tables below show, one bullet per finding, each naming the table it comes from; generated from
-    the same numbers, so it cannot drift from them."""
-    out = []
-    for n, part in sorted({(k[0], k[1]) for k in table}):
-        protos = table.get((n, part, "together, static"), {})
-        clus = best(protos, SERVER_CLUSTERING + SERVERLESS_CLUSTERING)
-        one = best(protos, UNCLUSTERED)
-        if clus and one:
-            ahead, behind = (clus, one) if mean(protos[clus], "acc") > mean(protos[one], "acc") else (one, clus)
-            diffs = paired(by_seed(protos[ahead], "acc"), by_seed(protos[behind], "acc"))
-            resolved = len(diffs) > 1 and interval(diffs)[1] > 0
-            which = ("the best clustering protocol, {a}, leads the best single model, {b}," if ahead == clus else
-                     "the best single model, {a}, leads the best clustering protocol, {b},").format(
-                         a=_acc(protos, ahead), b=_acc(protos, behind))
-            lead = f"{which} by {fmt_diff(diffs)} pts" + ("" if resolved else ": an interval that spans 0")
-            oracle = (f"; the Oracle (FedAvg within the true groups) reaches {mean(protos['oracle'], 'acc'):.3f}"
-                      if "oracle" in protos else "")
-            out.append(f"- N = {n:,}, {part}, groups together, static: {lead}{oracle} (accuracy table).")
-        srv, sl = best(protos, SERVER_CLUSTERING), best(protos, SERVERLESS_CLUSTERING)
-        if srv and sl:
-            moved = []
-            for s in ("together, churn", "group mobility"):
-                other = table.get((n, part, s), {})
-                if srv in other and sl in other:
-                    d_srv = paired(by_seed(other[srv], "acc"), by_seed(protos[srv], "acc"))
-                    d_sl = paired(by_seed(other[sl], "acc"), by_seed(protos[sl], "acc"))
-                    moved.append(f"{s.split(', ')[-1]} moves {srv} by {fmt_diff(d_srv)} pts and {sl} by "
-                                 f"{fmt_diff(d_sl)} pts")
-            if moved:
-                out.append(f"- N = {n:,}, {part}: against the static fleet with groups together, "
-                           + "; ".join(moved) + " (accuracy table, paired over seeds).")
-    parts = sorted({part for part, _ in found})
-    for part in parts:
-        hits = {s: n for (p, s), n in found.items() if p == part}
-        yes = [f"{s} (from N = {n:,})" for s, n in hits.items() if n]
-        ns = sorted({k[0] for k, protos in table.items() if k[1] == part and best(protos, SERVER_CLUSTERING)
-                     and best(protos, SERVERLESS_CLUSTERING)})
-        out.append(f"- {part}: serverless clustering matches the server's best at fewer bytes in "
-                   f"{len(yes)} of {len(hits)} settings at the N where both kinds ran "
-                   f"({', '.join(f'{n:,}' for n in ns)})"
-                   + (f": {'; '.join(yes)}" if yes else "") + " (crossover table).")
-    grow = []
-    for p in ordered({r["protocol"] for r in rows}):
-        g = _growth(rows, p, "bytes_device")
-        if g:
-            grow.append(f"{p} {g[2]:.2f}")
-    if grow:
-        out.append("- Bytes per device grow with N (log-log slope between the two largest N each ran; 0 = flat): "
-                   + ", ".join(grow) + " (cost tables; bytes plot).")
-    srv_time = []
-    for n in sorted({k[0] for k in table}):
-        runs = table.get((n, "feature_skew", "together, static"), {}).get("fedavg", [])
-        if runs:
-            srv_time.append(f"N = {n:,}: {mean(runs, 'sim_s'):.1f} s simulated, {fmt_bytes(mean(runs, 'bytes_server'))} "
-                            "from the server")
-    if srv_time:
-        out.append("- The server's uplink: FedAvg's 8 rounds take " + "; ".join(srv_time)
-                   + " (feature skew, static; cost tables).")
-    return out + [""]
-
-
-class StudySize(NamedTuple):
-    """What a headline study defines: its N, its cells, and the runs (protocols x seeds, less the study's
-    exclusions) of each (N, heterogeneity, setting) group."""
-
-    n: int
-    cells: int
-    groups: dict[Key, int]
-    excluded: tuple[str, ...] = ()  # "protocol under setting" for each (variant, setting) the study's exclude drops
-
-
-def study_sizes() -> dict[str, StudySize]:
-    """Each committed headline study (``scenarios/studies/headline_n*.yaml``) by name."""
-    from p2pfl.config.study import load_study
-
-    out = {}
-    for f in sorted((ROOT / "scenarios" / "studies").glob("headline_n*.yaml"), key=lambda f: int(f.stem.split("_n")[1])):
-        st = load_study(f)
-        groups = Counter((c.scenario.topology.n, c.scenario.data.partition.kind, setting_of(c.scenario.model_dump()))
-                         for c in st.cells)
-        out[st.name] = StudySize(st.cells[0].scenario.topology.n, len(st.cells), dict(groups), excluded(st.spec))
-    return out
-
-
-def excluded(spec: Any) -> tuple[str, ...]:
-    """The (protocol, setting) pairs a headline study's ``exclude`` entries drop, in words."""
-    from p2pfl.config.study import expand
-
-    def setting(a: dict[str, Any]) -> str:
-        return setting_of({"topology": {"placement": a.get("topology.placement", "strips")},
-                           "dynamics": a.get("dynamics") or {}})
-
-    kept = {(v, setting(a)) for v, a, _ in expand(spec)}
-    every = {(v, setting(a)) for v, a, _ in expand(spec.model_copy(update={"exclude": []}))}
-    return tuple(f"{v} under {s}" for v, s in sorted(every - kept, key=lambda p: (str(p[0]), SETTINGS.index(p[1]))))
-
-
-def complete_groups(rows: list[dict[str, Any]], sizes: dict[str, StudySize]) -> tuple[list[dict[str, Any]], list[Key]]:
-    """The rows of the (N, heterogeneity, setting) groups whose every protocol x seed ran, and the groups left out
-    (a study still running: comparing a group's protocols needs all of them)."""
-    expected = {k: c for size in sizes.values() for k, c in size.groups.items()}
-    count = Counter((r["n"], r["partition"], r["setting"]) for r in rows)
-    partial = sorted((k for k, c in count.items() if c < expected.get(k, 0)),
-                     key=lambda k: (k[0], k[1], SETTINGS.index(k[2])))
-    left_out = set(partial)
-    return [r for r in rows if (r["n"], r["partition"], r["setting"]) not in left_out], partial
-
-
-def status(rows: list[dict[str, Any]], sizes: dict[str, StudySize], partial: list[Key]) -> str:
-    """Cells complete per headline study, and the groups the tables leave out."""
-    have = Counter(r["study"] for r in rows)
-    text = "Cells complete: " + ", ".join(f"`{name}` {have.get(name, 0)} of {size.cells}" for name, size in sizes.items())
-    if partial:
-        text += ("; left out of every table and plot until all their protocols and seeds have run: "
-                 + "; ".join(f"N = {n:,}, {part}, {s}" for n, part, s in partial))
-    return text + "."
-
-
-# ------------------------------------------------------------------------------------------ plots
-def _on_grid(curves: list[list[tuple[float, float]]], grid: np.ndarray) -> np.ndarray:
-    """Step curves (value held from each point on) sampled on ``grid``; NaN before a curve starts."""
-    out = np.full((len(curves), grid.size), np.nan)
-    for i, c in enumerate(curves):
-        if not c:
-            continue
-        t, v = np.array([p[0] for p in c]), np.array([p[1] for p in c])
-        idx = np.searchsorted(t, grid, side="right") - 1
-        out[i] = np.where(idx >= 0, v[np.clip(idx, 0, None)], np.nan)
-    return out
-
-
+# ------------------------------------------------------------------------------------------ figures
 def colour(protocol: str) -> Any:
-    """One colour per protocol in every plot."""
     import matplotlib
 
     return matplotlib.colormaps["tab20"](list(PROTOCOLS).index(protocol) / len(PROTOCOLS))
 
 
-def _band(ax: Any, runs: list[dict[str, Any]], field: str, label: str) -> None:
-    curves = [r[field] for r in runs if r[field]]
-    if not curves:
-        return
-    ts = [p[0] for c in curves for p in c if p[0] > 0]
-    if not ts:
-        return
-    grid = np.geomspace(min(ts), max(ts), 200)
-    vals = _on_grid(curves, grid)
-    ok = ~np.isnan(vals).any(axis=0)
-    if not ok.any():
-        return
-    m = vals[:, ok].mean(axis=0)
-    ax.plot(grid[ok], m, label=label, lw=1.2, color=colour(label))
-    if len(curves) > 1:
-        lo_hi = np.array([interval(list(col))[1:] for col in vals[:, ok].T])
-        ax.fill_between(grid[ok], lo_hi[:, 0], lo_hi[:, 1], color=colour(label), alpha=0.12, lw=0)
-
-
-def curves_figure(table: dict[Key, dict[str, list[dict[str, Any]]]], n: int, out: Path) -> Path | None:
-    """Accuracy (static, churn, mobility; groups together) and ARI (static) vs simulated time at N, with 95%
-    bands over seeds; one row per heterogeneity."""
-    parts = sorted({k[1] for k in table if k[0] == n})
-    if not parts:
+def curves_figure(table: dict[Group, dict[str, list[Row]]], n: int, dyn: str, out: Path) -> Optional[Path]:
+    """Mean accuracy over seeds vs traffic per device and vs simulated time, one row per heterogeneity."""
+    keys = [g for g in table if g[0] == n and g[2] == dyn]
+    if not keys:
         return None
-    cols = [("together, static", "curve"), ("together, churn", "curve"), ("group mobility", "curve"),
-            ("together, static", "ari_curve")]
-    # only the panels some run fills (N = 10,000 runs one setting and no clustering protocol)
-    cols = [(s, f) for s, f in cols if any(r.get(f) for part in parts for p, runs in table.get((n, part, s), {}).items()
-                                           if f == "curve" or PROTOCOLS[p][1] for r in runs)]
-    fig = Figure(figsize=(5 * len(cols), 4.5 * len(parts)))
+    fig = Figure(figsize=(11, 3.6 * len(keys)))
     FigureCanvasAgg(fig)
-    for i, part in enumerate(parts):
-        for j, (s, field) in enumerate(cols):
-            ax = fig.add_subplot(len(parts), len(cols), i * len(cols) + j + 1)
-            for p in ordered(table.get((n, part, s), {})):
-                if field == "ari_curve" and not PROTOCOLS[p][1]:
-                    continue
-                _band(ax, table[(n, part, s)][p], field, p)
-            ari = field == "ari_curve"
-            ax.set(xscale="log", xlabel="simulated time (s, log)", ylabel="ARI" if ari else "mean accuracy",
-                   ylim=(-0.1, 1.05) if ari else (0.0, 1.0),
-                   title=f"{part}, {s}: {'ARI' if ari else 'accuracy'}")
-            ax.xaxis.set_minor_formatter(NullFormatter())
+    for i, g in enumerate(keys):
+        for j, (x, label) in enumerate(((3, "traffic per device (bytes, log)"), (1, "simulated time (s, log)"))):
+            ax = fig.add_subplot(len(keys), 2, 2 * i + j + 1)
+            for a, rs in table[g].items():
+                if rs[0]["egress"] is not None and a != server_arm(table[g], rs[0]["protocol"]):
+                    continue  # the faster egress has the same curve against traffic; its time is in the tables
+                pts = _mean_curve([r["curve"] for r in rs], x)
+                if pts:
+                    ax.plot(*zip(*pts), label=rs[0]["protocol"], color=colour(rs[0]["protocol"]), lw=1.2)
+            ax.set(xscale="log", xlabel=label, ylabel="mean accuracy", title=f"N = {n:,}, {g[1]}, {dyn}")
             ax.title.set_fontsize(9)
-            if j == 0:
+            if i == 0 and j == 0:
                 ax.legend(fontsize=6, ncol=2)
-    fig.suptitle(f"N = {n:,}: mean over seeds, shaded 95% band", fontsize=10)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=100)
     return out
 
 
-def bytes_figure(rows: list[dict[str, Any]], out: Path) -> Path | None:
-    """Bytes per device and at the server vs N (feature skew, groups together, static), log-log."""
-    sel = [r for r in rows if r["partition"] == "feature_skew" and r["setting"] == "together, static"]
-    if not sel:
-        return None
-    fig = Figure(figsize=(11, 4.2))
-    FigureCanvasAgg(fig)
-    for k, (field, title) in enumerate((("bytes_device", "bytes sent per device"), ("bytes_server", "bytes sent by the server"))):
-        ax = fig.add_subplot(1, 2, k + 1)
-        for p in ordered({r["protocol"] for r in sel}):
-            pts = sorted({r["n"] for r in sel if r["protocol"] == p})
-            ys = [mean([r for r in sel if r["protocol"] == p and r["n"] == n], field) for n in pts]
-            if any(y > 0 for y in ys):
-                ax.plot(pts, ys, marker="o", label=p, color=colour(p))
-        ax.set(xscale="log", yscale="log", xlabel="devices N", ylabel="bytes", title=title + " (feature skew, static)")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    return out
-
-
-def frames_figure(rows: list[dict[str, Any]], out: Path) -> Path | None:
-    """rnd_gossip_h1's neighbourhood at the start, middle and end of a group-mobility run (smallest N, seed 0),
-    devices coloured by federation (the one each joins, before its federations form)."""
-    runs = sorted((r for r in rows if r["protocol"] == "rnd_gossip_h1" and r["setting"] == "group mobility"
-                   and (r["path"] / "positions.npz").is_file()), key=lambda r: (r["n"], r["partition"], r["seed"]))
-    if not runs:
-        return None
-    run = runs[0]
-    logs = json.loads((run["path"] / "summary.json").read_text()).get("logs", {})
-    if not logs.get("federation_labels"):
-        return None
-    radius = float(yaml.safe_load((run["path"] / "scenario.yaml").read_text())["topology"]["radius"])
-    with np.load(run["path"] / "positions.npz", allow_pickle=False) as z:
-        end = float(z["t"][-1])
-    return federation_frames(run["path"] / "positions.npz", logs["federation_labels"], logs.get("ari", []), radius, out,
-                             title=f"rnd_gossip_h1 under group mobility (N = {run['n']}, {run['partition']}, seed "
-                                   f"{run['seed']}): links within radio range {radius:g}, colour = the federation "
-                                   "each device joins once discovery ends", marker_size=18.0,
-                             at=(0.0, end / 2, end))
+def _mean_curve(curves: list[list[tuple[int, float, float, float]]], x: int) -> list[tuple[float, float]]:
+    """Seeds' mean (x, accuracy) at every round all of them evaluated, x their mean."""
+    rounds = set.intersection(*(set(p[0] for p in c) for c in curves)) if curves else set()
+    by = [{p[0]: p for p in c} for c in curves]
+    return [(float(np.mean([b[r][x] for b in by])), float(np.mean([b[r][2] for b in by])))
+            for r in sorted(rounds) if all(b[r][x] > 0 for b in by)]
 
 
 # ------------------------------------------------------------------------------------------ report
-def largest_n(rows: list[dict[str, Any]]) -> list[str]:
-    return ["| protocol | largest N run | runs | wall time (CPU-h, all its runs) |", "|---|---|---|---|"] + [
-        f"| {p} | {max(r['n'] for r in rows if r['protocol'] == p):,} | {sum(r['protocol'] == p for r in rows)} | "
-        f"{sum(r['wall_s'] for r in rows if r['protocol'] == p) / 3600:.2f} |"
-        for p in ordered({r["protocol"] for r in rows})] + [""]
+def study_status(rows: list[Row]) -> str:
+    """Runs archived against each study's cells."""
+    from p2pfl.config.study import load_study
 
-
-def wall_per_run(rows: list[dict[str, Any]], protocol: str, n: int) -> float:
-    """Mean wall seconds of a run of ``protocol`` at ``n``, on the static fleet with groups together and feature
-    skew where it ran there (the setting every N has), else over all its runs at ``n``."""
-    runs = [r for r in rows if r["protocol"] == protocol and r["n"] == n]
-    like = [r for r in runs if r["partition"] == "feature_skew" and r["setting"] == "together, static"]
-    return float(np.mean([r["wall_s"] for r in like or runs]))
-
-
-def limits(rows: list[dict[str, Any]]) -> list[str]:
-    """Per protocol not run at every N: its wall time per run at the largest N it reached, the growth of that
-    time with N (measured between its two largest N, else the protocol's design), and what one run at the next
-    N of the study would take at that growth."""
-    all_n = sorted({r["n"] for r in rows})
-    out = ["| protocol | largest N run | wall per run there | growth with N (exponent, from) | one run at the next N "
-           "(extrapolated) |", "|---|---|---|---|---|"]
-    for p in ordered({r["protocol"] for r in rows}):
-        ns = sorted({r["n"] for r in rows if r["protocol"] == p})
-        nxt = next((n for n in all_n if n > ns[-1]), None)
-        if nxt is None:
-            continue
-        w = wall_per_run(rows, p, ns[-1])
-        if len(ns) >= 2:
-            w0 = wall_per_run(rows, p, ns[-2])
-            k, src = math.log(w / w0) / math.log(ns[-1] / ns[-2]), f"measured, N = {ns[-2]:,} → {ns[-1]:,}"
-        elif p in DESIGN_GROWTH:
-            k, src = DESIGN_GROWTH[p]
-        else:
-            out.append(f"| {p} | {ns[-1]:,} | {w / 60:.1f} min | unknown (one N) | — |")
-            continue
-        out.append(f"| {p} | {ns[-1]:,} | {w / 60:.1f} min | {k:.2f} ({src}) | N = {nxt:,}: "
-                   f"{w * (nxt / ns[-1]) ** k / 3600:.1f} h |")
-    if len(out) == 2:
-        return []
-    return out + ["", "Wall time is one process on one core of this machine (the studies ran two cells at a time); "
-                  "extrapolations assume the growth stays the same beyond the N measured.", ""]
+    parts = []
+    for n in (100, 1000, 10000):
+        path = ROOT / "scenarios" / "studies" / f"headline_n{n}.yaml"
+        if path.is_file():
+            expected = len(load_study(path).cells)
+            done = sum(r["study"] == f"headline_n{n}" for r in rows)
+            parts.append(f"N = {n:,}: {done} of {expected} cells")
+    return "; ".join(parts)
 
 
 def write(root: Path, out_dir: Path) -> str:
-    ran = load(root)
-    sizes = study_sizes()
-    rows, partial = complete_groups(ran, sizes)
-    table = cells(rows)
-    with_targets(table)
+    rows = load(root)
+    table = groups(rows)
+    verdict = verdicts(table)
     out_dir.mkdir(parents=True, exist_ok=True)
-    figs = [f for n in sorted({r["n"] for r in rows})
-            if (f := curves_figure(table, n, out_dir / f"svs_curves_N{n}.png")) is not None]
-    for f in (bytes_figure(rows, out_dir / "svs_bytes_vs_n.png"), frames_figure(rows, out_dir / "svs_mobility_frames.png")):
-        if f is not None:
-            figs.append(f)
-    cross, found = crossover(table)
-    seeds = sorted({r["seed"] for r in rows})
+    figs = [f for n in sorted({g[0] for g in table}) for dyn in DYNAMICS
+            if (f := curves_figure(table, n, dyn, out_dir / f"svs_curves_N{n}_{dyn}.png")) is not None]
+    cpu_h = {n: sum(r["wall_s"] for r in rows if r["n"] == n) / 3600 for n in sorted({r["n"] for r in rows})}
+    degrees = [r["degree"] for r in rows if r["dyn"] == "mobility" and r["degree"] is not None]
+    static_deg = [r["degree"] for r in rows if r["dyn"] == "static" and r["degree"] is not None]
     text = "\n".join([
-        "# Server vs serverless clustering at neighbourhood scale", "",
+        "# Server vs serverless clustering: when should a fleet drop the server?", "",
         "Regenerate:", "", "```", COMMAND, "```", "",
-        f"{len(ran)} runs, seeds {seeds}, {sum(r['wall_s'] for r in ran) / 3600:.1f} CPU-hours of wall time in all. "
-        + status(ran, sizes, partial) + " "
-        "The fleet is `scenarios/headline/base.yaml` (its header states the links and the server's bottleneck); "
-        "each protocol file of `scenarios/headline/` sets the protocol and its deadlines; the studies "
-        "`scenarios/studies/headline_n*.yaml` say which protocols run at which N and why.", "",
-        "## Reading", "", *reading(table, rows, found),
-        "## Decision table", "", *decision(table),
-        "## Crossover: where serverless clustering matches the server", "",
-        f"'Matches' = the paired 95% interval of (serverless best − server's best) accuracy lies above −{MATCH_MARGIN}, "
-        "at fewer total bytes. Server's best among " + ", ".join(SERVER_CLUSTERING) + "; serverless best among "
-        + ", ".join(SERVERLESS_CLUSTERING) + ".", "", *cross,
-        "Smallest N where it matches: " + "; ".join(f"{part} / {s}: {'N = ' + format(n, ',') if n else 'none of the N run'}"
-                                                    for (part, s), n in found.items()) + ".", "",
-        "## Pareto fronts", "", *pareto_table(table),
-        "## Accuracy", "", *accuracy_tables(table),
-        "## ARI", "", *ari_tables(table),
-        "## Costs", "", *cost_tables(table),
-        "## Largest N each protocol reached (every run, complete groups or not)", "", *largest_n(ran),
-        "## Measured limits: protocols cut at larger N", "", *(limits(ran) or ["Every protocol ran at every N.", ""]),
-        *[line for name, size in sizes.items() if size.excluded
-          for line in (f"`{name}` leaves out {', '.join(size.excluded)} (its `exclude`; the study file's header "
-                       "gives the measured reason).", "")],
-        "Memory: at N = 10,000 gossip and dsgd fit this machine's 23.7 GB only with glibc's mmap threshold pinned "
-        "(`MALLOC_MMAP_THRESHOLD_=65536` in the command above; the same results, slower); with glibc's default "
-        "the heap keeps freed model-sized buffers and the second gossip cell was killed at 24 GB "
-        "(`headline_n10000.yaml`'s header and `analysis/bench_heap.py` give the measurements).", "",
+        f"{len(rows)} runs archived ({study_status(rows)}), "
+        + ", ".join(f"{h:.1f} CPU-hours at N = {n:,}" for n, h in cpu_h.items()) + ". "
+        "Budget, samples and test sets come from the pilot (`headline_pilot.md`); the study headers state them. "
+        f"Arms fixed before the runs: server **{SERVER_ARM}**, serverless **{' and '.join(SERVERLESS_ARMS)}**. "
+        f"Gains are (acc − Local) / (Oracle − Local) per seed; 'matches' = the paired gain difference at IFCA's "
+        f"traffic lies above −{MARGIN} with Holm's correction over each N's comparisons; 'fewer bytes' = at least "
+        f"{100 * BYTES_TOL:.0f}% fewer. Traffic = bytes sent by every node (devices and servers) per device. "
+        + (f"Group mobility: mean radio degree {np.mean(degrees):.1f} (static fleets {np.mean(static_deg):.1f})."
+           if degrees and static_deg else ""), "",
+        "## Decision table", "", *decision_table(table, verdict),
+        "## Crossover N", "", *crossover(verdict),
+        "## Serverless arms against IFCA", "", *comparisons_table(verdict),
+        "## Accuracy, gain, p10 device, ARI, traffic, time to target (Pareto ★)", "",
+        *[line for g, arms in table.items() for line in accuracy_table(g, arms)],
+        "## Discovery vs training cost (static fleets)", "", *discovery_table(table),
+        "## Bytes by path, latency, energy (devices only)", "",
+        *[line for g, arms in table.items() for line in cost_table(g, arms)],
         "Plots: " + ", ".join(f"`{f.name}`" for f in figs) + ".", "",
     ])
     (out_dir / "server_vs_serverless.md").write_text(text + "\n")
     return text
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("runs", type=Path, help="folder holding the studies' run folders (analysis/cells/headline)")
     ap.add_argument("--results", type=Path, default=OUT, help="folder for the report and plots")
     a = ap.parse_args(argv)

@@ -1,119 +1,121 @@
-"""analysis/headline_report.py on hand-made rows: settings, worst decile, Pareto front, crossover, decision."""
+"""analysis/headline_report.py on hand-made rows: readings on curves, headroom gain and Holm recomputed by hand,
+reuse of static server cells under mobility, the decision and the crossover."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Optional
 
+import pytest
+
+from p2pfl.metrics.claims import at_least, at_least_holm
 from tests.helpers import analysis_module
 
-
-def _run(protocol: str, seed: int, acc: float, nbytes: float, sim_s: float, server: float = 0.0) -> dict[str, Any]:
-    return {"protocol": protocol, "seed": seed, "acc": acc, "bytes": nbytes, "sim_s": sim_s, "bytes_device": nbytes,
-            "bytes_server": server, "worst10": acc, "ari": None, "curve": [(sim_s / 2, acc / 2), (sim_s, acc)]}
+rep = analysis_module("headline_report")
 
 
-def test_setting_and_worst_decile() -> None:
-    rep = analysis_module("headline_report")
-    base = {"topology": {"placement": "strips"}, "dynamics": {"churn": {"offline": 0.0}}}
-    assert rep.setting_of(base) == "together, static"
-    assert rep.setting_of({"topology": {}, "dynamics": {"churn": {"offline": 0.3}}}) == "scattered, churn"
-    assert rep.setting_of({"topology": {"placement": "strips"}, "dynamics": {"mobility": {"model": "group"}}}) == "group mobility"
-    assert rep.worst_decile([0.9] * 18 + [0.1, 0.3]) == 0.2  # lowest 2 of 20
-    assert rep.worst_decile([0.5, 0.7]) == 0.5  # at least one device
+def _run(protocol: str, seed: int, acc: float, traffic: float, sim_s: float, *, egress: Optional[float] = None,
+         dyn: str = "static", n: int = 100, het: str = "rotation") -> dict[str, Any]:
+    """A run whose curve has two evaluations: half-way (half the traffic and time, acc - 0.1) and the end."""
+    curve = [(4, sim_s / 2, acc - 0.1, traffic / 2), (8, sim_s, acc, traffic)]
+    return {"protocol": protocol, "egress": egress, "seed": seed, "n": n, "het": het, "dyn": dyn, "reused": False,
+            "acc": acc, "p10": acc - 0.05, "ari": None, "curve": curve, "traffic": traffic, "sim_s": sim_s,
+            "study": f"headline_n{n}", "variant": protocol, "wall_s": 1.0, "degree": None}
 
 
-def test_pareto_drops_only_dominated_protocols() -> None:
-    rep = analysis_module("headline_report")
-    protos = {"fedavg": [_run("fedavg", 0, 0.6, 100.0, 5.0)], "gossip": [_run("gossip", 0, 0.5, 100.0, 1.0)],
-              "dsgd": [_run("dsgd", 0, 0.5, 200.0, 2.0)], "local": [_run("local", 0, 0.3, 0.0, 0.1)]}
-    assert rep.pareto(protos) == ["fedavg", "gossip", "local"]  # dsgd: gossip is as accurate, cheaper, faster
+def _group(ifca: list[float], arm: list[float], *, arm_traffic: float = 2e6, arm_time: float = 5.0,
+           n: int = 100, het: str = "rotation") -> list[dict[str, Any]]:
+    """Local 0.60 + s/100 and Oracle 0.80 + s/100 per seed s (headroom 0.20), IFCA at 1 MB and 100 s, the
+    serverless arm rnd_gossip_h1 at ``arm_traffic`` and ``arm_time``."""
+    rows = []
+    for s, (a_ifca, a_arm) in enumerate(zip(ifca, arm)):
+        rows += [_run("local", s, 0.60 + s / 100, 0.0, 1.0, n=n, het=het),
+                 _run("oracle", s, 0.80 + s / 100, 1e6, 50.0, egress=5e7, n=n, het=het),
+                 _run("ifca", s, a_ifca + s / 100, 1e6, 100.0, egress=5e7, n=n, het=het),
+                 _run("rnd_gossip_h1", s, a_arm + s / 100, arm_traffic, arm_time, n=n, het=het)]
+    return rows
 
 
-def test_crossover_needs_a_paired_match_and_fewer_bytes() -> None:
-    rep = analysis_module("headline_report")
-    seeds = (0, 1, 2)
-    small = {"ifca": [_run("ifca", s, 0.60 + 0.01 * s, 1e6, 10.0) for s in seeds],
-             "rnd_gossip_h1": [_run("rnd_gossip_h1", s, 0.40 + 0.01 * s, 5e5, 50.0) for s in seeds]}
-    large = {"ifca": [_run("ifca", s, 0.60 + 0.01 * s, 1e8, 100.0) for s in seeds],
-             "rnd_gossip_h1": [_run("rnd_gossip_h1", s, 0.605 + 0.011 * s, 5e6, 50.0) for s in seeds]}
-    table = {(100, "feature_skew", "together, static"): small, (1000, "feature_skew", "together, static"): large}
-    lines, found = rep.crossover(table)
-    assert found == {("feature_skew", "together, static"): 1000}
-    assert "| no (does not hold) |" in lines[2] and "| yes (holds) |" in lines[3]
-    rows = rep.decision(table)
-    assert "| 100, feature_skew, together, static | **ifca** |" in rows[2]
-    assert "| 1,000, feature_skew, together, static | **rnd_gossip_h1** |" in rows[3]
+def test_dynamics_egress_and_arm_names_come_from_the_resolved_scenario() -> None:
+    assert rep.dynamics_of({"dynamics": {"churn": {"offline": 0.0}}}) == "static"
+    assert rep.dynamics_of({"dynamics": {"churn": {"offline": 0.3}}}) == "churn"
+    assert rep.dynamics_of({"dynamics": {"mobility": {"model": "group"}}}) == "mobility"
+    server = {"name": "server", "link": {"bandwidth_bps": 5.0e7}}
+    assert rep.egress_of({"topology": {"servers": [server]}}) == 5.0e7  # unset: one transfer at the link's rate
+    assert rep.egress_of({"topology": {"servers": [{**server, "egress_bps": 1e9}]}}) == 1e9
+    assert rep.egress_of({"topology": {}}) is None
+    assert rep.arm(_run("ifca", 0, 0.5, 1, 1, egress=1e9)) == "ifca @1 Gbit/s"
+    assert rep.arm(_run("ifca", 0, 0.5, 1, 1, egress=5e7)) == "ifca @50 Mbit/s"
+    assert rep.arm(_run("gossip", 0, 0.5, 1, 1)) == "gossip"
 
 
-def test_limits_extrapolate_by_measured_or_design_growth() -> None:
-    rep = analysis_module("headline_report")
-
-    def row(p: str, n: int, wall: float) -> dict[str, Any]:
-        return {"protocol": p, "n": n, "wall_s": wall, "partition": "feature_skew", "setting": "together, static"}
-
-    rows = [row("gossip", 100, 60.0), row("gossip", 1000, 600.0), row("gossip", 10000, 6000.0),
-            row("rnd_gossip_h1", 100, 60.0), row("rnd_gossip_h1", 1000, 6000.0),  # 100x per 10x N: exponent 2
-            row("rnd_relay", 100, 240.0), row("ifca", 100, 30.0),
-            {**row("ifca", 100, 9999.0), "setting": "together, churn"}]  # not the like-for-like setting
-    lines = rep.limits(rows)
-    body = "\n".join(lines)
-    assert "| gossip |" not in body  # ran at every N
-    assert "| rnd_gossip_h1 | 1,000 | 100.0 min | 2.00 (measured, N = 100 → 1,000) | N = 10,000: 166.7 h |" in body
-    assert "| rnd_relay | 100 | 4.0 min | 2.00 (N^2 predictor pairs scored (by design)) | N = 1,000: 6.7 h |" in body
-    assert "| ifca | 100 | 0.5 min | unknown (one N) | — |" in body
-    assert rep.limits([row("gossip", 100, 1.0)]) == []
+def test_readings_on_a_curve() -> None:
+    curve = [(4, 1.0, 0.5, 100.0), (8, 2.0, 0.7, 200.0), (12, 3.0, 0.65, 300.0)]
+    assert rep.at_traffic(curve, 250.0) == 0.7 and rep.at_traffic(curve, 300.0) == 0.65
+    assert rep.at_traffic(curve, 99.0) is None
+    assert rep.at_time(curve, 2.5) == 0.7 and rep.at_time(curve, 0.5) is None
+    assert rep.first_reaching(curve, 0.6) == (2.0, 200.0) and rep.first_reaching(curve, 0.9) is None
 
 
-def test_reading_states_resolved_and_unresolved_leads_moves_crossovers_and_growth() -> None:
-    rep = analysis_module("headline_report")
-    seeds = (0, 1, 2)
-
-    def runs(p: str, acc: list[float], nbytes: float = 1e6, n: int = 100, server: float = 0.0) -> list[dict[str, Any]]:
-        return [{**_run(p, s, a, nbytes, 10.0, server), "n": n, "partition": "label_shift",
-                 "setting": "together, static", "study": f"headline_n{n}"} for s, a in zip(seeds, acc)]
-
-    static = {"ifca": runs("ifca", [0.90, 0.92, 0.94]), "fedavg": runs("fedavg", [0.50, 0.52, 0.51], server=4e6),
-              "rnd_gossip_h1": runs("rnd_gossip_h1", [0.80, 0.83, 0.85], 2e5)}
-    churn = {"ifca": runs("ifca", [0.88, 0.90, 0.92]), "rnd_gossip_h1": runs("rnd_gossip_h1", [0.80, 0.83, 0.85])}
-    big = {"fedavg": runs("fedavg", [0.5, 0.5, 0.5], 1e7, n=1000, server=4e7)}
-    table = {(100, "label_shift", "together, static"): static, (100, "label_shift", "together, churn"): churn,
-             (1000, "label_shift", "together, static"): big}
-    rows = [r for protos in table.values() for rs in protos.values() for r in rs]
-    for r in rows:
-        r["partition"] = "feature_skew" if r["n"] == 1000 or r["protocol"] == "fedavg" else r["partition"]
-    text = "\n".join(rep.reading(table, rows, {("label_shift", "together, static"): None,
-                                               ("label_shift", "together, churn"): 100}))
-    assert ("N = 100, label_shift, groups together, static: the best clustering protocol, ifca 0.920, leads the best "
-            "single model, fedavg 0.510, by +41.0 [") in text and "spans 0" not in text.split("\n")[0]
-    assert "churn moves ifca by -2.0 [-2.0, -2.0] pts and rnd_gossip_h1 by +0.0 [+0.0, +0.0] pts" in text
-    assert ("label_shift: serverless clustering matches the server's best at fewer bytes in 1 of 2 settings at the "
-            "N where both kinds ran (100): together, churn (from N = 100)") in text  # N = 1,000: fedavg only
-    assert "fedavg 1.00 (cost tables" in text  # 1 MB -> 10 MB per device over 100 -> 1,000 devices
-    tied = {"fedavg": runs("fedavg", [0.60, 0.50, 0.55]), "ifca": runs("ifca", [0.50, 0.60, 0.54])}
-    line = rep.reading({(100, "label_shift", "together, static"): tied}, [], {})[0]
-    assert "the best single model, fedavg 0.550, leads the best clustering protocol, ifca 0.547" in line
-    assert line.endswith(": an interval that spans 0 (accuracy table).")
+def test_headroom_gain_and_the_readings_are_recomputed_from_the_rows() -> None:
+    # IFCA 0.75 + s/100: gain (0.75 - 0.60) / 0.20 = 0.75 at every seed. The arm ends at 0.72, 0.74, 0.76 (+ s/100)
+    # with twice IFCA's traffic: at IFCA's traffic (1 MB) its half-way point counts: 0.62, 0.64, 0.66.
+    table = rep.groups(_group([0.75] * 3, [0.72, 0.74, 0.76]))
+    c = rep.comparison(table[(100, "rotation", "static")], "rnd_gossip_h1")
+    assert c["server"] == "ifca @50 Mbit/s" and c["n_seeds"] == 3
+    assert c["gain_server"] == pytest.approx([0.75] * 3)
+    assert c["end"] == pytest.approx([(a - 0.60) / 0.20 - 0.75 for a in (0.72, 0.74, 0.76)])
+    assert c["equal_traffic"] == pytest.approx([(a - 0.60) / 0.20 - 0.75 for a in (0.62, 0.64, 0.66)])
+    # equal time: the arm ended at 5 s, IFCA at 100 s: both at 5 s, where the arm has its end
+    assert c["equal_time"] == pytest.approx(c["end"])
+    assert c["traffic_ratio"] == pytest.approx([2.0] * 3) and c["time_ratio"] == pytest.approx([0.05] * 3)
+    # time to target: local + 0.9 x 0.20 = 0.78 + s/100; the arm never reaches it, IFCA neither
+    assert all(v is None for v in c["to_target"].values())
 
 
-def test_groups_missing_a_protocol_or_seed_are_left_out_and_named() -> None:
-    rep = analysis_module("headline_report")
+def test_holm_runs_over_each_ns_comparisons_and_can_turn_a_pass_into_not_resolved() -> None:
+    # two groups where the arm trails IFCA by a gain of 0.05 +- 0.02 (margin 0.10): each alone holds at 95%,
+    # but Holm's first step over two comparisons asks for the 97.5% interval, which spans the margin
+    a = _group([0.75] * 3, [0.746, 0.738, 0.742], arm_traffic=1e6, het="rotation")
+    b = _group([0.75] * 3, [0.746, 0.742, 0.738], arm_traffic=1e6, het="label_shift")
+    table = rep.groups(a + b)
+    verdict = rep.verdicts(table)
+    diffs = [verdict[(g, "rnd_gossip_h1")][0]["equal_traffic"] for g in table]
+    assert diffs[0] == pytest.approx([(x - 0.60) / 0.20 - 0.75 for x in (0.746, 0.738, 0.742)])
+    held = [verdict[(g, "rnd_gossip_h1")][1] for g in table]
+    assert held == at_least_holm(diffs, rep.MARGIN)
+    assert [at_least(d, rep.MARGIN) for d in diffs] == ["holds", "holds"]
+    assert all(v.startswith("not resolved") for v in held)
+    # at another N the family is separate: group a alone at N = 1,000 holds
+    alone = rep.verdicts(rep.groups(a + _group([0.75] * 3, [0.746, 0.742, 0.738], arm_traffic=1e6, n=1000)))
+    assert {g[0]: v for (g, _), (_, v) in alone.items()} == {100: "holds", 1000: "holds"}
 
-    def row(p: str, seed: int, n: int, setting: str) -> dict[str, Any]:
-        return {"protocol": p, "seed": seed, "n": n, "partition": "feature_skew", "setting": setting,
-                "study": f"headline_n{n}"}
 
-    rows = ([row(p, s, 100, "together, static") for p in ("ifca", "gossip") for s in (0, 1, 2)]
-            + [row("ifca", s, 100, "group mobility") for s in (0, 1, 2)]  # gossip not run yet
-            + [row("gossip", s, 100, "together, churn") for s in (0, 1)]  # ifca and a seed missing
-            + [row("fedavg", 0, 1000, "together, static")])
-    fs = "feature_skew"
-    sizes = {"headline_n100": rep.StudySize(100, 360, {(100, fs, s): 6 for s in rep.SETTINGS}),
-             # a study whose exclusions leave one run in this group: that one run completes it
-             "headline_n1000": rep.StudySize(1000, 120, {(1000, fs, "together, static"): 1})}
-    kept, partial = rep.complete_groups(rows, sizes)
-    assert partial == [(100, "feature_skew", "together, churn"), (100, "feature_skew", "group mobility")]
-    assert sorted((r["n"], r["setting"]) for r in kept) == [(100, "together, static")] * 6 + [(1000, "together, static")]
-    assert rep.status(rows, sizes, partial) == (
-        "Cells complete: `headline_n100` 11 of 360, `headline_n1000` 1 of 120; left out of every table and plot "
-        "until all their protocols and seeds have run: N = 100, feature_skew, together, churn; N = 100, "
-        "feature_skew, group mobility.")
+def test_server_and_local_cells_are_reused_for_mobility_rows_and_marked() -> None:
+    rows = _group([0.75] * 3, [0.74] * 3)
+    rows += [{**r, "dyn": "mobility"} for r in rows if r["protocol"] == "rnd_gossip_h1"]
+    table = rep.groups(rows)
+    mob = table[(100, "rotation", "mobility")]
+    assert set(mob) == {"local", "oracle @50 Mbit/s", "ifca @50 Mbit/s", "rnd_gossip_h1"}
+    assert all(r["reused"] for a in ("local", "oracle @50 Mbit/s", "ifca @50 Mbit/s") for r in mob[a])
+    assert not any(r["reused"] for r in mob["rnd_gossip_h1"])
+
+
+def test_the_decision_and_the_crossover_follow_the_verdicts() -> None:
+    # N = 100: the arm trails IFCA by 0.5 of the headroom (does not hold); N = 1,000: it matches with half the bytes
+    small = _group([0.75] * 5, [0.65, 0.651, 0.649, 0.652, 0.648], arm_traffic=1e6)
+    large = _group([0.75] * 5, [0.75, 0.751, 0.749, 0.752, 0.748], arm_traffic=0.5e6, n=1000)
+    table = rep.groups(small + large)
+    verdict = rep.verdicts(table)
+    lines = rep.decision_table(table, verdict)
+    assert "**keep the server: IFCA**" in lines[2] and lines[2].startswith("| N = 100, rotation, static | 5 |")
+    assert "**drop the server: rnd_gossip_h1**" in lines[3] and "sent ≥ 10% fewer bytes" in lines[3]
+    cross = rep.crossover(verdict)
+    assert cross[2] == "| rotation, static | rnd_gossip_h1 | 100, 1,000 | N = 1,000 |"
+
+
+def test_pareto_keeps_only_undominated_arms() -> None:
+    front = rep.pareto({"ifca": (0.8, 5e6), "gossip": (0.7, 1e6), "dsgd": (0.7, 3e6), "local": (0.6, 0.0),
+                        "worse": (0.5, 1e6)})
+    assert front == ["ifca", "gossip", "local"]
+    assert math.isclose(rep.p10([0.1 * i for i in range(11)] + [None]), 0.1)
