@@ -6,7 +6,7 @@ and independent of the order in which devices are simulated.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -23,6 +23,8 @@ __all__ = ["TrainingSpec", "TrainResult", "train_local", "task_loss", "evaluate_
 Penalty = Callable[[nn.Module], torch.Tensor]
 #: A whole batch loss ``loss(model, x, y) -> scalar tensor`` replacing the task loss (e.g. distillation).
 BatchLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+#: AdamW's first and second moments (one per parameter) and its step count (a one-element list).
+AdamState = tuple[list[torch.Tensor], list[torch.Tensor], list[int]]
 
 
 class TrainingSpec(Strict):
@@ -71,7 +73,8 @@ def train_local(
         return TrainResult(samples=0, loss=0.0)
     params = [p for p in model.parameters() if p.requires_grad]
     momentum_buf: list[Optional[torch.Tensor]] = [None] * len(params)
-    adam_state = ([torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params], [0]) if spec.optimizer == "adamw" else None
+    adam_state: AdamState | None = (([torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params], [0])
+                                    if spec.optimizer == "adamw" else None)
     own_loss = getattr(model, "loss", None)
     model.train()
     total, batches = 0.0, 0
@@ -109,7 +112,7 @@ def task_loss(out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> to
 
 
 @torch.no_grad()
-def _sgd_step(params: list[torch.Tensor], bufs: list[Optional[torch.Tensor]], lr: float, momentum: float,
+def _sgd_step(params: Sequence[torch.Tensor], bufs: list[Optional[torch.Tensor]], lr: float, momentum: float,
               weight_decay: float) -> None:
     """One step of SGD with heavy-ball momentum, as ``torch.optim.SGD`` (dampening 0, no Nesterov).
 
@@ -123,28 +126,33 @@ def _sgd_step(params: list[torch.Tensor], bufs: list[Optional[torch.Tensor]], lr
         if weight_decay:
             g = g.add(p, alpha=weight_decay)
         if momentum:
-            if bufs[i] is None:
-                bufs[i] = g.detach().clone()
+            buf = bufs[i]
+            if buf is None:
+                buf = bufs[i] = g.detach().clone()
             else:
-                bufs[i].mul_(momentum).add_(g)
-            g = bufs[i]
+                buf.mul_(momentum).add_(g)
+            g = buf
         p.add_(g, alpha=-lr)
 
 
 @torch.no_grad()
-def _clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> None:
+def _clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> None:
     """Scale gradients so their global L2 norm is at most ``max_norm`` (as torch's clip_grad_norm_)."""
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return
-    norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads))
+    squares = [(g.double() ** 2).sum() for g in grads]
+    total = squares[0]
+    for s in squares[1:]:  # left to right, as sum() adds them
+        total = total + s
+    norm = torch.sqrt(total)
     if norm > max_norm:
         for g in grads:
             g.mul_(max_norm / (float(norm) + 1e-6))
 
 
 @torch.no_grad()
-def _adamw_step(params: list[torch.Tensor], state: tuple, lr: float, weight_decay: float,
+def _adamw_step(params: Sequence[torch.Tensor], state: AdamState, lr: float, weight_decay: float,
                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
     """One AdamW step (decoupled weight decay, bias-corrected moments), as ``torch.optim.AdamW``.
 
