@@ -21,6 +21,8 @@ __all__ = ["ConditionedModel", "conditioned_model"]
 class ConditionedModel(nn.Module):
     """features(x) || s -> head; ``stats`` holds this device's s (not in the state dict)."""
 
+    stats: torch.Tensor  # a buffer (register_buffer), declared for the type checker
+
     def __init__(self, features: nn.Module, head: nn.Sequential, stats_dim: int) -> None:
         super().__init__()
         self.features = features
@@ -46,12 +48,15 @@ def conditioned_model(spec: ModelSpec, input_shape: tuple[int, ...], num_classes
                       seed: int) -> ConditionedModel:
     """The scenario's model with s injected before its FC layers; the same seed gives the same weights."""
     base = build_model(spec, input_shape, num_classes, seed=seed)
+    features: nn.Module
     if isinstance(base, (CNN28, CNN32)):
         features, first, rest = base.features, base.classifier[0], list(base.classifier[1:])
     elif isinstance(base, MLP):
         features, first, rest = base.net[0], base.net[1], list(base.net[2:])
     else:  # pragma: no cover - every zoo model is handled above
         raise TypeError(f"cannot condition a {type(base).__name__}")
+    if not isinstance(first, nn.Linear):  # pragma: no cover - the zoo's heads start with a Linear layer
+        raise TypeError(f"cannot condition {type(base).__name__}: its head starts with {type(first).__name__}")
     with torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(seed + 1)
         first = nn.Linear(first.in_features + stats_dim, first.out_features)
