@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print(f"no *_demo.hdf5 in {a.demos}", file=sys.stderr)
         return 2
-    xs, ys, lay = [], [], None
+    xs, ys = [], []
+    lay: ObsLayout | None = None
     for f in files:
         df = read_demo_file(f, max_demos=2)
         d0 = df.demos[0]
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
             xs.append(torch.from_numpy(pack_samples(lay, resize_frames(d.agentview_rgb, lay.image), d.joint_states, d.gripper_states, df.instruction)))
             ys.append(torch.from_numpy(d.actions))
         print(f"{f.name}: {len(df.demos)} demos, '{df.instruction}', actions {d0.actions.shape}")
+    if lay is None:  # files is not empty, so the loop set it
+        return 2
     model = ResNetTPolicy(lay)
     res = train_local(model, torch.cat(xs), torch.cat(ys), TrainingSpec(epochs=1, batch_size=32, lr=1e-4, optimizer="adamw"),
                       generator=torch.Generator().manual_seed(0))

@@ -156,6 +156,11 @@ class RunningNorm(nn.Module):
     without this a linear encoder can barely tell an open gripper from a closed one.
     """
 
+    # buffers (register_buffer), declared for the type checker
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, n: int, momentum: float = 0.01) -> None:
         super().__init__()
         self.momentum = momentum
