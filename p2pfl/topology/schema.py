@@ -121,7 +121,7 @@ class TopologySpec(Strict):
     radius: float | None = Field(default=None, gt=0)
     path: str | None = Field(default=None, min_length=1)
     tries: int = Field(default=100, ge=1)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0, description="seed of the graph only (default: the run's)")
     allow_disconnected: bool = False
     placement: Literal["scattered", "strips"] = Field(
         default="scattered",
