@@ -2,9 +2,13 @@
 raises a UserError whose message is one line naming the file.
 
 Mutations: delete a key, add an unknown key, replace a value by one of another type, by a
-non-finite or huge number, by a path string (missing file, directory, device, binary file,
-a file that is not a scenario) or by a nested mapping/list; sometimes two or three at once.
-Validation only (``load_dict``): nothing is built, no data is loaded.
+non-finite or huge number, by an edge value of its own type (-1, 0, -2^63, 2^64; -0.0, 1e-300),
+by a path string (missing file, directory, device, binary file, a file that is not a scenario)
+or by a nested mapping/list; or ``--set`` a field of the schema the file may not state
+(``topology.seed``, a protocol parameter left at its default) to any of those values; sometimes
+two or three at once. Each mutation is validated (``load_dict``) and, when valid, its topology is
+built (cheap; it catches a value that validates but breaks the builder, as ``topology.seed: -1``
+once did). No data is loaded.
 """
 
 from __future__ import annotations
@@ -12,21 +16,25 @@ from __future__ import annotations
 import copy
 import math
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from p2pfl.config import load_dict
 from p2pfl.config.scenario import Scenario
 from p2pfl.errors import UserError
+from p2pfl.topology import build_topology
 
 ROOT = Path(__file__).resolve().parents[2]
 # scenarios/studies/ holds study files (sweeps over scenarios), not scenarios
 SCENARIOS = sorted(p for p in (ROOT / "scenarios").glob("**/*.yaml")
                    if p.relative_to(ROOT / "scenarios").parts[0] != "studies")
 PER_SCENARIO = 50
+TOPOLOGY_FILES = sorted((ROOT / "topologies").glob("**/*.yaml"))
 
 Path_ = tuple[Any, ...]
 
@@ -79,17 +87,51 @@ def _values(extra_paths: list[str]) -> dict[str, list[Any]]:
                  str(ROOT / "README.md"), str(ROOT / "topologies"), "~/nope.yaml", *extra_paths],
         "nested": [{"a": {"b": [1, {"c": None}]}}, [[1, [2, [3]]], {"x": {"y": "z"}}], _deep(40),
                    {"name": {"name": ["gossip"]}}, [{"kind": "ring", "n": 4}]],
+        # same type as the value replaced, at its edges: what a type check lets through
+        "edge_int": [-1, 0, 1, -(2**31), -(2**63), 2**63 - 1, 2**64],
+        "edge_float": [-1.0, 0.0, -0.0, 1e-300, -1e-9, 1.0 - 1e-16, 1e15],
     }
 
 
-def _mutate(data: dict, rng: random.Random, values: dict[str, list[Any]]) -> tuple[dict, list[str], list[str]]:
-    """A mutated deep copy, what was done, and the path strings put in."""
+def _schema_fields(model: BaseModel, prefix: str = "") -> list[str]:
+    """Dotted paths of every field of a validated scenario's models, stated in the file or not (lists of models
+    left out): what ``--set`` can reach."""
+    out: list[str] = []
+    for name, info in type(model).model_fields.items():
+        path = f"{prefix}{name}"
+        out.append(path)
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            out += _schema_fields(value, f"{path}.")
+        elif value is None:  # an absent block (dynamics): its fields by class
+            for arg in getattr(info.annotation, "__args__", ()):
+                if isinstance(arg, type) and issubclass(arg, BaseModel):
+                    out += [f"{path}.{f}" for f in arg.model_fields]
+    return out
+
+
+def _yaml(value: Any) -> str:
+    """``value`` as ``--set key=VALUE`` writes it (a YAML flow scalar or collection)."""
+    return yaml.safe_dump(value, default_flow_style=True, width=10**9).strip().removesuffix("\n...").strip()
+
+
+def _mutate(data: dict, rng: random.Random, values: dict[str, list[Any]],
+            fields: list[str]) -> tuple[dict, list[str], list[str], list[str]]:
+    """A mutated deep copy, what was done, the path strings put in, and ``--set`` overrides of schema ``fields``."""
     out = copy.deepcopy(data)
     done: list[str] = []
     used_paths: list[str] = []
+    overrides: list[str] = []
     for _ in range(rng.choice((1, 1, 1, 2, 3))):
-        op = rng.choice(("delete", "unknown", "type", "nonfinite", "huge", "path", "nested"))
+        op = rng.choice(("delete", "unknown", "type", "nonfinite", "huge", "edge", "path", "nested", "set", "set"))
         paths = _paths(out)
+        if op == "set":  # a field of the schema, stated in the file or not, from the command line
+            field = rng.choice(fields)
+            pool = values[rng.choice(("edge_int", "edge_int", "edge_float", "type", "nonfinite", "huge"))]
+            value = copy.deepcopy(rng.choice(pool))
+            overrides.append(f"{field}={_yaml(value)}")
+            done.append(f"--set {overrides[-1]:.60}")
+            continue
         if op == "unknown" or not paths:
             where = rng.choice(_containers(out))
             value = rng.choice(values[rng.choice(("type", "nested"))])
@@ -105,16 +147,19 @@ def _mutate(data: dict, rng: random.Random, values: dict[str, list[Any]]) -> tup
                 parent.pop(path[-1])
             done.append(f"delete {path}")
             continue
-        pool = values[op]
+        old = parent[path[-1]]
+        if op == "edge":
+            pool = values["edge_float" if isinstance(old, float) else "edge_int"]
+        else:
+            pool = values[op]
         if op == "type":
-            old = parent[path[-1]]
             pool = [v for v in pool if type(v) is not type(old)]
         value = copy.deepcopy(rng.choice(pool))
         if op == "path":
             used_paths.append(value)
         parent[path[-1]] = value
         done.append(f"{op} {path} = {value!r:.60}")
-    return out, done, used_paths
+    return out, done, used_paths, overrides
 
 
 def _raw(path: Path) -> dict:
@@ -123,19 +168,28 @@ def _raw(path: Path) -> dict:
     return data
 
 
-def _check(data: dict, path: Path, what: str, named: list[str]) -> bool:
-    """True if ``data`` validates; a UserError must be one line naming ``path`` (or a file put in)."""
+def _check(data: dict, path: Path, what: str, named: list[str], overrides: Sequence[str] = ()) -> bool:
+    """True if ``data`` validates (and its topology builds); a UserError must be one line naming ``path`` (or a
+    file put in) when validating, one line when building."""
     try:
-        sc = load_dict(data, source=str(path), base_dir=path.parent)
+        sc = load_dict(data, source=str(path), base_dir=path.parent, overrides=overrides)
     except UserError as err:
         msg = str(err)
         assert "\n" not in msg and "\r" not in msg, f"{what}: {msg!r}"
         names = [str(path)] + [Path(p).name for p in named if Path(p).name]
+        if overrides:  # a --set into a topology read from a file names that file (the one to fix)
+            names += [str(p.relative_to(ROOT)) for p in TOPOLOGY_FILES]
         assert any(n in msg for n in names), f"{what}: message does not name the file: {msg!r}"
         return False
     except Exception as err:  # anything else escaping is the bug this test looks for
         pytest.fail(f"{path.name}: {what}: {type(err).__name__}: {err}")
     assert isinstance(sc, Scenario)
+    try:
+        build_topology(sc.topology, seed=sc.seed, base_dir=path.parent)
+    except UserError as err:
+        assert "\n" not in str(err), f"{what}: building the topology: {err!r}"
+    except Exception as err:
+        pytest.fail(f"{path.name}: {what}: validated, then building the topology: {type(err).__name__}: {err}")
     return True
 
 
@@ -167,15 +221,45 @@ def test_mutations_validate_or_fail_with_one_line(path: Path, odd_files: list[st
     rng = random.Random(0)
     values = _values(odd_files)
     data = _raw(path)
+    fields = _schema_fields(load_dict(data, source=str(path), base_dir=path.parent))
     outcomes = []
     for i in range(PER_SCENARIO):
-        mutated, done, used = _mutate(data, rng, values)
-        outcomes.append(_check(mutated, path, f"mutation {i}: {'; '.join(done)}", used))
+        mutated, done, used, overrides = _mutate(data, rng, values, fields)
+        outcomes.append(_check(mutated, path, f"mutation {i}: {'; '.join(done)}", used, overrides))
     assert not all(outcomes), "no mutation was refused: the fuzz is not biting"
+
+
+def test_the_schema_fields_reach_what_a_file_leaves_out() -> None:
+    """``--set`` mutations reach fields no shipped file states: the seeds of the topology and of the dynamics, and a
+    protocol's parameters at their defaults."""
+    quickstart = ROOT / "scenarios" / "quickstart.yaml"
+    fields = _schema_fields(load_dict(_raw(quickstart), source=str(quickstart), base_dir=quickstart.parent))
+    assert {"seed", "topology.seed", "topology.tries", "dynamics.seed", "protocol.wake_rate_hz",
+            "training.lr", "data.partition.kind"} <= set(fields)
+    assert "topology.seed" not in str(_raw(quickstart))
+
+
+#: a topology from a file, dynamics, an inline random topology with a clustering protocol
+EDGE_SCENARIOS = ["quickstart.yaml", "dynamics/churn_gossip.yaml", "headline/rnd_gossip_h1.yaml"]
+
+
+@pytest.mark.parametrize("name", EDGE_SCENARIOS)
+def test_every_schema_field_at_its_edges_validates_and_builds_or_is_one_line(name: str) -> None:
+    """Not drawn at random: every field ``--set`` can reach, stated in the file or not, set to each edge value of
+    the numbers (found ``--set topology.seed=-1``, which validated and then broke the topology builder)."""
+    path = ROOT / "scenarios" / name
+    data = _raw(path)
+    fields = _schema_fields(load_dict(data, source=str(path), base_dir=path.parent))
+    assert "topology.seed" in fields
+    assert _yaml(-1) == "-1" and _yaml(math.nan) == ".nan" and _yaml([1, 2]) == "[1, 2]"
+    for field in fields:
+        for value in (-1, 0, -(2**63), 2**64, -1.0, math.nan):
+            _check(data, path, f"--set {field}={_yaml(value)}", [], [f"{field}={_yaml(value)}"])
 
 
 def test_fuzz_is_deterministic(odd_files: list[str]) -> None:
     values = _values(odd_files)
     data = _raw(SCENARIOS[0])
-    runs = [[_mutate(data, random.Random(0), values)[1] for _ in range(3)] for _ in range(2)]
+    fields = _schema_fields(load_dict(data, source=str(SCENARIOS[0]), base_dir=SCENARIOS[0].parent))
+    runs = [[_mutate(data, random.Random(0), values, fields)[1] for _ in range(3)] for _ in range(2)]
     assert runs[0] == runs[1]
