@@ -55,3 +55,51 @@ def robot_scenario(root: Any, protocol: dict[str, Any], **extra: Any) -> dict[st
     }
     sc.update(extra)
     return copy.deepcopy(sc)
+
+
+class Lines:
+    """Lines of a child process's text stream, read by a thread as they come: wait for one without a fixed sleep.
+
+    ``wait_for`` returns the first line for which ``match`` is true; its ``timeout`` is only a guard against a
+    child that hangs (the test fails then), never a delay the test relies on.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        import threading
+
+        self._lines: list[str] = []
+        self._done = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: Any) -> None:
+        for line in stream:
+            with self._cond:
+                self._lines.append(line.rstrip("\n"))
+                self._cond.notify_all()
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
+
+    def wait_for(self, match: Any, timeout: float = 300.0) -> str:
+        import time
+
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._cond:
+            while True:
+                for line in self._lines[seen:]:
+                    if match(line):
+                        return line
+                seen = len(self._lines)
+                left = deadline - time.monotonic()
+                assert not self._done, f"the stream ended without the line; it had: {self._lines}"
+                assert left > 0, f"no such line within {timeout:.0f} s; so far: {self._lines}"
+                self._cond.wait(left)
+
+    def text(self, timeout: float = 300.0) -> str:
+        """Everything, once the stream has ended."""
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the stream did not end"
+        return "".join(f"{line}\n" for line in self._lines)

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import os
+import re
 import signal
 import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import yaml
 
 from p2pfl.cli import main
-from tests.helpers import digits_scenario
+from tests.helpers import Lines, digits_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,8 +64,6 @@ def test_user_error_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, c
     assert err.startswith("p2pfl: error: ")
     assert len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in err
-    import re
-
     assert re.search(pattern, err), err
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
@@ -99,18 +95,23 @@ def test_existing_output_directory_is_refused(tmp_path, capsys):
     assert "already exists" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_python_dash_m_entry_point_exits_2_on_bad_input(tmp_path):
+    """The one end-to-end check of the entry point on bad input; every other case calls ``main`` in-process."""
     path = _write(tmp_path, CASES["unknown protocol"][0])
     proc = subprocess.run([sys.executable, "-m", "p2pfl", "validate", str(path)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+                          cwd=tmp_path, timeout=300)
     assert proc.returncode == 2
-    assert "unknown protocol 'gosip'" in proc.stderr and "Traceback" not in proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"p2pfl: error: {path}: field 'protocol.name': unknown protocol 'gosip'; choose one of: ")
+    assert "gossip, " in line.split("choose one of: ", 1)[1] and proc.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
 
 
-# --- through the real entry point: `python -m p2pfl` in a fresh process -------------------------
+# --- the command line as a user types it: relative paths in a working directory ------------------
 #
 # Each case: exit status 2, exactly one line on stderr naming the file (and the field) with a fix,
-# no traceback, nothing written in the working directory (no runs/, no --out), within seconds.
+# no traceback, nothing written in the working directory (no runs/, no --out).
 
 
 def _gossip_yaml(**changes) -> str:
@@ -151,10 +152,7 @@ CLI_CASES = {
 }
 
 
-def _run_cli_case(root: Path, name: str) -> tuple[subprocess.CompletedProcess, float, list[str], list[str]]:
-    files, argv, _ = CLI_CASES[name]
-    cwd = root / name.replace(" ", "_").replace("^", "")
-    cwd.mkdir()
+def _write_files(cwd: Path, files: dict[str, str | bytes | None]) -> None:
     for fname, content in files.items():
         if content is None:
             (cwd / fname).mkdir()
@@ -162,36 +160,34 @@ def _run_cli_case(root: Path, name: str) -> tuple[subprocess.CompletedProcess, f
             (cwd / fname).write_bytes(content)
         else:
             (cwd / fname).write_text(content)
-    before = sorted(p.name for p in cwd.iterdir())
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "p2pfl", *argv], capture_output=True, text=True, cwd=cwd, timeout=300)
-    wall = time.perf_counter() - t0
-    return proc, wall, before, sorted(p.name for p in cwd.iterdir())
-
-
-@pytest.fixture(scope="module")
-def cli_results(tmp_path_factory):
-    """Every CLI case, run in parallel (one process per core): name -> (process, wall s, files before, after)."""
-    root = tmp_path_factory.mktemp("cli")
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        futures = {name: pool.submit(_run_cli_case, root, name) for name in CLI_CASES}
-        return {name: f.result() for name, f in futures.items()}
 
 
 @pytest.mark.parametrize("case", sorted(CLI_CASES))
-def test_cli_bad_input_exits_2_with_one_line(cli_results, case):
-    proc, wall, before, after = cli_results[case]
-    err = proc.stderr
-    assert proc.returncode == 2, err
+def test_cli_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, capsys, case):
+    """In-process through ``main``: what the console script runs (the real entry point is tested once below)."""
+    files, argv, patterns = CLI_CASES[case]
+    _write_files(tmp_path, files)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    monkeypatch.chdir(tmp_path)
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2, err
     assert "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("p2pfl: error: ")
-    for pattern in CLI_CASES[case][2]:
+    for pattern in patterns:
         assert pattern in lines[0], lines[0]
-    assert proc.stdout == ""
-    assert after == before, "something was written"
-    assert wall < 90, f"took {wall:.0f} s"
+    assert out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "something was written"
+
+
+def test_a_bad_command_line_is_argparses_usage_and_status_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["runn", "x.yaml"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'runn'" in err and err.startswith("usage: p2pfl")
 
 
 def test_set_topology_file_and_unset_on_the_command_line(tmp_path, capsys):
@@ -209,23 +205,27 @@ def test_set_topology_file_and_unset_on_the_command_line(tmp_path, capsys):
 # --- Ctrl-C -------------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_ctrl_c_during_a_run_exits_130_with_one_line_and_writes_nothing(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "p2pfl", "run", str(ROOT / "scenarios" / "quickstart.yaml"),
                              "--set", "protocol.rounds=100000", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     try:
-        time.sleep(8)  # past the imports, into building or simulating (a Ctrl-C anywhere in main is handled)
-        assert proc.poll() is None, proc.communicate()
+        stdout = Lines(proc.stdout)
+        stdout.wait_for(lambda line: line.startswith("simulating "))  # built, into the first of 100,000 rounds
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
+        proc.wait(timeout=300)  # a guard: it exits within about a second on a quiet machine
+        stderr = proc.stderr.read() if proc.stderr else ""
+        text = stdout.text()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
     assert proc.returncode == 130, stderr
     assert stderr.strip().splitlines() == ["p2pfl: interrupted; no run directory written"], stderr
-    assert "Traceback" not in stderr + stdout
+    assert "Traceback" not in stderr + text
     assert list(tmp_path.iterdir()) == []  # no run directory, no temporary sibling, no runs/
 
 
