@@ -44,15 +44,10 @@ class FanoutGossip(Protocol[FanoutParams]):
             k = min(p.fanout, len(ctx.neighbors))
             for j in sorted(int(j) for j in ctx.rng.choice(ctx.neighbors, size=k, replace=False)):
                 yield ctx.send(j, "model", {"state": mine, "n_samples": ctx.n_samples}, round=r)
-            received = [(mine, float(ctx.n_samples))]
-            deadline = ctx.now + p.wait_s
-            while (left := deadline - ctx.now) > 0:
-                msg = yield ctx.recv("model", timeout=left)  # None once the wait is over
-                if msg is None:
-                    break
-                if msg.round == r:  # a late model of an earlier round is stale: drop it
-                    received.append((msg.payload["state"], float(msg.payload["n_samples"])))
-            load_state_(model, weighted_average(received))
+            # this round's models from the neighbours that pushed one within wait_s (a late one is dropped)
+            got = yield from ctx.collect("model", r, ctx.neighbors, until=ctx.now + p.wait_s)
+            received = [(m.payload["state"], float(m.payload["n_samples"])) for m in got.values()]
+            load_state_(model, weighted_average([(mine, float(ctx.n_samples)), *received]))
             if self.should_eval(r):
                 ctx.evaluate(model, r)
             ctx.round_done(r)

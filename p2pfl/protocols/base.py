@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Optional, TypeVar
 
 from pydantic import Field
 
@@ -20,6 +20,8 @@ from p2pfl.errors import ConfigError
 from p2pfl.validation import Strict
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
     from p2pfl.sim.context import DeviceContext, ServerContext
     from p2pfl.sim.runinfo import RunInfo
 
@@ -54,6 +56,10 @@ class Protocol(ABC, Generic[P]):
     summary: ClassVar[str] = ""
     #: Runs under ``dynamics:`` (it chooses live peers and never awaits a message without a deadline).
     supports_dynamics: ClassVar[bool] = False
+    #: The summary's fields on the federations found (``clusters()``), in order; the kernel scores them:
+    #: ``clusters``, ``ari``, ``misclassification_rate``, ``n_federations``, and ``clustering_events`` (every
+    #: ``ctx.report_clusters`` of the run with its scores).
+    cluster_fields: ClassVar[tuple[str, ...]] = ("clusters", "ari")
 
     def __init__(self, params: P, run: RunInfo) -> None:
         self.params = params
@@ -116,5 +122,16 @@ class Protocol(ABC, Generic[P]):
         return {}
 
     def result(self) -> dict[str, Any]:
-        """Protocol-specific summary fields (e.g. ``clusters``); empty by default."""
+        """Protocol-specific summary fields (e.g. messages that did not arrive); empty by default."""
         return {}
+
+    def clusters(self) -> Optional[list[list[int]]]:
+        """The federations found by the end of the run (lists of device ids, every device once), or None
+        (the protocol does not cluster, or found none). The kernel scores them against the true clusters,
+        which protocols never read, for the summary's ``cluster_fields``."""
+        return None
+
+    def novelty(self) -> Optional[tuple[np.ndarray, str]]:
+        """The novelty matrix this protocol built (nan: not scored) and a title, or None; the kernel writes
+        it (``novelty.npy``) with its heatmap, the devices ordered by true cluster."""
+        return None

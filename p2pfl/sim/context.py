@@ -1,22 +1,24 @@
 """Node contexts: the only door a protocol has to the simulated world.
 
 Every verb is a SimPy event or a sub-generator, so protocol code reads as the
-algorithm: ``yield ctx.send(...)``, ``msg = yield ctx.recv(...)``,
-``result = yield from ctx.train(model)``.
+algorithm: ``yield ctx.send(...)``, ``msg = yield ctx.recv(kind, until=deadline)``,
+``got = yield from ctx.collect(kind, round, senders, until)``, ``result = yield from ctx.train(model)``.
+Waiting belongs here: a protocol states a deadline (a simulated time), never the time left to it.
+What a protocol finds, it reports (``report_clusters``); the kernel scores it against the ground truth.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, Optional, TypeVar
+from collections.abc import Callable, Collection, Generator, Sequence
+from typing import TYPE_CHECKING, Any, Optional, TypeVar, overload
 
 import numpy as np
 import simpy
 import torch
 from torch import nn
 
-from p2pfl.executors.jobs import CallJob, TrainJob, TrainOutcome
+from p2pfl.executors.jobs import CallJob, Job, TrainJob
 from p2pfl.learning.aggregate import clone_state, sub
 from p2pfl.learning.flat import FlatState
 from p2pfl.learning.state import add_delta_, live_state, load_state_
@@ -27,6 +29,7 @@ from p2pfl.sim.profiles import DeviceProfile
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.data import Shard
     from p2pfl.sim.kernel import Simulation
+    from p2pfl.sim.network import Message
     from p2pfl.sim.runinfo import RunInfo
 
 __all__ = ["NodeContext", "DeviceContext", "ServerContext"]
@@ -87,12 +90,84 @@ class NodeContext:
         """Seconds ``payload`` would take to reach ``dst`` over the links with every uplink free (no queue)."""
         return self._sim.network.transfer_s(self.id, dst, message_bytes(payload), routed)
 
-    def recv(self, kind: str, timeout: Optional[float] = None) -> simpy.Event:
-        """Next message of ``kind`` for this node; with ``timeout`` the value is None if none came in time."""
+    def recv(self, kind: str, timeout: Optional[float] = None, *, until: Optional[float] = None) -> simpy.Event:
+        """Next message of ``kind`` for this node.
+
+        With a deadline, ``until`` (a simulated time) or ``timeout`` (seconds from now), the value is
+        None if none came by then; a deadline already past still takes a message that is waiting.
+        """
+        if until is not None:
+            if timeout is not None:
+                raise TypeError("recv: give a timeout or a deadline (until), not both")
+            timeout = max(until - self.now, 0.0)
         get = self._sim.network.inbox(self.id, kind).get()
         if timeout is None:
             return get
         return self._env.process(self._recv_until(get, timeout))
+
+    @overload
+    def deadline(self, seconds: float) -> float: ...
+    @overload
+    def deadline(self, seconds: None) -> None: ...
+    @overload
+    def deadline(self, seconds: Optional[float]) -> Optional[float]: ...
+
+    def deadline(self, seconds: Optional[float]) -> Optional[float]:
+        """The simulated time ``seconds`` from now, to wait until (None, no deadline, when ``seconds`` is None)."""
+        return None if seconds is None else self.now + seconds
+
+    def collect(self, kind: str, round: int, senders: Collection[int], until: Optional[float] = None, *,
+                after_first: Optional[float] = None, keep_later: Optional[dict[int, dict[int, Message]]] = None,
+                each: Optional[Callable[[Message], None]] = None,
+                origin: Optional[Callable[[Message], int]] = None) -> Generator[Any, Any, dict[int, Message]]:
+        """Round ``round``'s ``kind`` messages from ``senders``: ``{sender: message}`` in arrival order.
+
+        The step every round-based protocol has: wait until each of ``senders`` has answered, or
+        until the deadline ``until`` (a simulated time; None: no deadline) has passed, and go on with
+        what came (a lost or late message is skipped). A message of an earlier round is stale and
+        dropped; a later sender's message replaces its earlier one.
+
+        - ``after_first``: the deadline is this many seconds after the first sender's message (for a
+          phase whose length the receiver cannot know, e.g. peers training before they answer).
+        - ``keep_later``: a message of a later round is kept there (``{round: {sender: message}}``)
+          and taken by the collect of its round (synchronous rounds, where a fast peer may be ahead);
+          without, it is dropped. Without a deadline, an earlier round's message cannot come in a
+          synchronous protocol: it is a bug and raises.
+        - ``each(message)`` is called on every message of the round as it arrives, whoever sent it
+          (a relay forwards it at once; a node records what others than ``senders`` said).
+        - ``origin(message)``: who a message speaks for (default its ``src``; a relayed one names its owner).
+        """
+        expected = set(senders)
+        got: dict[int, Message] = {}
+        deadline = until
+        first = True
+
+        def take(msg: Message) -> None:
+            nonlocal deadline, first
+            if each is not None:
+                each(msg)
+            who = msg.src if origin is None else origin(msg)
+            if who in expected:
+                got[who] = msg
+                if first and after_first is not None:
+                    start = self.now + after_first
+                    deadline = start if deadline is None else min(deadline, start)
+                first = False
+
+        if keep_later is not None:
+            for early in keep_later.pop(round, {}).values():
+                take(early)
+        while not expected <= got.keys():
+            msg: Optional[Message] = yield self.recv(kind, until=deadline)
+            if msg is None:
+                break
+            if msg.round == round:
+                take(msg)
+            elif msg.round > round and keep_later is not None:
+                keep_later.setdefault(msg.round, {})[msg.src] = msg
+            elif msg.round < round and keep_later is not None and deadline is None:
+                raise RuntimeError(f"node {self.id} got a round-{msg.round} {kind!r} message in round {round}")
+        return got
 
     def newest(self, msg: Any, kind: str) -> Any:
         """``msg`` or, if later ``kind`` messages are already waiting in the inbox, the last of them
@@ -109,9 +184,13 @@ class NodeContext:
         get.cancel()
         return None
 
-    def sleep(self, seconds: float) -> simpy.Event:
-        """Idle for ``seconds`` of simulated time (an offline device's next send or compute waits
-        until it is back, so sleeping needs no gate)."""
+    def sleep(self, seconds: Optional[float] = None, *, until: Optional[float] = None) -> simpy.Event:
+        """Idle for ``seconds`` of simulated time, or until the simulated time ``until`` (now, if it is
+        past); an offline device's next send or compute waits until it is back, so sleeping needs no gate."""
+        if until is not None and seconds is None:
+            return self._env.timeout(max(until - self.now, 0.0))
+        if seconds is None or until is not None:
+            raise TypeError("sleep: give seconds or a time to sleep until, one of them")
         return self._env.timeout(seconds)
 
     @property
@@ -163,6 +242,17 @@ class NodeContext:
     def log(self, name: str, value: Any, **fields: Any) -> None:
         """Record a protocol-specific metric."""
         self._sim.recorder.log(self.now, self.id, name, value, **fields)
+
+    def report_clusters(self, clusters: Sequence[Sequence[int]], round: Optional[int] = None, *,
+                        log: bool = True) -> None:
+        """Report the federations found as of now (lists of device ids, every device once).
+
+        The kernel scores them against the true clusters, which a protocol never reads: their ARI is
+        logged as ``ari`` (``log``; with ``round``) and the report is kept with its scores as one of the
+        run's clustering events. Nothing comes back: a protocol must not steer by ground truth.
+        The summary's ``clusters`` and scores are those of ``Protocol.clusters()`` at the end.
+        """
+        self._sim.report_clusters(self.now, self.id, clusters, round, log)
 
     def round_done(self, round: int) -> None:
         """Mark the end of a round of this node (progress and the event log)."""
@@ -222,23 +312,19 @@ class DeviceContext(NodeContext):
         trains); the model's train/eval mode is then left alone.
         """
         sim = self._sim
-        while True:
-            t0 = time.perf_counter()
+
+        def build() -> tuple[TrainJob, int]:
             job = TrainJob(self.id, model, self.shard.train_x if x is None else x,
                            self.shard.train_y if y is None else y, sim.training, self.torch_gen,
                            threads=sim.scenario.threads, epochs=epochs, lr=lr, momentum=momentum, penalty=penalty,
                            loss=loss)
             job.flops = flops = train_flops(sim.forward_flops(model), job.samples)
-            start = job.state = clone_state(live_state(model)) if delta and job.samples else None
-            future = sim.executor.submit(job)
-            sim.train_wall_s += time.perf_counter() - t0
-            done = yield from self._compute(flops, "train")
-            t0 = time.perf_counter()
-            outcome: TrainOutcome = future.result()
-            sim.train_wall_s += time.perf_counter() - t0
-            if done:
-                break  # else: lost by going offline; back online, train again from the model as it is now
+            job.state = clone_state(live_state(model)) if delta and job.samples else None
+            return job, flops
+
+        job, outcome = yield from self._run_job(build, "train")
         t0 = time.perf_counter()
+        start = job.state
         if start is not None:
             new = outcome.state
             if isinstance(start, FlatState) and not (isinstance(new, FlatState) and new.layout == start.layout):
@@ -265,16 +351,28 @@ class DeviceContext(NodeContext):
         (not changes to the arguments, which stay in a worker).
         """
         sim = self._sim
+        _, value = yield from self._run_job(
+            lambda: (CallJob(self.id, fn, args, threads=sim.scenario.threads, flops=flops), flops), what)
+        return value
+
+    def _run_job(self, build: Callable[[], tuple[Job, int]], what: str) -> Generator[Any, Any, tuple[Any, Any]]:
+        """The one path of a job (``train``, ``work``): ``build()`` makes it from the state as it is now
+        (and its modelled FLOPs); the executor gets it at once, this device is charged its compute, and its
+        outcome is taken when the simulated time is over. Work lost by going offline
+        (``interrupted_training: lost``) is submitted again, from the state then, once the device is back.
+        Returns the job and its outcome; the seconds spent handing over and awaiting count as ``train_wall_s``."""
+        sim = self._sim
         while True:
             t0 = time.perf_counter()
-            future = sim.executor.submit(CallJob(self.id, fn, args, threads=sim.scenario.threads, flops=flops))
+            job, flops = build()
+            future = sim.executor.submit(job)
             sim.train_wall_s += time.perf_counter() - t0
             done = yield from self._compute(flops, what)
             t0 = time.perf_counter()
-            value: T = future.result()
+            outcome = future.result()
             sim.train_wall_s += time.perf_counter() - t0
             if done:
-                return value
+                return job, outcome
 
     def compute(self, flops: int, what: str) -> Generator[Any, Any, None]:
         """Charge ``flops`` of modelled compute to this device (time = FLOPs / FLOP rate).

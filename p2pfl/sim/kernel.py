@@ -15,7 +15,7 @@ import math
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
@@ -144,6 +144,8 @@ class Simulation:
         self._evals: deque[tuple[Future[Any], Callable[[Any], None]]] = deque()
         self._rollouts: dict[tuple[str, str], Future[Any]] = {}  # robot data: rollouts by (suite, weights)
         self._flops: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+        #: Every ``report_clusters`` of the run with its scores: ``{"round", "t", "clusters", "ari", ...}``.
+        self.clustering_events: list[dict[str, Any]] = []
         self.train_wall_s = 0.0  # submitting and awaiting training jobs (contexts add to it)
         self.eval_wall_s = 0.0
         self.run_wall_s = 0.0
@@ -309,6 +311,32 @@ class Simulation:
         future, fill = self._evals.popleft()
         fill(future.result())
 
+    # --- ground truth: what the protocols found, scored here (they never read the true clusters) ----------
+
+    def report_clusters(self, t: float, node: int, clusters: Sequence[Sequence[int]], round: Optional[int],
+                        log: bool) -> None:
+        """A node's report of the federations found (``ctx.report_clusters``): scored, kept as a clustering
+        event, and its ARI logged as ``ari`` by that node when ``log``."""
+        scores = self.score_clusters(clusters)
+        if log:
+            self.recorder.log(t, node, "ari", scores["ari"], **({} if round is None else {"round": round}))
+        self.clustering_events.append({"round": round, "t": t, **scores})
+
+    def score_clusters(self, clusters: Sequence[Sequence[int]]) -> dict[str, Any]:
+        """``clusters``, their ARI and misclassification rate against the true clusters, and their count."""
+        from p2pfl.clustering.scores import clustering_scores  # the maths, imported by runs that cluster only
+
+        return clustering_scores(tuple(self.federation.true_clusters), [list(c) for c in clusters])
+
+    def clustering_summary(self) -> dict[str, Any]:
+        """The summary's clustering fields: the protocol's final ``clusters()`` scored, the fields it names
+        (``Protocol.cluster_fields``); ``clustering_events`` lists every report. Empty when it found none."""
+        clusters = self.protocol.clusters()
+        if clusters is None:
+            return {}
+        scores = {**self.score_clusters(clusters), "clustering_events": self.clustering_events}
+        return {k: scores[k] for k in self.protocol.cluster_fields}
+
     # --- running -----------------------------------------------------------------------------
 
     def _round_done(self) -> None:
@@ -420,7 +448,7 @@ class Simulation:
                 "rounds": self.scenario.protocol.rounds}
         tail = {"true_clusters": list(self.federation.true_clusters), "partition": self.federation.stats(),
                 "messages_in_flight": len(self.network.in_flight), **self.dynamics_summary(),
-                **self.protocol.result()}
+                **self.clustering_summary(), **self.protocol.result()}
         energy = EnergyModel(send_j_per_bit=tuple(p.send_j_per_bit for p in self.profiles),
                              receive_j_per_bit=tuple(p.receive_j_per_bit for p in self.profiles),
                              j_per_flop=tuple(p.j_per_flop for p in self.profiles))
@@ -445,9 +473,16 @@ class Simulation:
         }}
 
     def artifacts(self) -> dict[str, bytes]:
-        """Extra files of the run: the protocol's, and under mobility ``positions.npz`` (``t``: frame
-        times, ``pos``: (frames, devices, 2) positions)."""
+        """Extra files of the run: the protocol's; its novelty matrix (``novelty.npy``) and heatmap, ordered
+        by the true clusters; and under mobility ``positions.npz`` (``t``: frame times, ``pos``: (frames,
+        devices, 2) positions)."""
         out = dict(self.protocol.artifacts())
+        novelty = self.protocol.novelty()
+        if novelty is not None:
+            from p2pfl.clustering.novelty import novelty_artifacts  # drawn by runs that build a matrix only
+
+            matrix, title = novelty
+            out.update(novelty_artifacts(matrix, tuple(self.federation.true_clusters), title))
         if self.mover is not None:
             buf = io.BytesIO()
             np.savez_compressed(buf, t=np.asarray(self.mover.frame_times), pos=np.stack(self.mover.frames))

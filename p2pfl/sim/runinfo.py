@@ -5,7 +5,9 @@ arrives is here: node ids, the device graph and which devices each server
 serves, the task's public facts (input shape, classes, the scenario's model and
 training settings), and per-purpose seeds. Data sizes and anything else a node
 learns about another node come through messages it received and paid for.
-The true clusters are here for scoring (ARI) and for the ``oracle`` reference only.
+The true clusters are here for the ``oracle`` reference only (the kernel scores what the other
+protocols report, ``ctx.report_clusters``); ``held_out`` derives the pooled references' held-out
+devices from them, a choice of the experiment's design like the partition itself.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 import torch
 
+from p2pfl.errors import ConfigError
 from p2pfl.seeding import child_seed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,6 +70,23 @@ class RunInfo:
     def seed_for(self, purpose: str, *ids: int) -> int:
         """A seed of its own for ``purpose`` and ``ids`` (e.g. ``"ifca.init", draw, k``), from the run's seed."""
         return child_seed(self.seed, purpose, *ids)
+
+    def held_out(self, per_cluster: int) -> tuple[int, ...]:
+        """The last ``per_cluster`` device ids of every true cluster, sorted: the devices a pooled reference
+        scores but does not train on (``held_out_per_cluster``); refused when a cluster would be left empty."""
+        if per_cluster == 0:
+            return ()
+        members: dict[int, list[int]] = {}
+        for device, cluster in enumerate(self.true_clusters):
+            members.setdefault(cluster, []).append(device)
+        out: list[int] = []
+        for cluster, devices in sorted(members.items()):
+            if len(devices) <= per_cluster:
+                raise ConfigError(f"field 'protocol.held_out_per_cluster': cluster {cluster} has {len(devices)} "
+                                  f"devices, so holding out {per_cluster} leaves none to train; lower it below "
+                                  f"{len(devices)}")
+            out.extend(devices[-per_cluster:])
+        return tuple(sorted(out))
 
     def build_model(self, seed: int) -> nn.Module:
         """The scenario's model with weights drawn from ``seed``, on the run's torch device."""

@@ -19,16 +19,14 @@ The upper reference for clustering methods, the only protocol that reads
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from pydantic import Field
 
-from p2pfl.clustering import adjusted_rand_index
 from p2pfl.learning.aggregate import clone_state, weighted_average
 from p2pfl.learning.state import live_state, load_state_
 from p2pfl.protocols.base import Process
 from p2pfl.protocols.reference.pooled import HELD_OUT_HELP, held_out_devices, pooled_xy
-from p2pfl.protocols.server.collect import collect_round
 from p2pfl.protocols.server.fedavg import FedAvgBase, FedAvgParams, select_clients
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,14 +72,11 @@ class Oracle(FedAvgBase[OracleParams]):
         if self.params.mode == "pooled":
             return
         p = self.params
-        cluster_of: dict[int, int] = {}
-        deadline = None if not self.dynamic else ctx.now + (p.round_timeout_s or 0.0)
-        while len(cluster_of) < len(ctx.devices):
-            msg = yield ctx.recv("join", timeout=None if deadline is None else max(deadline - ctx.now, 0.0))
-            if msg is None:  # under dynamics some joins were dropped: the reference knows the clusters anyway
-                cluster_of.update({d: self.run.true_clusters[d] for d in ctx.devices if d not in cluster_of})
-                break
-            cluster_of[msg.src] = int(msg.payload["cluster"])
+        got = yield from ctx.collect("join", 0, ctx.devices,
+                                     until=ctx.deadline(p.round_timeout_s or 0.0) if self.dynamic else None)
+        cluster_of = {d: int(m.payload["cluster"]) for d, m in got.items()}
+        # under dynamics some joins were dropped: the reference knows the clusters anyway
+        cluster_of.update({d: self.run.true_clusters[d] for d in ctx.devices if d not in cluster_of})
         for d in sorted(cluster_of):
             self.groups.setdefault(cluster_of[d], []).append(d)
         self.groups = dict(sorted(self.groups.items()))
@@ -91,7 +86,7 @@ class Oracle(FedAvgBase[OracleParams]):
             states = {c: clone_state(live_state(m)) for c, m in models.items()}
             for d in selected:
                 ctx.send(d, "model", {"state": states[cluster_of[d]]}, round=r)
-            got = yield from collect_round(ctx, "update", r, selected, p.round_timeout_s)
+            got = yield from ctx.collect("update", r, selected, until=ctx.deadline(p.round_timeout_s))
             self.updates_missing += len(selected) - len(got)
             updates = {d: (m.payload["state"], float(m.payload["n_samples"])) for d, m in got.items()}
             for c, members in self.groups.items():
@@ -129,9 +124,8 @@ class Oracle(FedAvgBase[OracleParams]):
                     ctx.evaluate_device(d, model, r)
             ctx.round_done(r)
 
+    def clusters(self) -> Optional[list[list[int]]]:
+        return [members for _, members in sorted(self.groups.items())] or None
+
     def result(self) -> dict[str, Any]:
-        clusters = [members for _, members in sorted(self.groups.items())]
-        if not clusters:
-            return {}
-        held_out = {"held_out": list(self.held_out)} if self.held_out else {}
-        return {"clusters": clusters, "ari": adjusted_rand_index(list(self.run.true_clusters), clusters), **held_out}
+        return {"held_out": list(self.held_out)} if self.groups and self.held_out else {}

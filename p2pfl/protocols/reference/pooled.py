@@ -36,23 +36,12 @@ class PooledParams(ProtocolParams):
 
 
 def held_out_devices(run: RunInfo, per_cluster: int, pooled: bool = True) -> tuple[int, ...]:
-    """The last ``per_cluster`` device ids of every true cluster, sorted; refused when a cluster would be empty,
-    or when the protocol does not train ``pooled`` (a protocol with a ``mode`` field)."""
-    if per_cluster == 0:
-        return ()
-    if not pooled:
+    """The last ``per_cluster`` device ids of every true cluster, sorted (``RunInfo.held_out``); refused when a
+    cluster would be empty, or when the protocol does not train ``pooled`` (a protocol with a ``mode`` field)."""
+    if per_cluster and not pooled:
         raise ConfigError("field 'protocol.held_out_per_cluster' holds devices out of pooled training; set "
                           "protocol.mode: pooled or remove it")
-    members: dict[int, list[int]] = {}
-    for device, cluster in enumerate(run.true_clusters):
-        members.setdefault(cluster, []).append(device)
-    out: list[int] = []
-    for cluster, devices in sorted(members.items()):
-        if len(devices) <= per_cluster:
-            raise ConfigError(f"field 'protocol.held_out_per_cluster': cluster {cluster} has {len(devices)} devices, "
-                              f"so holding out {per_cluster} leaves none to train; lower it below {len(devices)}")
-        out.extend(devices[-per_cluster:])
-    return tuple(sorted(out))
+    return run.held_out(per_cluster)
 
 
 def pooled_xy(shards: tuple[Shard, ...], devices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

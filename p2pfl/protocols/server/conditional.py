@@ -296,15 +296,11 @@ class Conditional(FedAvgBase[ConditionalParams]):
     # --- the processes ---------------------------------------------------------------------------
     def server(self, ctx: ServerContext) -> Process:
         if self.params.normalization == "zscore":
-            got: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
             p = self.params
             wait = (p.moments_timeout_s or p.round_timeout_s) if self.dynamic else None
-            deadline = None if wait is None else ctx.now + wait
-            while len(got) < len(ctx.devices):
-                msg = yield ctx.recv("moments", timeout=None if deadline is None else max(deadline - ctx.now, 0.0))
-                if msg is None:
-                    break  # under dynamics: the moments of whoever reported by the deadline
-                got[msg.src] = (msg.payload["sum"], msg.payload["sumsq"])
+            # under dynamics: the moments of whoever reported by the deadline
+            msgs = yield from ctx.collect("moments", 0, ctx.devices, until=ctx.deadline(wait))
+            got = {d: (m.payload["sum"], m.payload["sumsq"]) for d, m in msgs.items()}
             if not got:
                 raise ConfigError("protocol 'conditional': no device reported its statistics by "
                                   "protocol.moments_timeout_s; raise it")

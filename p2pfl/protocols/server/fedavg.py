@@ -23,7 +23,6 @@ from p2pfl.learning.aggregate import State, clone_state, weighted_average
 from p2pfl.learning.state import load_state_
 from p2pfl.learning.train import Penalty
 from p2pfl.protocols.base import Process, Protocol, ProtocolParams
-from p2pfl.protocols.server.collect import collect_round
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.context import DeviceContext, NodeContext, ServerContext
@@ -99,7 +98,7 @@ class FedAvgBase(Protocol[F], Generic[F]):
 
     def collect(self, ctx: ServerContext, r: int, selected: list[int]) -> Process:
         """This round's ``(state, n_samples)`` uploads in arrival order (until all came or the round timeout)."""
-        got = yield from collect_round(ctx, "update", r, selected, self.params.round_timeout_s)
+        got = yield from ctx.collect("update", r, selected, until=ctx.deadline(self.params.round_timeout_s))
         self.updates_missing += len(selected) - len(got)
         return [(m.payload["state"], float(m.payload["n_samples"])) for m in got.values()]
 

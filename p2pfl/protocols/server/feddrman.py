@@ -33,7 +33,6 @@ import torch
 from pydantic import Field, field_validator
 from torch import nn
 
-from p2pfl.clustering import adjusted_rand_index
 from p2pfl.clustering.cua import cua_partition, match_clusters, update_similarity
 from p2pfl.errors import ConfigError
 from p2pfl.learning.aggregate import State, clone_state, weighted_average
@@ -42,7 +41,6 @@ from p2pfl.learning.spectral import rebalance_update
 from p2pfl.learning.state import live_state, load_state_
 from p2pfl.learning.train import BatchLoss
 from p2pfl.protocols.base import Process
-from p2pfl.protocols.server.collect import collect_round
 from p2pfl.protocols.server.fedavg import FedAvgBase, FedAvgParams, select_clients
 from p2pfl.robotics.gmm import gmm_nll
 
@@ -134,7 +132,7 @@ class FedDRMan(FedAvgBase[FedDRManParams]):
             selected = select_clients(ctx.live_neighbors, p.client_fraction, ctx.rng)
             for d in selected:
                 ctx.send(d, "model", {"state": clusters[assign[d]]}, round=r)
-            got = yield from collect_round(ctx, "update", r, selected, p.round_timeout_s)
+            got = yield from ctx.collect("update", r, selected, until=ctx.deadline(p.round_timeout_s))
             self.updates_missing += len(selected) - len(got)
             updates = {d: (m.payload["state"], float(m.payload["n_samples"])) for d, m in got.items()}
             if updates:
@@ -189,19 +187,18 @@ class FedDRMan(FedAvgBase[FedDRManParams]):
         """Eq. 8 as a batch loss ``loss(student, x, y)``."""
         return DistillationLoss(self.params, teacher if self._uses_teacher() else None, gen)
 
-    def result(self) -> dict[str, Any]:
+    def clusters(self) -> Optional[list[list[int]]]:
         if not self.groups:
-            return {}
-        groups = self.groups
-        if sum(len(g) for g in groups) < self.run.n_devices:  # the last round heard from some devices only:
+            return None
+        if sum(len(g) for g in self.groups) < self.run.n_devices:  # the last round heard from some devices only:
             by: dict[int, list[int]] = {}  # every device in the cluster it was last assigned to
             for d in self.run.device_ids:
                 by.setdefault(self.assignment.get(d, 0), []).append(d)
-            groups = sorted(by.values())
-        out: dict[str, Any] = {"clusters": groups, "ari": adjusted_rand_index(list(self.run.true_clusters), groups)}
-        if self.dynamic:
-            out["updates_missing"] = self.updates_missing
-        return out
+            return sorted(by.values())
+        return self.groups
+
+    def result(self) -> dict[str, Any]:
+        return {"updates_missing": self.updates_missing} if self.groups and self.dynamic else {}
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ paper) the server probes the devices' choices (K models down, an 8-byte id up)
 and redraws the inits, up to ``init_tries`` times, until every cluster gets at
 least ceil(n / 2K) devices.
 
-Each round's assignment and its adjusted Rand index against the true clusters
-(scoring only) are logged; ``result()`` reports the final ``clusters`` and ``ari``.
+Each round's assignment is logged and reported as the round's clusters (the kernel logs
+their adjusted Rand index against the true clusters); the summary's ``clusters`` and ``ari``
+are the final assignment's.
 """
 
 from __future__ import annotations
@@ -25,12 +26,10 @@ import numpy as np
 from pydantic import Field
 from torch import nn
 
-from p2pfl.clustering import adjusted_rand_index
 from p2pfl.learning.aggregate import State, clone_state, weighted_average
 from p2pfl.learning.stacked import average_losses
 from p2pfl.learning.state import live_state, load_state_
 from p2pfl.protocols.base import Process, Protocol, ProtocolParams
-from p2pfl.protocols.server.collect import collect_round
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.context import DeviceContext, ServerContext
@@ -86,31 +85,17 @@ class IFCA(Protocol[IFCAParams]):
         return [self.run.build_model(self.run.seed_for("ifca.init", draw, k)) for k in range(self.params.n_clusters)]
 
     def server(self, ctx: ServerContext) -> Process:
-        p, n = self.params, len(ctx.devices)
+        """Alg. 2, the server: broadcast the K models, average each cluster's uploads (M-step)."""
+        p = self.params
         models = self.init_models(0)
         if p.balanced_init:
-            for draw in range(p.init_tries):
-                probe = {"states": [clone_state(live_state(m)) for m in models]}  # fresh, never changed: shared
-                for d in ctx.devices:
-                    ctx.send(d, "probe", probe, share=True)
-                picks: dict[int, int] = {}
-                deadline = ctx.now + p.round_timeout_s if self.dynamic and p.round_timeout_s else None
-                while len(picks) < n:
-                    msg = yield ctx.recv("probe_reply", timeout=None if deadline is None else max(deadline - ctx.now, 0))
-                    if msg is None:
-                        break  # under dynamics: judge the balance on the replies that came
-                    picks[msg.src] = int(msg.payload["cluster"])
-                balanced = is_balanced([picks[d] for d in sorted(picks)], p.n_clusters)
-                ctx.log("ifca_init_balanced", balanced, draw=draw)
-                if balanced or draw == p.init_tries - 1:
-                    break
-                models = self.init_models(draw + 1)
+            models = yield from self.balanced_init(ctx, models)
         for r in range(1, p.rounds + 1):
             broadcast = {"states": [clone_state(live_state(m)) for m in models]}  # fresh, never changed: shared
             selected = ctx.live_neighbors
             for d in selected:
                 ctx.send(d, "models", broadcast, round=r, share=True)
-            got = yield from collect_round(ctx, "update", r, selected, p.round_timeout_s)
+            got = yield from ctx.collect("update", r, selected, until=ctx.deadline(p.round_timeout_s))
             self.updates_missing += len(selected) - len(got)
             updates = {d: (m.payload["state"], float(m.payload["n_samples"]), int(m.payload["cluster"]))
                        for d, m in got.items()}
@@ -122,11 +107,29 @@ class IFCA(Protocol[IFCAParams]):
             previous = self.assignment or [0] * len(ctx.devices)
             self.assignment = [updates[d][2] if d in updates else previous[i] for i, d in enumerate(ctx.devices)]
             ctx.log("assignment", list(self.assignment), round=r)
-            ctx.log("ari", self.ari(), round=r)
+            ctx.report_clusters(clusters_from_assignment(self.assignment, p.n_clusters), round=r)
             if self.should_eval(r):
                 for d, c in zip(ctx.devices, self.assignment):
                     ctx.evaluate_device(d, models[c], r)
             ctx.round_done(r)
+
+    def balanced_init(self, ctx: ServerContext, models: list[nn.Module]) -> Process:
+        """The reference code's initializer: redraw the K inits until every cluster gets at least
+        ceil(n / 2K) devices' picks (under dynamics, of the picks that came by the round timeout)."""
+        p = self.params
+        for draw in range(p.init_tries):
+            probe = {"states": [clone_state(live_state(m)) for m in models]}  # fresh, never changed: shared
+            for d in ctx.devices:
+                ctx.send(d, "probe", probe, share=True)
+            got = yield from ctx.collect("probe_reply", 0, ctx.devices,
+                                         until=ctx.deadline(p.round_timeout_s) if self.dynamic else None)
+            picks = {d: int(m.payload["cluster"]) for d, m in got.items()}
+            balanced = is_balanced([picks[d] for d in sorted(picks)], p.n_clusters)
+            ctx.log("ifca_init_balanced", balanced, draw=draw)
+            if balanced or draw == p.init_tries - 1:
+                break
+            models = self.init_models(draw + 1)
+        return models
 
     def device(self, ctx: DeviceContext) -> Process:
         if not ctx.servers:
@@ -157,15 +160,8 @@ class IFCA(Protocol[IFCAParams]):
             k = yield from self.estep(ctx, work, msg.payload["states"])
             ctx.send(server, "probe_reply", {"cluster": k})
 
-    def ari(self) -> float:
-        clusters = clusters_from_assignment(self.assignment, self.params.n_clusters)
-        return adjusted_rand_index(list(self.run.true_clusters), clusters)
+    def clusters(self) -> Optional[list[list[int]]]:
+        return clusters_from_assignment(self.assignment, self.params.n_clusters) if self.assignment else None
 
     def result(self) -> dict[str, Any]:
-        if not self.assignment:
-            return {}
-        out: dict[str, Any] = {"clusters": clusters_from_assignment(self.assignment, self.params.n_clusters),
-                               "ari": self.ari()}
-        if self.dynamic:
-            out["updates_missing"] = self.updates_missing
-        return out
+        return {"updates_missing": self.updates_missing} if self.assignment and self.dynamic else {}

@@ -37,16 +37,16 @@ import numpy as np
 from pydantic import Field
 from torch import nn
 
-from p2pfl.clustering import clustering_scores, compatibility_clusters
-from p2pfl.clustering.novelty import RNDProbe, novelty_artifacts
+from p2pfl.clustering import compatibility_clusters
+from p2pfl.clustering.novelty import RNDProbe
 from p2pfl.errors import ConfigError
 from p2pfl.learning.aggregate import State, clone_state, weighted_average
 from p2pfl.learning.state import load_state_
 from p2pfl.protocols.base import Process, Protocol, ProtocolParams
-from p2pfl.protocols.server.collect import collect_round
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.context import DeviceContext, ServerContext
+    from p2pfl.sim.network import Message
     from p2pfl.sim.runinfo import RunInfo
 
 __all__ = ["RND", "RNDParams", "clustering_rounds", "federation_index", "regroup_weights"]
@@ -106,6 +106,7 @@ class RND(Protocol[RNDParams]):
     Params = RNDParams
     needs_server = True
     supports_dynamics = True
+    cluster_fields = ("clusters", "ari", "misclassification_rate", "n_federations", "clustering_events")
     summary = "RND novelty clustering (all-to-all predictors, server builds the matrix) + FedAvg per federation"
 
     def __init__(self, params: RNDParams, run: RunInfo) -> None:
@@ -116,8 +117,9 @@ class RND(Protocol[RNDParams]):
                               "(topology 'servers: [{attach: all}]')")
         self.probe = RNDProbe(run, epochs=params.rnd_epochs, batch_size=params.rnd_batch_size, lr=params.rnd_lr)
         self.events = clustering_rounds(params.rounds, params.recluster_every)
-        self.history: list[dict[str, Any]] = []
-        self.novelty: Optional[np.ndarray] = None
+        #: The last clustering event's federations, and the novelty matrix they were built from.
+        self.found: Optional[list[list[int]]] = None
+        self.matrix: Optional[np.ndarray] = None
         self.updates_missing = 0
 
     def deadline_fields(self) -> tuple[str, ...]:
@@ -133,31 +135,20 @@ class RND(Protocol[RNDParams]):
     # ---- device -----------------------------------------------------------------------
 
     def device(self, ctx: DeviceContext) -> Process:
+        """Algorithm 1 when a round starts a clustering event, then FedAvg's local step on the federation's
+        model. Under dynamics a device takes the newest round's model, and one that missed a clustering
+        event's rounds skips it (the server clusters whoever sent a row in time)."""
         model = ctx.new_model()
         server = ctx.servers[0]
-        if self.dynamic:
-            yield from self.device_live(ctx, model, server)
-            return
-        for r in range(1, self.params.rounds + 1):
+        r = 1
+        while r <= self.params.rounds:
             if r in self.events:
                 yield from self.discover(ctx, self.events.index(r) + 1, server)
-            msg = yield ctx.recv("model")
-            load_state_(model, msg.payload["state"])
-            yield from ctx.train(model)
-            yield ctx.send(server, "update", {"state": model.state_dict(), "n_samples": ctx.n_samples}, round=msg.round)
-
-    def device_live(self, ctx: DeviceContext, model: nn.Module, server: int) -> Process:
-        """Under dynamics: take the newest round's model; a device that missed a clustering event's
-        rounds skips it (the server clusters whoever sent a row in time)."""
-        r_next = 1
-        while True:
-            if r_next in self.events:
-                yield from self.discover(ctx, self.events.index(r_next) + 1, server)
             msg = ctx.newest((yield ctx.recv("model")), "model")
             load_state_(model, msg.payload["state"])
             yield from ctx.train(model)
             yield ctx.send(server, "update", {"state": model.state_dict(), "n_samples": ctx.n_samples}, round=msg.round)
-            r_next = msg.round + 1
+            r = msg.round + 1
 
     def discover(self, ctx: DeviceContext, event: int, server: int) -> Process:
         """Algorithm 1: train the predictor, share it, score all predictors, upload the row."""
@@ -169,17 +160,12 @@ class RND(Protocol[RNDParams]):
                     yield ctx.send(j, "rnd_predictor", {"state": state}, round=event, routed=True, share=True)
         else:
             yield ctx.send(server, "rnd_upload", {"state": state}, round=event, share=True)
-        held = {ctx.id: state}
-        wait = self._discovery_wait()
-        deadline = None if wait is None else ctx.now + wait
-        while len(held) < n:
-            msg = yield ctx.recv("rnd_predictor", timeout=None if deadline is None else max(deadline - ctx.now, 0.0))
-            if msg is None:
-                break  # under dynamics: score the predictors that came
-            if msg.round != event:
-                continue  # a late predictor of an earlier event
-            owner = msg.src if self.params.exchange == "direct" else int(msg.payload["owner"])
-            held[owner] = msg.payload["state"]
+        others = [j for j in range(n) if j != ctx.id]
+        relayed = self.params.exchange == "relay"
+        # under dynamics: score the predictors that came by the deadline
+        got = yield from ctx.collect("rnd_predictor", event, others, until=ctx.deadline(self._discovery_wait()),
+                                     origin=_owner if relayed else None)
+        held = {ctx.id: state, **{owner: msg.payload["state"] for owner, msg in got.items()}}
         row = yield from self.probe.score(ctx, held, n)
         yield ctx.send(server, "rnd_row", {"row": row}, round=event)
 
@@ -199,7 +185,7 @@ class RND(Protocol[RNDParams]):
             for d in selected:
                 ctx.send(d, "model", {"state": states[fed[d]]}, round=r)
             updates: list[list[tuple[State, float]]] = [[] for _ in models]
-            got = yield from collect_round(ctx, "update", r, selected, p.round_timeout_s)
+            got = yield from ctx.collect("update", r, selected, until=ctx.deadline(p.round_timeout_s))
             self.updates_missing += len(selected) - len(got)
             for d, msg in got.items():
                 n_samples[d] = int(msg.payload["n_samples"])
@@ -213,27 +199,23 @@ class RND(Protocol[RNDParams]):
             ctx.round_done(r)
 
     def build_federations(self, ctx: ServerContext, event: int, r: int) -> Process:
-        """Algorithm 2: (relay the predictors,) stack the rows, apply the compatibility criterion."""
+        """Algorithm 2: (relay the predictors,) stack the rows, apply the compatibility criterion.
+
+        Under dynamics each phase waits ``discovery_timeout_s`` from its first message, and the devices
+        whose row did not come are alone until the next event."""
         n = self.run.n_devices
         wait = self._discovery_wait()
-        deadline = None  # under dynamics: ``wait`` after the first predictor came
         if self.params.exchange == "relay":
-            relayed: set[int] = set()
-            while len(relayed) < n:  # each predictor is relayed as soon as it arrives
-                msg = yield ctx.recv("rnd_upload", timeout=None if deadline is None else max(deadline - ctx.now, 0.0))
-                if msg is None:
-                    break
-                if msg.round != event or msg.src in relayed:
-                    continue
-                if wait is not None and deadline is None:
-                    deadline = ctx.now + wait
-                relayed.add(msg.src)
+
+            def relay(msg: Message) -> None:  # each predictor is relayed as soon as it arrives
                 for j in range(n):
                     if j != msg.src:
                         ctx.send(j, "rnd_predictor", {"state": msg.payload["state"], "owner": msg.src}, round=event,
                                  share=True)
+
+            yield from ctx.collect("rnd_upload", event, range(n), after_first=wait, each=relay)
         U = np.full((n, n), np.nan)
-        rows = yield from collect_round(ctx, "rnd_row", event, range(n), wait, from_first=True)
+        rows = yield from ctx.collect("rnd_row", event, range(n), after_first=wait)
         for src, msg in rows.items():
             U[src] = msg.payload["row"]
         if self.dynamic:
@@ -244,9 +226,9 @@ class RND(Protocol[RNDParams]):
             have = sorted(rows)
             sub = compatibility_clusters(U[np.ix_(have, have)], self.params.alpha) if have else []
             clusters = sorted([[have[i] for i in f] for f in sub] + [[d] for d in range(n) if d not in rows])
-        self.novelty = U
-        record = {"round": r, "t": ctx.now, **clustering_scores(self.run.true_clusters, clusters)}
-        self.history.append(record)
+        self.matrix = U
+        self.found = clusters
+        ctx.report_clusters(clusters, round=r, log=False)  # scored by the kernel: the summary's clustering events
         ctx.log("rnd_federations", len(clusters), round=r)
         return clusters
 
@@ -266,21 +248,18 @@ class RND(Protocol[RNDParams]):
 
     # ---- outputs ----------------------------------------------------------------------
 
-    def result(self) -> dict[str, Any]:
-        if not self.history:
-            return {}
-        last = self.history[-1]
-        return {
-            "clusters": last["clusters"],
-            "ari": last["ari"],
-            "misclassification_rate": last["misclassification_rate"],
-            "n_federations": last["n_federations"],
-            "clustering_events": self.history,
-            "clustering_flops": self.probe.flops,
-            **({"updates_missing": self.updates_missing} if self.dynamic else {}),
-        }
+    def clusters(self) -> Optional[list[list[int]]]:
+        return self.found
 
-    def artifacts(self) -> dict[str, bytes]:
-        if self.novelty is None:
+    def result(self) -> dict[str, Any]:
+        if self.found is None:
             return {}
-        return novelty_artifacts(self.novelty, self.run.true_clusters, r"RND (server): $u_{ii} - u_{ij}$")
+        return {"clustering_flops": self.probe.flops, **({"updates_missing": self.updates_missing} if self.dynamic else {})}
+
+    def novelty(self) -> Optional[tuple[np.ndarray, str]]:
+        return None if self.matrix is None else (self.matrix, r"RND (server): $u_{ii} - u_{ij}$")
+
+
+def _owner(msg: Message) -> int:
+    """The device a relayed predictor belongs to (the server forwards it with its owner's id)."""
+    return int(msg.payload["owner"])

@@ -47,13 +47,12 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from p2pfl.clustering.scores import clustering_scores
 from p2pfl.learning.aggregate import State, clone_state, state_to_vector, weighted_average
 from p2pfl.learning.flat import FlatState
 from p2pfl.learning.stacked import average_losses
 from p2pfl.learning.state import live_state, load_state_
 from p2pfl.protocols.base import Process, Protocol, ProtocolParams
-from p2pfl.protocols.serverless.neighbour_averaging import NeighbourAveraging, gather_round
+from p2pfl.protocols.serverless.neighbour_averaging import NeighbourAveraging
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.context import DeviceContext
@@ -164,6 +163,7 @@ class _DACBase(Protocol[DACParams]):
     #: The ``variant`` this class runs.
     variant: ClassVar[str]
     supports_dynamics = True
+    cluster_fields = ("clusters", "ari", "misclassification_rate", "n_federations")
 
     def __init__(self, params: DACParams, run: RunInfo) -> None:
         super().__init__(params, run)
@@ -191,17 +191,18 @@ class _DACBase(Protocol[DACParams]):
     def deadline_fields(self) -> tuple[str, ...]:
         return ("round_timeout_s",)
 
-    def log_ari(self, ctx: DeviceContext, r: int) -> None:
-        """Under dynamics: once every device has finished round ``r``, the ARI of the federations then."""
+    def report_round(self, ctx: DeviceContext, r: int) -> None:
+        """Under dynamics: once every device has finished round ``r``, report the federations then
+        (the kernel logs their ARI)."""
         self._finished[r] = self._finished.get(r, 0) + 1
         if self.dynamic and self._finished[r] == self.run.n_devices:
-            clusters = selection_components(self.run.n_devices, self.chosen)
-            ctx.log("ari", clustering_scores(self.run.true_clusters, clusters)["ari"], round=r)
+            ctx.report_clusters(self.clusters(), round=r)
+
+    def clusters(self) -> list[list[int]]:
+        return selection_components(self.run.n_devices, self.chosen)
 
     def result(self) -> dict[str, Any]:
-        clusters = selection_components(self.run.n_devices, self.chosen)
-        out = clustering_scores(self.run.true_clusters, clusters)
-        out["clustering_flops"] = self.similarity_flops
+        out: dict[str, Any] = {"clustering_flops": self.similarity_flops}
         if self.dynamic and self.variant == "original":
             out["replies_missing"] = self.replies_missing
         return out
@@ -230,7 +231,7 @@ class DACCosine(NeighbourAveraging[DACParams], _DACBase):
         return weighted_average([(mine, 1.0)] + [(received[j], 1.0) for j in top])
 
     def round_finished(self, ctx: DeviceContext, r: int) -> None:
-        self.log_ari(ctx, r)
+        self.report_round(ctx, r)
 
     def result(self) -> dict[str, Any]:
         return {**_DACBase.result(self), **NeighbourAveraging.result(self)}
@@ -268,8 +269,8 @@ class DACOriginal(_DACBase):
             sampled = sorted(int(j) for j in ctx.rng.choice(np.asarray(peers), size=size, replace=False, p=prior))
             for j in sampled:
                 yield ctx.send(j, "dac_request", {}, round=r, routed=routed)
-            got = yield from gather_round(ctx, "dac_reply", r, tuple(sampled), pending, p.round_timeout_s)
-            self.replies_missing += len(sampled) - len(set(sampled) & set(got))
+            got = yield from ctx.collect("dac_reply", r, sampled, until=ctx.deadline(p.round_timeout_s), keep_later=pending)
+            self.replies_missing += len(sampled) - len(got)
             sampled = [j for j in sampled if j in got]  # a peer's reply lost or late: aggregate without it
             states = {j: got[j].payload["state"] for j in sampled}
             losses = average_losses(model, [states[j] for j in sampled], x, y)  # one stacked pass
@@ -300,7 +301,7 @@ class DACOriginal(_DACBase):
         if self.should_eval(r):
             ctx.evaluate(model, r)
         ctx.round_done(r)
-        self.log_ari(ctx, r)
+        self.report_round(ctx, r)
 
 
 #: The registry's target for ``dac``: ``implementation`` picks the class from ``variant``.

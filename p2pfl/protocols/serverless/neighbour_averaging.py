@@ -13,8 +13,7 @@ This module holds a base class without a ``name``: it is not a protocol of its o
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
 
@@ -27,32 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.network import Message
     from p2pfl.sim.runinfo import RunInfo
 
-__all__ = ["NeighbourAveraging", "gather_round"]
-
-
-def gather_round(ctx: DeviceContext, kind: str, r: int, sources: tuple[int, ...],
-                 pending: dict[int, dict[int, Message]],
-                 timeout_s: Optional[float] = None) -> Generator[Any, Any, dict[int, Message]]:
-    """Receive one ``kind`` message of round ``r`` from each of ``sources``; keep later rounds in ``pending``.
-
-    Returns ``{src: message}``. With ``timeout_s`` it returns what came when the deadline
-    passes, and a late message of an earlier round is dropped; without, an earlier round's
-    message cannot arrive in a synchronous protocol: it would be a bug and raises.
-    """
-    got = {src: m for src, m in pending.pop(r, {}).items()}
-    want = set(sources)
-    deadline = None if timeout_s is None else ctx.now + timeout_s
-    while not want <= set(got):
-        msg: Optional[Message] = yield ctx.recv(kind, timeout=None if deadline is None else max(deadline - ctx.now, 0.0))
-        if msg is None:
-            break
-        if msg.round == r:
-            got[msg.src] = msg
-        elif msg.round > r:
-            pending.setdefault(msg.round, {})[msg.src] = msg
-        elif deadline is None:
-            raise RuntimeError(f"device {ctx.id} got a round-{msg.round} {kind!r} message in round {r}")
-    return got
+__all__ = ["NeighbourAveraging"]
 
 
 class NeighbourAveraging(Protocol[P]):
@@ -112,8 +86,7 @@ class NeighbourAveraging(Protocol[P]):
             payload = self.payload(ctx, mine, peers)  # a fresh snapshot, never changed: one copy for all peers
             for j in peers:
                 yield ctx.send(j, self.message_kind, payload, round=r, routed=routed, share=True)
-            got = yield from gather_round(ctx, self.message_kind, r, peers, pending, timeout_s)
-            got = {j: m for j, m in got.items() if j in peers}  # mix only with whom we also sent to
+            got = yield from ctx.collect(self.message_kind, r, peers, until=ctx.deadline(timeout_s), keep_later=pending)
             self.models_missing += len(peers) - len(got)
             received = {j: m.payload["state"] for j, m in got.items()}
             load_state_(model, self.mix(ctx, mine, received, {j: m.payload for j, m in got.items()}))

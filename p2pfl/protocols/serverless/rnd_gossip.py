@@ -62,8 +62,8 @@ import numpy as np
 import simpy
 from pydantic import Field, model_validator
 
-from p2pfl.clustering import clustering_scores, compatibility_clusters
-from p2pfl.clustering.novelty import Predictor, RNDProbe, novelty_artifacts
+from p2pfl.clustering import compatibility_clusters
+from p2pfl.clustering.novelty import Predictor, RNDProbe
 from p2pfl.protocols.base import Process
 from p2pfl.protocols.serverless.dac import selection_components
 from p2pfl.protocols.serverless.gossip import Gossip, GossipParams
@@ -130,6 +130,7 @@ class RNDGossip(Gossip[RNDGossipParams]):
     Params = RNDGossipParams
     summary = "serverless RND clustering within h hops + label propagation + gossip among compatible peers"
     routed = True
+    cluster_fields = ("clusters", "ari", "misclassification_rate", "n_federations")
 
     def __init__(self, params: RNDGossipParams, run: RunInfo) -> None:
         super().__init__(params, run)
@@ -165,20 +166,15 @@ class RNDGossip(Gossip[RNDGossipParams]):
         state = yield from self.probe.train(ctx, 1)
         for j in reach:
             yield ctx.send(j, "rnd_predictor", {"state": state}, round=1, routed=True, share=True)
-        held = {me: state}
-        while len(held) < len(reach) + 1:
-            msg: Message = yield ctx.recv("rnd_predictor")
-            held[msg.src] = msg.payload["state"]
+        got = yield from ctx.collect("rnd_predictor", 1, reach)
+        held = {me: state, **{j: msg.payload["state"] for j, msg in got.items()}}
         row: np.ndarray = yield from self.probe.score(ctx, held, n)
         self.rows[me] = row
         verdict = compatible_row(row, me, self.params.alpha)
         for j in reach:
             yield ctx.send(j, "rnd_verdict", {"compatible": bool(verdict[j])}, round=1, routed=True)
-        theirs: dict[int, bool] = {}
-        while len(theirs) < len(reach):
-            msg = yield ctx.recv("rnd_verdict")
-            theirs[msg.src] = bool(msg.payload["compatible"])
-        self.peers[me] = tuple(j for j in reach if verdict[j] and theirs[j])
+        theirs = yield from ctx.collect("rnd_verdict", 1, reach)
+        self.peers[me] = tuple(j for j in reach if verdict[j] and bool(theirs[j].payload["compatible"]))
         self.labels[me] = me
         ctx.spawn(self.propagate_labels(ctx))
 
@@ -214,16 +210,17 @@ class RNDGossip(Gossip[RNDGossipParams]):
         yield from self.offer(ctx, reach)
         ctx.spawn(self.follow(ctx))
         reply = self.params.reply_timeout_s
-        deadline = ctx.now + (self.params.discovery_timeout_s or (reply if isinstance(reply, float) else 0.0))
-        while not set(reach) <= self._theirs[me].keys():
-            msg: Optional[Message] = yield ctx.recv("rnd_verdict", timeout=max(deadline - ctx.now, 0.0))
-            if msg is None:
-                break  # start training; later verdicts still count
+        deadline = ctx.deadline(self.params.discovery_timeout_s or (reply if isinstance(reply, float) else 0.0))
+
+        def record(msg: Message) -> None:  # every verdict counts, from whoever in reach it came
             self._theirs[me][msg.src] = bool(msg.payload["compatible"])
+
+        # training starts at the deadline at the latest; later verdicts still count (``take_verdicts``)
+        yield from ctx.collect("rnd_verdict", 1, reach, until=deadline, each=record)
         # ... and our own verdicts: a peer's verdict on us can come before we scored its predictor
         while ctx.now < deadline and np.isnan(self.rows[me, list(reach)]).any():
             self._scored[me] = ctx.signal()
-            yield self._scored[me] | ctx.sleep(deadline - ctx.now)
+            yield self._scored[me] | ctx.sleep(until=deadline)
         self._scored.pop(me, None)
         self._update_peers(ctx)
         ctx.spawn(self.take_verdicts(ctx))
@@ -295,7 +292,7 @@ class RNDGossip(Gossip[RNDGossipParams]):
     def round_finished(self, ctx: DeviceContext, r: int) -> None:
         if self.dynamic and self._finished.get(r) == self.run.n_devices:
             federations = self.live_federations()
-            ctx.log("ari", clustering_scores(self.run.true_clusters, federations)["ari"], round=r)
+            ctx.report_clusters(federations, round=r)  # the kernel logs their ARI
             labels = [0] * self.run.n_devices
             for f in federations:
                 for d in f:
@@ -313,30 +310,30 @@ class RNDGossip(Gossip[RNDGossipParams]):
 
     # ---- outputs ----------------------------------------------------------------------
 
+    def clusters(self) -> Optional[list[list[int]]]:
+        """Under dynamics the live federations at the end; else those of the settled labels."""
+        if self.dynamic:
+            return self.live_federations()
+        return components_from_labels(self.labels) if len(self.labels) == self.run.n_devices else None
+
     def result(self) -> dict[str, Any]:
         if self.dynamic:
-            out = clustering_scores(self.run.true_clusters, self.live_federations())
-            out.update({"exchanges_failed": self.exchanges_failed, "clustering_flops": self.probe.flops,
-                        "scored_pairs": int((~np.isnan(self.rows)).sum() - np.isfinite(np.diag(self.rows)).sum())})
-            return out
+            scored = int((~np.isnan(self.rows)).sum() - np.isfinite(np.diag(self.rows)).sum())
+            return {"exchanges_failed": self.exchanges_failed, "clustering_flops": self.probe.flops,
+                    "scored_pairs": scored}
         if len(self.labels) < self.run.n_devices:
             return {}
-        clusters = components_from_labels(self.labels)
-        scored = ~np.isnan(self.rows)
-        out = clustering_scores(self.run.true_clusters, clusters)
-        out.update({
+        return {
             "label_settled_t": self.label_settled_t,
             "exchanges_failed": self.exchanges_failed,
             "clustering_flops": self.probe.flops,
-            "scored_pairs": int(scored.sum() - self.run.n_devices),
+            "scored_pairs": int((~np.isnan(self.rows)).sum() - self.run.n_devices),
             "compatible_links": sum(len(p) for p in self.peers.values()) // 2,
             # What the centralized rule would give on the same (partial) matrix, for comparison.
             "clusters_centralized_rule": compatibility_clusters(self.rows, self.params.alpha),
-        })
-        return out
+        }
 
-    def artifacts(self) -> dict[str, bytes]:
+    def novelty(self) -> Optional[tuple[np.ndarray, str]]:
         if np.isnan(np.diag(self.rows)).any():
-            return {}
-        return novelty_artifacts(self.rows, self.run.true_clusters,
-                                 rf"RND gossip ({self.params.hops} hop): $u_{{ii}} - u_{{ij}}$")
+            return None
+        return self.rows, rf"RND gossip ({self.params.hops} hop): $u_{{ii}} - u_{{ij}}$"
