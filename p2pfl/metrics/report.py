@@ -19,11 +19,13 @@ metric on different datasets are flagged under their table.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from p2pfl.errors import UserError
 from p2pfl.metrics.runs import Score, load_curves, load_runs, run_score, time_to_fraction
 from p2pfl.metrics.summary import LOWER_IS_BETTER, metric_label
 
@@ -47,6 +49,7 @@ QUANTITIES: tuple[tuple[str, str, str], ...] = (
 _FORMATS = {"score": ".4f", "score_worst": ".4f", "ari": ".3f", "bytes_total": ",.0f", "messages_total": ",.0f",
             "compute_flops_total": ".3e", "sim_time_s": ".2f", "t90_s": ".2f"}
 _KEYS = ("study", "variant")  # then grid.*, then _DESCRIBE
+_LEGEND_INSIDE = 8  # groups of one metric a legend inside the score-vs-time panel holds
 _DESCRIBE = (("scenario", "scenario"), ("partition.dataset", "dataset"), ("partition.partition", "partition"),
              ("n_devices", "n_devices"), ("protocol", "protocol"), ("metric", "metric"))
 
@@ -121,22 +124,32 @@ def _pm(mean: Any, sd: Any, spec: str) -> str:
     return format(mean, spec) if _missing(sd) else f"{format(mean, spec)} ± {format(sd, '.1e' if 'e' in spec else spec)}"
 
 
-def _runs_cell(paths: str) -> str:
-    names = [Path(p).name for p in paths.split(";")]
-    return ", ".join(names) if len(names) <= 3 else f"{names[0]}, …, {names[-1]}"
+def _group_names(runs: pd.DataFrame, groups: pd.DataFrame) -> dict[str, str]:
+    """A short name per group for the table: a sweep's cell id without its seed (the study's own name for
+    the group; the study's name when the cells differ only by seed), else the legend's "scenario (protocol)"."""
+    names = {g: label.rsplit(" (n=", 1)[0] for g, label in _labels(groups).items()}
+    if "cell" not in runs.columns:
+        return names
+    for group, sub in runs.groupby("group", sort=False):
+        cells = [c for c in sub["cell"] if not _missing(c)]
+        stems = {re.sub(r"(^|__)seed\d+$", "", str(c)) for c in cells}
+        if cells and len(stems) == 1:  # one stem (a long id shortened to a digest has none: keep the label)
+            stem = stems.pop()
+            names[group] = stem or str(sub["study"].iloc[0])
+    return names
 
 
-def _table(groups: pd.DataFrame, metric: str) -> list[str]:
+def _table(groups: pd.DataFrame, metric: str, names: dict[str, str]) -> list[str]:
     label = metric_label(metric)
     keys = [k for k in (*_KEYS, *(c for c in groups.columns if c.startswith("grid."))) if groups[k].notna().any()]
     quantities = [q for q in QUANTITIES if f"{q[1].format(m=metric)}_mean" in groups.columns
                   and groups[f"{q[1].format(m=metric)}_mean"].notna().any()]
-    head = ["runs", *keys, "scenario", "dataset", "partition", "devices", "protocol", "metric", "n", "seeds",
+    head = ["group", *keys, "scenario", "dataset", "partition", "devices", "protocol", "metric", "n", "seeds",
             f"{label} mean", f"{label} sd", f"{label} 95% CI"]
     head += [h.format(label=label) for col, _, h in quantities if col != "score"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, g in groups.iterrows():
-        cells = [_runs_cell(g["paths"]), *("—" if _missing(g[k]) else str(g[k]) for k in keys)]
+        cells = [names[g["group"]], *("—" if _missing(g[k]) else str(g[k]) for k in keys)]
         cells += [str(g[c]) if not _missing(g[c]) else "n/a"
                   for c in ("scenario", "dataset", "partition", "n_devices", "protocol", "metric")]
         cells += [str(g["n"]), g["seeds"].replace(";", ", ") or "n/a"]
@@ -156,13 +169,14 @@ def _table(groups: pd.DataFrame, metric: str) -> list[str]:
 def report_table(runs: pd.DataFrame) -> str:
     """Markdown: one table per metric (groups across seeds), with notes on what is not comparable."""
     groups = group_stats(runs)
+    names = _group_names(runs, groups)
     metrics = list(dict.fromkeys(groups["metric"]))
     lines: list[str] = []
     for metric in metrics:
         sub = groups[groups["metric"] == metric]
         if len(metrics) > 1:
             lines += [f"### {metric_label(metric)}", ""]
-        lines += _table(sub, metric)
+        lines += _table(sub, metric, names)
         notes = []
         datasets = list(dict.fromkeys(d for v in sub["dataset"] for d in ("n/a" if _missing(v) else str(v)).split(",")))
         if len(datasets) > 1:
@@ -172,7 +186,7 @@ def report_table(runs: pd.DataFrame) -> str:
             notes.append(f"{metric_label(metric)}: lower is better (the worst device is the highest; "
                          "t(90% final) = first time the mean is at most final / 0.9).")
         for _, g in sub.iterrows():
-            name = _runs_cell(g["paths"])
+            name = names[g["group"]]
             if g["scenario_hashes"] and ";" in str(g["scenario_hashes"]):
                 notes.append(f"Note: group {name} mixes runs whose scenarios differ beyond the seed.")
             seeds = g["seeds"].split(";") if g["seeds"] else []
@@ -224,12 +238,34 @@ def _labels(groups: pd.DataFrame) -> dict[str, str]:
     return {k: f"{v} (n={n})" for (k, v), n in zip(labels.items(), groups["n"])}
 
 
+def _curve_rows(merged: pd.DataFrame, groups: pd.DataFrame, metric: str) -> dict[str, list[tuple]]:
+    """Group -> per evaluated round (mean t, mean bytes or nan, mean score, 95% CI low, high), over its runs."""
+    out: dict[str, list[tuple]] = {}
+    for group in groups.loc[groups["metric"] == metric, "group"]:
+        pts = merged[merged["group"] == group]
+        if pts.empty:
+            continue
+        key = pts["round"] if pts["round"].notna().all() else pts.groupby("path").cumcount()
+        rows = []
+        for _, at in pts.groupby(key, sort=True):
+            mean, _sd, lo, hi = ci95(_values(at["value"]))
+            b = _values(at["bytes"])
+            rows.append((math.fsum(at["t"]) / len(at), max(math.fsum(b) / len(b), 1.0) if b else math.nan,
+                         mean, lo, hi))
+        out[group] = rows
+    return out
+
+
 def build_figure(runs: pd.DataFrame, curves: pd.DataFrame) -> Any:
     """A matplotlib Figure: per metric a row of two panels, score vs simulated time and vs bytes.
 
     Each group is one line: per evaluated round, the mean over its runs of the score, of the time
     and of the bytes sent by then, with the score's t-based 95% interval shaded (runs aligned by
     round; no band where a round has one run). Metrics never share an axis.
+
+    A panel without data is left out, with a note under the figure: the bytes panel when no run has
+    its event stream (``events.jsonl``; archived cells keep none), a metric's row when none of its
+    runs has a score curve. Raises UserError when nothing at all can be drawn.
     """
     from matplotlib.figure import Figure
 
@@ -237,43 +273,65 @@ def build_figure(runs: pd.DataFrame, curves: pd.DataFrame) -> Any:
     labels = _labels(groups)
     merged = curves.merge(runs[["path", "group"]], on="path")
     metrics = list(dict.fromkeys(groups["metric"]))
-    fig = Figure(figsize=(11, 4.2 * len(metrics)))
-    axes = fig.subplots(len(metrics), 2, squeeze=False)
-    for metric, (ax_t, ax_b) in zip(metrics, axes):
-        for group in groups.loc[groups["metric"] == metric, "group"]:
-            pts = merged[merged["group"] == group]
-            if pts.empty:
-                continue
-            key = pts["round"] if pts["round"].notna().all() else pts.groupby("path").cumcount()
-            rows = []
-            for _, at in pts.groupby(key, sort=True):
-                mean, _sd, lo, hi = ci95(_values(at["value"]))
-                b = _values(at["bytes"])
-                rows.append((math.fsum(at["t"]) / len(at), max(math.fsum(b) / len(b), 1.0) if b else math.nan,
-                             mean, lo, hi))
+    per_metric = {m: _curve_rows(merged, groups, m) for m in metrics}
+    drawn = [m for m in metrics if per_metric[m]]
+    if not drawn:
+        raise UserError("nothing to plot: no run has a score curve (summary.json '<metric>_curve' is empty); "
+                        "leave out --out, or evaluate during the run (protocol.eval_every)")
+    with_bytes = {m: any(not _missing(r[1]) for rows in per_metric[m].values() for r in rows) for m in drawn}
+    cols = 2 if any(with_bytes.values()) else 1
+    fig = Figure(figsize=(11 if cols == 2 else 6, 4.2 * len(drawn) + 0.3))
+    grid = fig.subplots(len(drawn), cols, squeeze=False)
+    outside = []
+    for metric, row in zip(drawn, grid):
+        ax_t = row[0]
+        ax_b = row[1] if with_bytes[metric] else None
+        if cols == 2 and ax_b is None:
+            fig.delaxes(row[1])
+        for group, rows in per_metric[metric].items():
             ts, bs, ys, los, his = (list(x) for x in zip(*rows))
             for ax, xs in ((ax_t, ts), (ax_b, bs)):
+                if ax is None or all(_missing(x) for x in xs):  # this group's runs have no event stream
+                    continue
                 (line,) = ax.plot(xs, ys, marker="o", ms=3, label=labels[group])
                 if not all(_missing(v) for v in los):
                     ax.fill_between(xs, los, his, color=line.get_color(), alpha=0.2, linewidth=0)
         ax_t.set_xlabel("simulated time (s), mean over seeds")
-        ax_b.set_xlabel("bytes sent by the fleet (log; mean over seeds; none sent: drawn at 1)")
-        ax_b.set_xscale("log")
+        if ax_b is not None:
+            ax_b.set_xlabel("bytes sent by the fleet (log; mean over seeds; none sent: drawn at 1)")
+            ax_b.set_xscale("log")
         ylabel = f"mean device {metric_label(metric)}" + (" (lower is better)" if metric in LOWER_IS_BETTER else "")
         for ax in (ax_t, ax_b):
-            ax.set_ylabel(ylabel)
-            ax.grid(alpha=0.3)
-        ax_t.legend(fontsize=7, title="shaded: 95% CI over seeds", title_fontsize=7)
-    fig.tight_layout()
+            if ax is not None:
+                ax.set_ylabel(ylabel)
+                ax.grid(alpha=0.3)
+        if len(per_metric[metric]) <= _LEGEND_INSIDE:
+            ax_t.legend(fontsize=7, title="shaded: 95% CI over seeds", title_fontsize=7)
+        else:  # many groups: beside the row's last panel, outside the axes (the saved image widens to hold it)
+            legend = (ax_b or ax_t).legend(fontsize=6, title="shaded: 95% CI over seeds", title_fontsize=7,
+                                           loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+            legend.set_in_layout(False)  # the panels keep their size; in the saved image's box again below
+            outside.append(legend)
+    notes = [f"{metric_label(m)}: no run has a score curve" for m in metrics if m not in drawn]
+    notes += [f"{metric_label(m)} vs bytes: no run has its event stream (events.jsonl; archived cells keep none)"
+              for m in drawn if not with_bytes[m]]
+    if notes:
+        fig.text(0.01, 0.005, "Left out: " + "; ".join(notes) + ".", fontsize=7, va="bottom")
+    fig.tight_layout(rect=(0, 0.03 if notes else 0, 1, 1))
+    for legend in outside:
+        legend.set_in_layout(True)
     return fig
 
 
 def report_figure(runs: pd.DataFrame, curves: pd.DataFrame, out: str | Path) -> Path:
     """Write ``build_figure(runs, curves)`` to the PNG ``out``."""
-    fig = build_figure(runs, curves)
+    return _save(build_figure(runs, curves), out)
+
+
+def _save(fig: Any, out: str | Path) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    fig.savefig(out, dpi=120, bbox_inches="tight")  # a legend beside the panels included
     return out
 
 
@@ -282,6 +340,7 @@ def write_report(dirs: Sequence[str | Path], *, md: Optional[str | Path] = None,
     """``p2pfl report``: the markdown text, and the files written (``md``, ``csv``, ``png`` when given)."""
     runs = load_runs(*dirs)
     text = report_table(runs)
+    fig = None if png is None else build_figure(runs, load_curves(*dirs))  # refused before anything is written
     written = []
     if md is not None:
         path = Path(md)
@@ -291,5 +350,5 @@ def write_report(dirs: Sequence[str | Path], *, md: Optional[str | Path] = None,
     if csv is not None:
         written.append(write_csv(runs, csv))
     if png is not None:
-        written.append(report_figure(runs, load_curves(*dirs), png))
+        written.append(_save(fig, png))
     return text, written

@@ -71,13 +71,13 @@ def test_report_compares_runs_with_exact_figures(tmp_path, capsys):
     out = tmp_path / "cmp.png"
     assert main(["report", str(tmp_path / "g"), str(tmp_path / "l"), "--out", str(out)]) == 0
     head, rows = _table(capsys.readouterr().out)
-    assert head[:13] == ["runs", "scenario", "dataset", "partition", "devices", "protocol", "metric", "n", "seeds",
+    assert head[:13] == ["group", "scenario", "dataset", "partition", "devices", "protocol", "metric", "n", "seeds",
                          "accuracy mean", "accuracy sd", "accuracy 95% CI", "accuracy worst device"]
-    by_run = {r[0]: dict(zip(head, r)) for r in rows}
-    assert set(by_run) == {"g", "l"}  # a single run is a group of one
+    by_group = {r[0]: dict(zip(head, r)) for r in rows}
+    assert set(by_group) == {"tiny (gossip)", "tiny (local)"}  # a single run is a group of one, named by scenario
     for name, res in (("g", g), ("l", loc)):
         s = _summary(tmp_path / name)
-        row = by_run[name]
+        row = by_group[f"tiny ({s['protocol']})"]
         assert row["dataset"] == s["partition"]["dataset"] == "digits"
         assert row["seeds"] == str(s["seed"]) and row["metric"] == s["metric"] == "accuracy" and row["n"] == "1"
         assert row["protocol"] == s["protocol"]
@@ -85,7 +85,7 @@ def test_report_compares_runs_with_exact_figures(tmp_path, capsys):
         assert row["accuracy worst device"] == f"{min(s['accuracy_per_node']):.4f}"
         assert row["bytes total"] == f"{s['bytes_total']:,}"
         assert row["t(90% final) s"] == f"{time_to_fraction(s):.2f}"
-    assert by_run["l"]["bytes total"] == "0"
+    assert by_group["tiny (local)"]["bytes total"] == "0"
     assert mpimg.imread(out).shape[1] > 500
 
 
@@ -147,8 +147,9 @@ def test_rollout_success_is_not_called_accuracy(tmp_path):
     assert (row["metric"], row["dataset"], row["seeds"]) == ("success", "robotics", "3")
     assert row["rollout success rate mean"] == "0.2500" and row["rollout success rate worst device"] == "0.0000"
     assert row["t(90% final) s"] == "2.00"
+    # no events.jsonl beside the summary: score vs time only
     assert [ax.get_ylabel() for ax in build_figure(runs, load_curves(tmp_path / "rob")).axes] == \
-        ["mean device rollout success rate"] * 2
+        ["mean device rollout success rate"]
 
 
 @pytest.mark.parametrize("metric,label", [("accuracy", "accuracy"), ("rmse", "RMSE"),

@@ -88,7 +88,8 @@ def test_a_group_of_one_run_has_no_interval(tree, capsys):
     s = summary(tree / "plain" / "local-s1")
     assert len(rows) == 1
     row = rows[0]
-    assert (row["runs"], row["n"], row["seeds"], row["metric"]) == ("local-s1", "1", str(s["seed"]), "accuracy")
+    assert (row["group"], row["n"], row["seeds"], row["metric"]) == (f"{s['scenario']} (local)", "1", str(s["seed"]),
+                                                                     "accuracy")
     assert row["accuracy mean"] == f"{s['accuracy_mean']:.4f}"
     assert row["accuracy sd"] == row["accuracy 95% CI"] == "—"
     assert row["bytes total"] == f"{s['bytes_total']:,}" == "0"
@@ -152,7 +153,7 @@ def test_different_datasets_of_one_metric_are_flagged(tree, capsys):
 def test_study_cells_are_grouped_by_variant_and_grid(tree, capsys):
     assert main(["report", str(tree / "study")]) == 0
     [(head, rows)] = _tables(capsys.readouterr().out)
-    assert head[:4] == ["runs", "study", "variant", "grid.training.lr"]
+    assert head[:4] == ["group", "study", "variant", "grid.training.lr"]
     got = sorted((r["variant"], r["grid.training.lr"], r["n"], r["seeds"]) for r in rows)
     expected: dict[tuple, list[int]] = {}
     for _, _, variant, grid, seed in CELLS:
@@ -197,3 +198,72 @@ def test_mixed_scenarios_and_repeated_seeds_in_a_group_are_noted(tree, tmp_path)
     assert "repeats a seed (1, 1, 2)" in text
     clean = report_table(p2pfl.load_runs(tree / "study"))
     assert "mixes runs" not in clean and "repeats a seed" not in clean
+
+
+# --- archived cells (p2pfl sweep --archive): no event stream -------------------------------------
+
+
+def _archive(tree, root: Path) -> Path:
+    """The tree's study runs as a sweep names its cells (``cell_id``), archived as ``--archive`` keeps them."""
+    from p2pfl.config.study import cell_id
+    from p2pfl.metrics.archive import archive_cell
+
+    for _, src, variant, grid, seed in CELLS:
+        cid = cell_id(variant, grid, seed)
+        write_cell(tree / "plain" / src, root / "cells" / cid, study="lrs", cell=cid, variant=variant, grid=grid,
+                   seed=seed)
+        assert archive_cell(root / "cells" / cid, root / "archive")
+    assert not list((root / "archive").glob("*/events.jsonl"))
+    return root / "archive"
+
+
+def test_report_on_archived_cells_leaves_out_the_bytes_panel_and_names_each_group(tree, tmp_path, capsys):
+    archive = _archive(tree, tmp_path)
+    png, md = tmp_path / "a.png", tmp_path / "a.md"
+    assert main(["report", str(archive), "--out", str(png), "--md", str(md)]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and f"wrote {png}" in out
+    assert mpimg.imread(png).shape[1] > 300
+    [(_, rows)] = _tables(md.read_text(encoding="utf-8"))
+    # one name per group: the cell id without its seed, never the list of its runs
+    assert sorted(r["group"] for r in rows) == ["gossip__training.lr=0.05", "gossip__training.lr=0.2",
+                                                "local__training.lr=0.05"]
+    assert not [r for r in rows if "seed" in r["group"] or "," in r["group"]]
+    runs = p2pfl.load_runs(archive)
+    fig = build_figure(runs, p2pfl.load_curves(archive))
+    [ax] = fig.axes  # score vs time only: no run has the bytes it sent over time
+    assert ax.get_xlabel() == "simulated time (s), mean over seeds" and len(ax.get_lines()) == 3
+    assert any("vs bytes: no run has its event stream" in t.get_text() for t in fig.texts)
+
+
+def test_archived_cells_beside_full_runs_keep_the_bytes_panel_of_the_runs_that_have_it(tree, tmp_path):
+    archive = _archive(tree, tmp_path)
+    dirs = (archive, tree / "plain")
+    fig = build_figure(p2pfl.load_runs(*dirs), p2pfl.load_curves(*dirs))
+    ax_t, ax_b = fig.axes
+    assert ax_b.get_xscale() == "log"
+    assert len(ax_t.get_lines()) == 3 + 3 and len(ax_b.get_lines()) == 3  # the archived groups: time panel only
+    assert not fig.texts
+    mixed = (archive, tree / "reg")  # accuracy without bytes, RMSE with: one row of one panel, one of two
+    fig = build_figure(p2pfl.load_runs(*mixed), p2pfl.load_curves(*mixed))
+    assert [ax.get_ylabel() for ax in fig.axes] == ["mean device accuracy"] + ["mean device RMSE (lower is better)"] * 2
+    assert [t.get_text() for t in fig.texts] == [
+        "Left out: accuracy vs bytes: no run has its event stream (events.jsonl; archived cells keep none)."]
+
+
+def test_runs_without_any_score_curve_are_refused_for_a_figure_before_anything_is_written(tree, tmp_path, capsys):
+    import json
+
+    run = tmp_path / "runs" / "flat"
+    write_cell(tree / "plain" / "local-s1", run, study="s", cell="seed1", variant=None, grid={}, seed=1)
+    data = summary(run)
+    data["accuracy_curve"] = []
+    (run / "summary.json").write_text(json.dumps(data), encoding="utf-8")
+    md, png = tmp_path / "r.md", tmp_path / "r.png"
+    assert main(["report", str(tmp_path / "runs"), "--md", str(md), "--out", str(png)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("p2pfl: error: nothing to plot: no run has a score curve") and err.count("\n") == 1
+    assert not md.exists() and not png.exists()
+    assert main(["report", str(tmp_path / "runs")]) == 0  # the table alone: fine
+    [(_, [row])] = _tables(capsys.readouterr().out)
+    assert row["group"] == "s"  # a study without variants or grid: the group is the study
