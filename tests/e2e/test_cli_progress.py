@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 import p2pfl
+from p2pfl.cli import main
 from p2pfl.progress import RunProgress
 from tests.helpers import digits_scenario
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _scenario(tmp_path: Path) -> Path:
@@ -23,11 +21,13 @@ def _scenario(tmp_path: Path) -> Path:
     return path
 
 
-def test_a_piped_run_prints_plain_setup_and_round_lines(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "p2pfl", "run", str(_scenario(tmp_path)), "--out", str(tmp_path / "run")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+def test_a_piped_run_prints_plain_setup_and_round_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``main`` in-process: its stdout (captured) is not a terminal, as when piped."""
+    argv = ["run", str(_scenario(tmp_path)), "--out", str(tmp_path / "run")]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    lines = out.splitlines()
     setup = [line for line in lines if line.startswith("setup: ")]
     assert setup == ["setup: building the ring topology (4 devices)...",
                      "setup: loading digits and partitioning it (iid)...",
@@ -37,10 +37,9 @@ def test_a_piped_run_prints_plain_setup_and_round_lines(tmp_path: Path) -> None:
     last = [line for line in lines if line.startswith("round ")][-1]
     assert last.startswith("round 3/3 (100%) elapsed ") and last.endswith(" s")
     assert lines.index(setup[-1]) < lines.index(last)
-    assert "\x1b[" not in proc.stdout  # no terminal control codes in a log
-    quiet = subprocess.run([*cmd[:-1], str(tmp_path / "run2"), "--quiet"], capture_output=True, text=True,
-                           cwd=tmp_path, timeout=300)
-    assert quiet.returncode == 0 and quiet.stdout == ""
+    assert "\x1b[" not in out  # no terminal control codes in a log
+    assert main([*argv[:-1], str(tmp_path / "run2"), "--quiet"]) == 0
+    assert capsys.readouterr() == ("", "")
 
 
 def test_the_python_api_reports_each_build_step(tmp_path: Path) -> None:
@@ -58,7 +57,10 @@ def test_plain_lines_are_rate_limited_with_a_heartbeat_while_nothing_advances() 
         progress.start(20)
         for _ in range(6):  # fast rounds: no line each
             progress.advance()
-        time.sleep(1.0)  # a long round: the heartbeat speaks
+        deadline = time.monotonic() + 60  # a long round: wait until the heartbeat speaks (60 s: a guard only)
+        while "round 3/10 (30%)" not in out.getvalue():
+            assert time.monotonic() < deadline, out.getvalue()
+            time.sleep(0.01)
         for _ in range(14):
             progress.advance()
     lines = out.getvalue().splitlines()
