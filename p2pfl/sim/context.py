@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Generator, Sequence
-from typing import TYPE_CHECKING, Any, Optional, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Optional, Protocol, TypeVar, overload
 
 import numpy as np
 import simpy
@@ -27,14 +27,53 @@ from p2pfl.sim.cost import message_bytes, train_flops
 from p2pfl.sim.profiles import DeviceProfile
 
 if TYPE_CHECKING:  # pragma: no cover
-    from p2pfl.data import Shard
-    from p2pfl.sim.kernel import Simulation
-    from p2pfl.sim.network import Message
+    from p2pfl.data import Federation, Shard
+    from p2pfl.executors.base import Executor
+    from p2pfl.learning.train import TrainingSpec
+    from p2pfl.metrics.recorder import Recorder
+    from p2pfl.sim.dynamics import Fleet
+    from p2pfl.sim.network import Message, Network
     from p2pfl.sim.runinfo import RunInfo
 
-__all__ = ["NodeContext", "DeviceContext", "ServerContext"]
+__all__ = ["NodeContext", "DeviceContext", "ServerContext", "World"]
 
 T = TypeVar("T")
+
+
+class World(Protocol):
+    """What a context reaches of the running simulation (``p2pfl.sim.kernel.Simulation`` is one): the
+    clock, the network, the recorder, the live fleet, the executor and a few kernel services. Named here,
+    so the contexts do not depend on the kernel that builds them."""
+
+    @property
+    def env(self) -> simpy.Environment: ...
+    @property
+    def run_info(self) -> RunInfo: ...
+    @property
+    def network(self) -> Network: ...
+    @property
+    def recorder(self) -> Recorder: ...
+    @property
+    def fleet(self) -> Optional[Fleet]: ...
+    @property
+    def federation(self) -> Federation: ...
+    @property
+    def training(self) -> TrainingSpec: ...
+    @property
+    def threads(self) -> int: ...
+    @property
+    def executor(self) -> Executor: ...
+    @property
+    def interrupted_training(self) -> str: ...
+
+    #: Seconds of this process spent handing jobs over and awaiting them (contexts add to it).
+    train_wall_s: float
+
+    def new_model(self, node: Optional[int] = None) -> nn.Module: ...
+    def forward_flops(self, model: nn.Module) -> int: ...
+    def evaluate_on(self, device: int, model: nn.Module, round: Optional[int]) -> None: ...
+    def report_clusters(self, t: float, node: int, clusters: Sequence[Sequence[int]], round: Optional[int],
+                        log: bool) -> None: ...
 
 
 def _snapshot(payload: Any) -> Any:
@@ -59,7 +98,7 @@ class NodeContext:
     per-purpose seeds); everything else a node learns comes through ``recv``.
     """
 
-    def __init__(self, sim: Simulation, node_id: int, neighbors: tuple[int, ...], rng: np.random.Generator,
+    def __init__(self, sim: World, node_id: int, neighbors: tuple[int, ...], rng: np.random.Generator,
                  torch_gen: torch.Generator) -> None:
         self._sim = sim
         self._env = sim.env
@@ -279,7 +318,7 @@ class NodeContext:
 class DeviceContext(NodeContext):
     """A device: owns a data shard, a profile and real local training."""
 
-    def __init__(self, sim: Simulation, node_id: int, neighbors: tuple[int, ...], rng: np.random.Generator,
+    def __init__(self, sim: World, node_id: int, neighbors: tuple[int, ...], rng: np.random.Generator,
                  torch_gen: torch.Generator, shard: Shard, profile: DeviceProfile, servers: tuple[int, ...]) -> None:
         super().__init__(sim, node_id, neighbors, rng, torch_gen)
         self.shard = shard
@@ -316,7 +355,7 @@ class DeviceContext(NodeContext):
         def build() -> tuple[TrainJob, int]:
             job = TrainJob(self.id, model, self.shard.train_x if x is None else x,
                            self.shard.train_y if y is None else y, sim.training, self.torch_gen,
-                           threads=sim.scenario.threads, epochs=epochs, lr=lr, momentum=momentum, penalty=penalty,
+                           threads=sim.threads, epochs=epochs, lr=lr, momentum=momentum, penalty=penalty,
                            loss=loss)
             job.flops = flops = train_flops(sim.forward_flops(model), job.samples)
             job.state = clone_state(live_state(model)) if delta and job.samples else None
@@ -352,7 +391,7 @@ class DeviceContext(NodeContext):
         """
         sim = self._sim
         _, value = yield from self._run_job(
-            lambda: (CallJob(self.id, fn, args, threads=sim.scenario.threads, flops=flops), flops), what)
+            lambda: (CallJob(self.id, fn, args, threads=sim.threads, flops=flops), flops), what)
         return value
 
     def _run_job(self, build: Callable[[], tuple[Job, int]], what: str) -> Generator[Any, Any, tuple[Any, Any]]:
@@ -428,7 +467,7 @@ class DeviceContext(NodeContext):
 class ServerContext(NodeContext):
     """A server node: attached to some devices; evaluates on their test sets for scoring."""
 
-    def __init__(self, sim: Simulation, node_id: int, name: str, devices: tuple[int, ...], rng: np.random.Generator,
+    def __init__(self, sim: World, node_id: int, name: str, devices: tuple[int, ...], rng: np.random.Generator,
                  torch_gen: torch.Generator) -> None:
         super().__init__(sim, node_id, devices, rng, torch_gen)
         self.name = name

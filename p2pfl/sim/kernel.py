@@ -94,6 +94,7 @@ class Simulation:
         self.scenario = scenario
         self.seed = seed = scenario.seed
         self.training = scenario.training
+        self.threads = scenario.threads  # torch threads of every job
         self.torch_device = resolve_torch_device(scenario.torch_device)
         if protocol is None:
             from p2pfl.registry import get_protocol

@@ -26,12 +26,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: (importer, imported) -> why the circle this edge closes is tolerated for now.
 KNOWN_CIRCLES: dict[tuple[str, str], str] = {
-    ("p2pfl.sim.context", "p2pfl.sim.kernel"): (
-        "config/scenario -> protocols/base -> sim/context -> sim/kernel -> config/scenario (also via "
-        "p2pfl.registry): the device context names the Simulation under TYPE_CHECKING, and the kernel names "
-        "the Scenario and Protocol. Breaking it needs p2pfl/protocols and p2pfl/sim/context.py or kernel.py, "
-        "being reworked for the round vocabulary of issue 35 (item 1)"
-    ),
     ("p2pfl.metrics.rundir", "p2pfl"): (
         "p2pfl -> p2pfl.api -> p2pfl.metrics.rundir -> p2pfl: rundir reads __version__ from the package "
         "facade, which lazily imports api (p2pfl.run); the fix is a leaf module for the version "
