@@ -1,28 +1,30 @@
 """Every YAML file under scenarios/ is a valid scenario (``extends`` resolved), and the headline
 comparison's files (scenarios/headline/, scenarios/studies/headline_n*.yaml) share one fleet.
 
-``p2pfl.config.load`` checks every file (no data loaded); ``python -m p2pfl validate`` (which
-also builds topology, data and protocol) runs on a few. scenarios/studies/ holds study files
-(sweeps over scenarios), not scenarios: skipped.
+``p2pfl.config.load`` checks every file (no data loaded); ``p2pfl validate`` (which also builds
+topology, data and protocol; through ``main`` in-process) runs on a few. scenarios/studies/ holds
+study files (sweeps over scenarios), not scenarios: skipped. Each study file is loaded (every
+cell validated, about 500 for the headline studies) once per session.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import functools
 from pathlib import Path
 
 import pytest
 import yaml
 
+from p2pfl.cli import main
 from p2pfl.config import load
+from p2pfl.config.study import Study, load_study
 from p2pfl.registry import get_protocol
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
 FILES = sorted(p for p in SCENARIOS.glob("**/*.yaml") if p.relative_to(SCENARIOS).parts[0] != "studies")
 FMNIST = Path("/usr/share/datasets/fashion-mnist")
-#: validated by the command, in a subprocess (the others by load only: data and MuJoCo cost time)
+#: validated by the command (the others by load only: data and MuJoCo cost time)
 BY_COMMAND = ["quickstart.yaml", "conditional/mcdc_synthetic.yaml", "headline/base.yaml", "headline/gossip.yaml",
               "headline/fedavg.yaml"]
 
@@ -44,15 +46,22 @@ def test_every_scenario_file_loads(path: Path) -> None:
     assert sc.topology is not None and sc.protocol.name
 
 
+@functools.cache
+def _study(path: Path) -> Study:
+    """A study file loaded once per session (loading validates every cell)."""
+    return load_study(path)
+
+
 @pytest.mark.parametrize("name", BY_COMMAND)
-def test_p2pfl_validate_accepts(name: str) -> None:
+def test_p2pfl_validate_accepts(name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     path = SCENARIOS / name
     if load(path).data.dataset == "fashion_mnist" and not (FMNIST / "train-images-idx3-ubyte.gz").exists():
         pytest.skip("apt-get install dataset-fashion-mnist")
-    proc = subprocess.run([sys.executable, "-m", "p2pfl", "validate", str(path)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().startswith(f"{path}: ok (")
+    monkeypatch.chdir(ROOT)
+    code = main(["validate", str(path)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.strip().startswith(f"{path}: ok (")
 
 
 # --- the headline comparison's files ------------------------------------------------------------
@@ -90,9 +99,7 @@ def test_each_headline_protocol_file_extends_the_common_fleet() -> None:
 ])
 def test_each_headline_study_crosses_its_protocols_settings_and_three_seeds(n: int, cells: int,
                                                                            protocols: set[str]) -> None:
-    from p2pfl.config.study import load_study
-
-    study = load_study(SCENARIOS / "studies" / f"headline_n{n}.yaml")
+    study = _study(SCENARIOS / "studies" / f"headline_n{n}.yaml")
     assert len(study.cells) == cells and {c.variant for c in study.cells} == protocols
     assert {c.seed for c in study.cells} == {0, 1, 2}
     for c in study.cells:
@@ -110,7 +117,5 @@ STUDY_FILES = sorted((SCENARIOS / "studies").glob("**/*.yaml"))
 
 @pytest.mark.parametrize("path", STUDY_FILES, ids=lambda p: str(p.relative_to(SCENARIOS / "studies")))
 def test_every_study_file_loads_and_validates_every_cell(path: Path) -> None:
-    from p2pfl.config.study import load_study
-
-    study = load_study(path)
+    study = _study(path)
     assert study.cells and len({c.id for c in study.cells}) == len(study.cells)
