@@ -16,14 +16,13 @@ TRUTH = {"true_clusters", "true_cluster"}
 def _truth_reads(path: Path) -> list[int]:
     """Lines of ``path`` that read an attribute named like the ground truth (``run.true_clusters``,
     ``ctx.true_cluster``, ``getattr(x, "true_clusters")``)."""
-    lines = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Attribute) and node.attr in TRUTH:
-            lines.append(node.lineno)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
-              and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value in TRUTH):
-            lines.append(node.lineno)
-    return lines
+    def reads(node: ast.AST) -> bool:
+        if isinstance(node, ast.Attribute):
+            return node.attr in TRUTH
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value in TRUTH)
+
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if reads(node)]
 
 
 def _time_left(path: Path) -> list[int]:

@@ -160,11 +160,10 @@ class RND(Protocol[RNDParams]):
                     yield ctx.send(j, "rnd_predictor", {"state": state}, round=event, routed=True, share=True)
         else:
             yield ctx.send(server, "rnd_upload", {"state": state}, round=event, share=True)
-        others = [j for j in range(n) if j != ctx.id]
-        relayed = self.params.exchange == "relay"
-        # under dynamics: score the predictors that came by the deadline
-        got = yield from ctx.collect("rnd_predictor", event, others, until=ctx.deadline(self._discovery_wait()),
-                                     origin=_owner if relayed else None)
+        # every other device's predictor (under dynamics, those that came by the deadline)
+        owner = _owner if self.params.exchange == "relay" else None  # a relayed predictor names its owner
+        got = yield from ctx.collect("rnd_predictor", event, [j for j in range(n) if j != ctx.id],
+                                     until=ctx.deadline(self._discovery_wait()), origin=owner)
         held = {ctx.id: state, **{owner: msg.payload["state"] for owner, msg in got.items()}}
         row = yield from self.probe.score(ctx, held, n)
         yield ctx.send(server, "rnd_row", {"row": row}, round=event)

@@ -212,7 +212,7 @@ class RNDGossip(Gossip[RNDGossipParams]):
         reply = self.params.reply_timeout_s
         deadline = ctx.deadline(self.params.discovery_timeout_s or (reply if isinstance(reply, float) else 0.0))
 
-        def record(msg: Message) -> None:  # every verdict counts, from whoever in reach it came
+        def record(msg: Message) -> None:  # every verdict counts, one from a device that came into reach since too
             self._theirs[me][msg.src] = bool(msg.payload["compatible"])
 
         # training starts at the deadline at the latest; later verdicts still count (``take_verdicts``)
