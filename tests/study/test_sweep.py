@@ -55,20 +55,25 @@ def _wait_for_a_complete_cell(proc: subprocess.Popen, out: Path, timeout: float 
         time.sleep(0.005)
 
 
-def _cells(study: Path) -> dict[str, dict]:
-    """The expected cell.json of every cell, by id."""
+def _cells(study: Path, rounds: tuple[int, ...] = (2, 40), seeds: tuple[int, ...] = (0,)) -> dict[str, dict]:
+    """The expected cell.json of every cell of a ``_write_study(..., grid={"protocol.rounds": rounds})`` study, by id."""
     out = {}
     for variant in ("gossip", "fedavg"):
-        for lr in (0.02, 0.05):
-            for seed in range(3):
-                cid = f"{variant}__training.lr={lr}__seed{seed}"
-                out[cid] = {"study": study.stem, "cell": cid, "variant": variant, "grid": {"training.lr": lr},
+        for r in rounds:
+            for seed in seeds:
+                cid = f"{variant}__protocol.rounds={r}__seed{seed}"
+                out[cid] = {"study": study.stem, "cell": cid, "variant": variant, "grid": {"protocol.rounds": r},
                             "seed": seed}
     return out
 
 
-def test_kill_9_mid_sweep_then_rerun_gives_the_clean_jobs_1_result(tmp_path):
-    study = _write_study(tmp_path)
+@pytest.mark.e2e
+@pytest.mark.sweep
+@pytest.mark.slow
+def test_kill_9_mid_sweep_then_rerun_gives_the_clean_jobs_1_result(tmp_path, capsys):
+    # 4 cells in submission order: gossip 2 rounds, gossip 40, fedavg 2, fedavg 40. The kill comes as the first
+    # cell is complete; the 40-round cells (about a second each on a quiet machine) are then still to finish.
+    study = _write_study(tmp_path, grid={"protocol.rounds": [2, 40]}, seeds=[0])
     out, clean = tmp_path / "out", tmp_path / "clean"
     expected = _cells(study)
     proc = _sweep(str(study), "--jobs", "2", "--out", str(out))
@@ -80,57 +85,76 @@ def test_kill_9_mid_sweep_then_rerun_gives_the_clean_jobs_1_result(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
     before = _complete(out)
-    assert 1 <= len(before) < 12, f"the kill came after every cell was done: {sorted(before)}"
+    assert 1 <= len(before) < 4, f"the kill came after every cell was done: {sorted(before)}"
     inodes = {c: (out / c / "summary.json").stat().st_ino for c in before}
     planted = out / f".{sorted(set(expected) - before)[0]}.tmp-planted"  # what a kill during a write leaves
     planted.mkdir()
     (planted / "summary.json").write_text("{")
 
-    again = _sweep(str(study), "--jobs", "2", "--out", str(out))
-    stdout, stderr = again.communicate(timeout=300)
-    assert again.returncode == 0, stderr
+    capsys.readouterr()
+    assert main(["sweep", str(study), "--jobs", "2", "--out", str(out)]) == 0  # the rerun, in-process
+    stdout = capsys.readouterr().out
     resumed = re.search(rf"resuming: {len(before)} already complete, (\d+) half-written run director(y|ies) removed; "
-                        rf"running {12 - len(before)} with 2 workers", stdout)
+                        rf"running {4 - len(before)} with 2 workers", stdout)
     assert resumed and int(resumed[1]) >= 1, stdout  # the planted one, and any the kill left
-    assert f"12 of 12 cells complete in {out} ({12 - len(before)} run now, {len(before)} already complete" in stdout
+    assert f"4 of 4 cells complete in {out} ({4 - len(before)} run now, {len(before)} already complete" in stdout
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted([*expected, ".sweep.lock"]), names  # exactly the 12 cells: no temp leftovers
+    assert names == sorted([*expected, ".sweep.lock"]), names  # exactly the 4 cells: no temp leftovers
     assert {c: (out / c / "summary.json").stat().st_ino for c in before} == inodes  # completed cells untouched
     for cid, record in expected.items():
         assert json.loads((out / cid / "cell.json").read_text()) == record
 
-    assert "] done fedavg__training.lr=0.05__seed2 (" in stdout  # plain lines when stdout is not a terminal
+    assert "] done fedavg__protocol.rounds=40__seed0 (" in stdout  # plain lines when stdout is not a terminal
     result = p2pfl.sweep(study, jobs=1, out=clean)  # a clean run, one cell at a time
     assert result.ok and sorted(result.ran) == sorted(expected) and result.skipped == ()
     for cid in expected:
         for f in ("summary.json", "events.jsonl", "scenario.yaml", "cell.json"):
             assert (out / cid / f).read_bytes() == (clean / cid / f).read_bytes(), (cid, f)
-    for cid in ("gossip__training.lr=0.05__seed1", "fedavg__training.lr=0.02__seed2"):  # as `p2pfl run` on it
+    for cid in ("gossip__protocol.rounds=2__seed0", "fedavg__protocol.rounds=2__seed0"):  # as `p2pfl run` on it
         assert main(["run", str(clean / cid / "scenario.yaml"), "--out", str(tmp_path / cid), "--quiet"]) == 0
         assert (tmp_path / cid / "summary.json").read_bytes() == (clean / cid / "summary.json").read_bytes()
 
 
-def test_a_failing_cell_is_reported_and_the_others_complete_then_a_changed_study_is_refused(tmp_path):
+@pytest.mark.sweep
+@pytest.mark.slow
+def test_a_failing_cell_is_reported_and_the_others_complete_then_a_changed_study_is_refused(tmp_path, capsys):
     study = _write_study(tmp_path, name="fails", grid={}, seeds=[0],
                          variants={"gossip": {}, "fedavg": {"unset": FEDAVG["unset"], "set": {"protocol.name": "fedavg"}}})
     out = tmp_path / "out"
-    proc = _sweep(str(study), "--jobs", "2", "--out", str(out))
-    _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == 1, stderr
+    assert main(["sweep", str(study), "--jobs", "2", "--out", str(out)]) == 1
+    stderr = capsys.readouterr().err
     assert "cell fedavg__seed0 failed: protocol 'fedavg' needs a server" in stderr
     assert "1 of 2 cells failed (fedavg__seed0)" in stderr.splitlines()[-1]
     assert "Traceback" not in stderr
     assert _complete(out) == {"gossip__seed0"} and sorted(p.name for p in out.iterdir()) == [".sweep.lock", "gossip__seed0"]
 
     study.write_text(study.read_text().replace("seeds:", "set: {training.lr: 0.3}\nseeds:"))
-    assert main(["sweep", str(study), "--out", str(out)]) == 2  # in-process: the refusal comes before any work
+    assert main(["sweep", str(study), "--out", str(out)]) == 2  # the refusal comes before any work
 
 
-def test_changed_study_bad_study_and_bad_jobs_exit_2_with_one_line(tmp_path, capsys):
-    study = _write_study(tmp_path, name="one", grid={}, seeds=[0], variants={})
-    out = tmp_path / "out"
-    result = p2pfl.sweep(study, jobs=1, out=out)
-    assert result.ok and result.ran == ("seed0",) and (out / "seed0" / "cell.json").is_file()
+@pytest.fixture(scope="module")
+def one_cell(tmp_path_factory) -> tuple[Path, Path]:
+    """(study, out) of a one-cell study swept once for the module; a test copies it before changing anything."""
+    root = tmp_path_factory.mktemp("one")
+    study = _write_study(root, name="one", grid={}, seeds=[0], variants={})
+    result = p2pfl.sweep(study, jobs=1, out=root / "out")
+    assert result.ok and result.ran == ("seed0",) and (root / "out" / "seed0" / "cell.json").is_file()
+    return study, root / "out"
+
+
+def _copy_of(one_cell: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    import shutil
+
+    study, out = one_cell
+    shutil.copy(study.parent / "base.yaml", tmp_path / "base.yaml")
+    shutil.copy(study, tmp_path / study.name)
+    shutil.copytree(out, tmp_path / "out")
+    return tmp_path / study.name, tmp_path / "out"
+
+
+@pytest.mark.sweep
+def test_changed_study_bad_study_and_bad_jobs_exit_2_with_one_line(one_cell, tmp_path, capsys):
+    study, out = _copy_of(one_cell, tmp_path)
     assert p2pfl.sweep(study, jobs=1, out=out).skipped == ("seed0",)  # nothing left to run: no worker started
     study.write_text(study.read_text().replace("seeds:", "set: {protocol.rounds: 1}\nseeds:"))
     capsys.readouterr()
@@ -146,12 +170,11 @@ def test_changed_study_bad_study_and_bad_jobs_exit_2_with_one_line(tmp_path, cap
     assert not (tmp_path / "o2").exists()
 
 
-def test_a_field_added_to_the_schema_since_a_run_does_not_orphan_it(tmp_path):
+@pytest.mark.sweep
+def test_a_field_added_to_the_schema_since_a_run_does_not_orphan_it(one_cell, tmp_path):
     """Resume reads a run's scenario.yaml through the current schema: a field the file does not state
     (added since, so at its default) matches; a value the file states must still match."""
-    study = _write_study(tmp_path, name="one", grid={}, seeds=[0], variants={})
-    out = tmp_path / "out"
-    assert p2pfl.sweep(study, jobs=1, out=out).ran == ("seed0",)
+    study, out = _copy_of(one_cell, tmp_path)
     path = out / "seed0" / "scenario.yaml"
     written = yaml.safe_load(path.read_text())
     assert written["training"].pop("weight_decay") == 0.0  # as if the run predated the field (default 0.0)
@@ -164,17 +187,17 @@ def test_a_field_added_to_the_schema_since_a_run_does_not_orphan_it(tmp_path):
 
 
 def test_dry_run_lists_and_validates_the_cells_and_writes_nothing(tmp_path, capsys):
-    study = _write_study(tmp_path)
+    study = _write_study(tmp_path, seeds=[0])
     assert main(["sweep", str(study), "--dry-run", "--out", str(tmp_path / "out")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == f"study gvf ({study}): 12 cells -> {tmp_path / 'out'}"
-    assert lines[8].split() == ["fedavg__training.lr=0.02__seed0", "--unset", "protocol.mode", "--unset",
+    assert lines[0] == f"study gvf ({study}): 4 cells -> {tmp_path / 'out'}"
+    assert lines[4].split() == ["fedavg__training.lr=0.02__seed0", "--unset", "protocol.mode", "--unset",
                                 "protocol.exchange", "--set", "protocol.name=fedavg", "--set",
                                 "topology.servers=[{attach:", "all}]", "--set", "training.lr=0.02", "--seed", "0"]
-    assert lines[-1].startswith("dry run: every cell is valid; 12 to run")
+    assert lines[-1].startswith("dry run: every cell is valid; 4 to run")
     assert not (tmp_path / "out").exists()
-    failing = _write_study(tmp_path, name="nosrv", variants={"fedavg": {"unset": FEDAVG["unset"],
-                                                                        "set": {"protocol.name": "fedavg"}}})
+    failing = _write_study(tmp_path, name="nosrv", seeds=[0],
+                           variants={"fedavg": {"unset": FEDAVG["unset"], "set": {"protocol.name": "fedavg"}}})
     assert main(["sweep", str(failing), "--dry-run"]) == 1  # fedavg without a server fails when built
     assert "cell fedavg__training.lr=0.02__seed0 would fail: protocol 'fedavg' needs a server" in capsys.readouterr().out
     assert not Path("runs/nosrv").exists()
@@ -214,20 +237,27 @@ def test_time_left_counts_each_waiting_cell_at_its_variants_median_complete_cell
     assert capsys.readouterr().out.splitlines()[-1].endswith("(100.0 s; about 4 min 35 s left)")
 
 
+@pytest.mark.e2e
+@pytest.mark.sweep
+@pytest.mark.slow
 def test_ctrl_c_exits_130_keeps_complete_cells_and_leaves_no_temp_directory(tmp_path):
-    study = _write_study(tmp_path, set={"protocol.rounds": 10})
+    # 2 workers; cells in order: 2 rounds (seeds 0, 1), then 100,000 rounds (seeds 0, 1), which run until stopped:
+    # the Ctrl-C, sent once a 2-round cell is complete, always finds cells running
+    study = _write_study(tmp_path, variants={}, grid={"protocol.rounds": [2, 100_000]}, seeds=[0, 1])
     out = tmp_path / "out"
     proc = _sweep(str(study), "--jobs", "2", "--out", str(out))
     try:
         _wait_for_a_complete_cell(proc, out)
         proc.send_signal(signal.SIGINT)  # the sweep process only: it stops its workers
-        _, stderr = proc.communicate(timeout=60)
+        _, stderr = proc.communicate(timeout=300)  # a guard: it stops within seconds
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
     assert proc.returncode == 130, stderr
     done = _complete(out)
-    assert stderr.strip().splitlines() == [f"p2pfl: interrupted; {len(done)} of 12 cells complete in {out}; "
+    assert done and done <= {"protocol.rounds=2__seed0", "protocol.rounds=2__seed1"}
+    assert stderr.strip().splitlines() == [f"p2pfl: interrupted; {len(done)} of 4 cells complete in {out}; "
                                            "run the same command again to resume"]
     assert sorted(p.name for p in out.iterdir()) == sorted([*done, ".sweep.lock"])
 
