@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import yaml
 
 import p2pfl
 from p2pfl.cli import main
+from p2pfl.config.study import load_study
 from p2pfl.errors import UserError
 from p2pfl.metrics.archive import KEPT, archive_cell
 from p2pfl.metrics.runs import load_runs
@@ -24,17 +26,29 @@ def _study(tmp_path: Path, seeds: list[int]) -> Path:
     return path
 
 
-def test_cells_are_archived_without_events_and_a_fresh_out_resumes_from_them(tmp_path):
-    archive = tmp_path / "archive"
-    first = p2pfl.sweep(_study(tmp_path, [0, 1]), jobs=1, out=tmp_path / "a", archive=archive)
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """(study of seeds 0 and 1, its --out, its --archive) after one clean sweep with --archive, shared by the module
+    (tests read them, or copy them before changing anything)."""
+    root = tmp_path_factory.mktemp("arch")
+    study = _study(root, [0, 1])
+    first = p2pfl.sweep(study, jobs=1, out=root / "a", archive=root / "archive")
     assert sorted(first.ran) == ["seed0", "seed1"]
-    for cid in first.ran:
-        kept = sorted(p.name for p in (archive / cid).iterdir())
-        assert kept == sorted(n for n in KEPT if (tmp_path / "a" / cid / n).is_file())
-        assert "events.jsonl" not in kept and (tmp_path / "a" / cid / "events.jsonl").is_file()
-        assert (archive / cid / "summary.json").read_bytes() == (tmp_path / "a" / cid / "summary.json").read_bytes()
+    return study, root / "a", root / "archive"
+
+
+@pytest.mark.sweep
+def test_cells_are_archived_without_events_and_a_fresh_out_resumes_from_them(swept, tmp_path):
+    _, out, archived = swept
+    for cid in ("seed0", "seed1"):
+        kept = sorted(p.name for p in (archived / cid).iterdir())
+        assert kept == sorted(n for n in KEPT if (out / cid / n).is_file())
+        assert "events.jsonl" not in kept and (out / cid / "events.jsonl").is_file()
+        assert (archived / cid / "summary.json").read_bytes() == (out / cid / "summary.json").read_bytes()
 
     # a fresh clone: an empty --out, the archive committed; one seed more in the study
+    archive = tmp_path / "archive"
+    shutil.copytree(archived, archive)
     study = _study(tmp_path, [0, 1, 2])
     dry = p2pfl.sweep(study, out=tmp_path / "b", archive=archive, dry_run=True)
     assert sorted(dry.skipped) == ["seed0", "seed1"] and not (tmp_path / "b").exists()
@@ -42,44 +56,54 @@ def test_cells_are_archived_without_events_and_a_fresh_out_resumes_from_them(tmp
     assert second.ran == ("seed2",) and sorted(second.skipped) == ["seed0", "seed1"]
     assert sorted(p.name for p in archive.iterdir()) == ["seed0", "seed1", "seed2"]
 
-    # the archived cell is the cell a clean sweep writes, and loads as a run
-    assert len(p2pfl.sweep(study, jobs=1, out=tmp_path / "clean").ran) == 3
-    for cid in ("seed0", "seed1", "seed2"):
-        assert (archive / cid / "summary.json").read_bytes() == (tmp_path / "clean" / cid / "summary.json").read_bytes()
+    # each archived cell is the cell a clean run writes (seeds 0, 1: the clean sweep; seed 2: `p2pfl run` of the
+    # study's cell, as byte-identical to a sweep's cell in test_sweep), and loads as a run
+    cell = load_study(study).cells[2]
+    assert cell.id == "seed2"
+    p2pfl.run(cell.scenario, out=tmp_path / "clean2")
+    assert (archive / "seed2" / "summary.json").read_bytes() == (tmp_path / "clean2" / "summary.json").read_bytes()
+    for cid in ("seed0", "seed1"):
+        assert (archive / cid / "summary.json").read_bytes() == (out / cid / "summary.json").read_bytes()
     df = load_runs(archive)
     assert len(df) == 3 and df["accuracy_mean"].notna().all()
 
 
-def test_cells_complete_before_the_archive_existed_are_archived_too(tmp_path):
-    study = _study(tmp_path, [0])
-    p2pfl.sweep(study, jobs=1, out=tmp_path / "a")
+@pytest.mark.sweep
+def test_cells_complete_before_the_archive_existed_are_archived_too(swept, tmp_path):
+    study, out, _ = swept
+    shutil.copytree(out, tmp_path / "a")
     again = p2pfl.sweep(study, jobs=1, out=tmp_path / "a", archive=tmp_path / "archive")
-    assert again.ran == () and (tmp_path / "archive" / "seed0" / "summary.json").is_file()
+    assert again.ran == () and sorted(again.skipped) == ["seed0", "seed1"]  # nothing run: no worker started
+    for cid in ("seed0", "seed1"):
+        assert (tmp_path / "archive" / cid / "summary.json").read_bytes() == (out / cid / "summary.json").read_bytes()
 
 
-def test_an_archived_cell_with_another_summary_is_refused(tmp_path):
-    study = _study(tmp_path, [0])
-    p2pfl.sweep(study, jobs=1, out=tmp_path / "a")
+@pytest.mark.sweep
+def test_an_archived_cell_with_another_summary_is_refused(swept, tmp_path):
+    run = swept[1] / "seed0"
     archive = tmp_path / "archive"
-    assert archive_cell(tmp_path / "a" / "seed0", archive) is True
-    assert archive_cell(tmp_path / "a" / "seed0", archive) is False  # the same cell: nothing to do
+    assert archive_cell(run, archive) is True
+    assert archive_cell(run, archive) is False  # the same cell: nothing to do
     summary = archive / "seed0" / "summary.json"
     summary.write_text(json.dumps({**json.loads(summary.read_text()), "seed": 99}))
     with pytest.raises(UserError, match=r"seed0: archived with another summary.json than .*remove one of them"):
-        archive_cell(tmp_path / "a" / "seed0", archive)
+        archive_cell(run, archive)
     with pytest.raises(UserError, match=r"\(no summary.json\); nothing to archive"):
         archive_cell(tmp_path, archive)
 
 
-def test_cli_archive_flag(tmp_path, capsys):
-    study = _study(tmp_path, [0])
+@pytest.mark.sweep
+def test_cli_archive_flag(swept, tmp_path, capsys):
+    study, out, _ = swept
+    shutil.copytree(out, tmp_path / "a")
     assert main(["sweep", str(study), "--jobs", "1", "--out", str(tmp_path / "a"),
                  "--archive", str(tmp_path / "k")]) == 0
-    assert (tmp_path / "k" / "seed0" / "summary.json").is_file()
+    assert sorted(p.name for p in (tmp_path / "k").iterdir()) == ["seed0", "seed1"]
     assert main(["sweep", str(study), "--jobs", "1", "--out", str(tmp_path / "b"),
                  "--archive", str(tmp_path / "k")]) == 0
     err = capsys.readouterr().err
-    assert "1 complete cell(s) restored from --archive" in err
+    assert "2 complete cell(s) restored from --archive" in err
+    assert (tmp_path / "b" / "seed1" / "summary.json").read_bytes() == (out / "seed1" / "summary.json").read_bytes()
 
 
 def _positions(frames: int, devices: int) -> bytes:
@@ -110,7 +134,8 @@ def test_archived_positions_are_thinned_to_evenly_spaced_frames_within_the_limit
     run = tmp_path / "a" / "cell"
     run.mkdir(parents=True)
     (run / "summary.json").write_text("{}")
-    (run / "positions.npz").write_bytes(_positions(200_000 // 16, 1000))  # 12,500 frames of 1,000 devices
+    (run / "positions.npz").write_bytes(_positions(400, 1000))  # 400 frames of 1,000 devices: 3.2 MB of positions
     assert archive_cell(run, tmp_path / "archive")
     with np.load(tmp_path / "archive" / "cell" / "positions.npz", allow_pickle=False) as z:
-        assert z["pos"].shape == (163, 1000, 2) and z["t"][0] == 0.0 and z["t"][-1] == 12_499 * 0.1
+        # 1.25 MiB holds 163 frames of 8,000 bytes
+        assert z["pos"].shape == (163, 1000, 2) and z["t"][0] == 0.0 and z["t"][-1] == pytest.approx(399 * 0.1)
