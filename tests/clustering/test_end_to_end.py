@@ -83,6 +83,7 @@ def novelty_of_federation(seed: int, rms: float) -> np.ndarray:
     return novelty_matrix(predictors, target, xs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_compatibility_recovers_feature_skewed_groups(seed):
     truth = np.repeat(np.arange(GROUPS), PER_GROUP)

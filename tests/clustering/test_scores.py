@@ -80,6 +80,7 @@ def test_novelty_heatmap_writes_a_png(tmp_path):
         novelty_heatmap(U, tmp_path / "x.png", true_labels=[0, 1])
 
 
+@pytest.mark.slow
 def test_a_large_heatmap_draws_block_means_and_large_matrices_travel_as_pairs(tmp_path, monkeypatch):
     novelty = importlib.import_module("p2pfl.clustering.novelty")  # (the package exports a function of that name)
     plots = importlib.import_module("p2pfl.clustering.plots")

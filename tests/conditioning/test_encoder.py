@@ -77,6 +77,7 @@ def test_cnn32_bn_buffers_under_fedavg():
     a.load_state_dict(avg)
 
 
+@pytest.mark.slow
 def test_encoder_embeddings_and_frozen_roundtrip(trained, tmp_path):
     x = torch.rand(5, 3, 32, 32)
     assert embed(trained, x, batch_size=2).shape == (5, 128)
@@ -103,6 +104,7 @@ def test_load_encoder_errors(tmp_path):
         load_encoder(other)
 
 
+@pytest.mark.slow
 def test_one_epoch_reduces_training_loss(c100, trained):
     pool = load_dataset("cifar100", c100)
     x = torch.from_numpy(pool.train_x.astype(np.float32) / 255.0)

@@ -148,6 +148,7 @@ def test_cross_dataset_with_fixture_mnist_and_fallback(tmp_path, fmt):
 REAL = Path(ds.FASHION_MNIST_SYSTEM_DIR)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (REAL / "train-images-idx3-ubyte.gz").is_file(), reason="needs dataset-fashion-mnist (apt-get install dataset-fashion-mnist)")
 def test_real_fashion_mnist_loads_and_partitions():
     # Its speed (< 5 s for 100 devices) is measured by analysis/bench_data.py, not asserted here.

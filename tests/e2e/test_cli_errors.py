@@ -77,6 +77,7 @@ def test_validate_catches_the_same_errors_without_running(tmp_path, capsys):
     assert "ok (gossip, 6 devices" in capsys.readouterr().out
 
 
+@pytest.mark.e2e
 def test_set_overrides_and_seed_on_the_command_line(tmp_path, capsys):
     path = _write(tmp_path, _gossip())
     assert main(["run", str(path), "--out", str(tmp_path / "r"), "--quiet", "--seed", "7",
@@ -95,6 +96,7 @@ def test_existing_output_directory_is_refused(tmp_path, capsys):
     assert "already exists" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_python_dash_m_entry_point_exits_2_on_bad_input(tmp_path):
     """The one end-to-end check of the entry point on bad input; every other case calls ``main`` in-process."""

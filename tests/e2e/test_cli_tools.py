@@ -50,6 +50,7 @@ def test_data_show_draws_a_png_and_prints_the_table(tmp_path, capsys):
     assert mpimg.imread(out).shape[0] > 100
 
 
+@pytest.mark.slow
 def test_quickstart_reaches_90_percent_on_digits():
     result = p2pfl.run(ROOT / "scenarios" / "quickstart.yaml", write=False)
     assert result.n_devices == 16

@@ -64,6 +64,7 @@ def test_run_directory_follows_the_outputs_contract(tmp_path):
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # no temp dir left behind
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_byte_identical_across_processes_with_different_hash_seeds(tmp_path):
     """No hidden dependence on set/dict ordering of strings (PYTHONHASHSEED) or process state: a fresh interpreter

@@ -78,11 +78,13 @@ def test_process_executor_is_byte_identical_to_inline(case, forked):
     assert shipped[1] == inline[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["dsgd", "rnd_gossip"])
 def test_spawned_workers_give_the_same_bytes(case, workers):
     assert _run(CASES[case], executor=workers) == _run({**CASES[case], "executor": "inline"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("threads", "renders", "start"), [(1, False, "fork"), (2, False, "spawn"),
                                                            (1, True, "spawn")])
 def test_workers_are_forked_only_for_single_threaded_jobs_that_do_not_render(threads, renders, start):
@@ -145,12 +147,16 @@ def test_scenario_executor_block_starts_and_stops_its_own_workers():
     {"name": "feddrman", "rounds": 2, "n_clusters": 2, "rank": 4},  # the distillation loss travels with the job
     {"name": "fedkd", "rounds": 2},  # a mentor-mentee pair and the loss's own generator
 ])
+@pytest.mark.robotics
+@pytest.mark.slow
 def test_robot_protocols_are_byte_identical_across_executors(tmp_path_factory, protocol, workers):
     root = tmp_path_factory.mktemp("demos")
     inline = _run(robot_scenario(root, protocol, executor="inline"))
     assert _run(robot_scenario(root, protocol), executor=workers) == inline
 
 
+@pytest.mark.robotics
+@pytest.mark.slow
 @needs_mujoco
 def test_rollouts_run_as_jobs_once_per_suite_and_model(tmp_path_factory, workers):
     """The server scores one global model on 4 devices of 2 suites: 2 rollout jobs per evaluation, in the

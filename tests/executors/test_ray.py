@@ -42,6 +42,7 @@ def _run(case: str, executor: str) -> tuple[str, str]:
     return json.dumps(summary, sort_keys=True), json.dumps(sim.recorder.events, sort_keys=True, default=repr)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("case", "executor"), [("gossip", "ray"), ("fedavg", "{kind: ray, workers: 2}")])
 def test_ray_matches_inline_byte_for_byte(ray_local, case: str, executor: str) -> None:
     ray_summary, ray_events = _run(case, executor)
@@ -51,6 +52,7 @@ def test_ray_matches_inline_byte_for_byte(ray_local, case: str, executor: str) -
     assert ray_local.is_initialized()  # the executor did not stop a Ray it did not start
 
 
+@pytest.mark.slow
 def test_failing_job_raises_executor_error_with_task_traceback(ray_local) -> None:
     from p2pfl.executors.ray import RayExecutor
 

@@ -58,6 +58,7 @@ def test_streamed_events_are_byte_identical_to_the_in_memory_log(raw, tmp_path):
     assert _leftovers(tmp_path) == ["run"]  # the temporary sibling was renamed, not copied
 
 
+@pytest.mark.slow
 def test_scores_computed_by_workers_are_streamed_in_order(tmp_path, monkeypatch):
     """With a process executor the scores come back after the simulation: the events recorded after a
     pending evaluation wait for it, and the file still matches the inline in-memory log byte for byte."""

@@ -154,6 +154,7 @@ def test_load_nodes_is_the_long_form_of_the_per_device_figures(tree):
     assert len(nodes) == total
 
 
+@pytest.mark.slow
 def test_importing_p2pfl_does_not_import_pandas():
     code = "import p2pfl, sys; assert callable(p2pfl.run); print('pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -13,6 +13,8 @@ from p2pfl.robotics.policy import ObsLayout, ResNetTPolicy, pack_samples, tokeni
 
 from .conftest import needs_mujoco
 
+pytestmark = pytest.mark.robotics
+
 
 def _scenario(tmp_path, protocol: dict, suites=("object", "goal"), per_suite=2) -> dict:
     return {
@@ -115,6 +117,7 @@ def test_robot_partition_needs_the_robotics_dataset(tmp_path):
     {"name": "centralized", "rounds": 1},
     {"name": "fedkd", "rounds": 2},
 ])
+@pytest.mark.slow
 def test_protocols_run_from_yaml_with_rollouts_as_events(tmp_path, protocol):
     r = p2pfl.run(_scenario(tmp_path, protocol), write=False)
     s = r.summary
@@ -131,6 +134,7 @@ def test_protocols_run_from_yaml_with_rollouts_as_events(tmp_path, protocol):
         assert len(s["logs"]["cua_similarity"]) == 2
 
 
+@pytest.mark.slow
 @needs_mujoco
 def test_feddrman_rollout_compute_is_charged_and_runs_are_identical(tmp_path):
     from p2pfl.config import load_dict
@@ -188,6 +192,7 @@ def test_robot_partition_defaults_to_one_step_history():
     assert RobotSuitesPartition(kind="robot_suites").history == 1  # 2 lets BC copy the last action from proprio
 
 
+@pytest.mark.slow
 @needs_mujoco
 def test_fedkd_sends_only_the_compressed_mentee_and_never_the_mentor(tmp_path):
     from p2pfl.config import load_dict
@@ -231,6 +236,7 @@ def test_mutual_distillation_trains_both_models_and_the_hidden_map():
         assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in part.parameters())
 
 
+@pytest.mark.slow
 @needs_mujoco
 def test_a_suites_shards_do_not_depend_on_its_position_or_companions(tmp_path):
     from p2pfl.config import load_dict
@@ -270,6 +276,7 @@ def test_data_builds_no_robot_federation_and_world_dispatches_to_robotics(tmp_pa
     {"name": "feddrman", "rounds": 3, "n_clusters": 2, "rank": 4, "round_timeout_s": 30.0},
     {"name": "fedkd", "rounds": 5, "round_timeout_s": 30.0},  # devices that missed a delta resync
 ])
+@pytest.mark.slow
 def test_robot_protocols_under_churn_conserve_messages_and_replay(tmp_path_factory, protocol):
     """FedDRMan and FedKD (rollout-scored robot policies) under churn: every message accounted for,
     the same run twice."""

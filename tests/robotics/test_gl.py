@@ -20,6 +20,8 @@ from p2pfl.robotics.gl import GL_HELP, gl_backend_error, require_gl
 
 from .conftest import needs_mujoco
 
+pytestmark = pytest.mark.robotics
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -76,6 +78,8 @@ def test_robot_federation_checks_gl_before_any_demo(tmp_path, monkeypatch):
     assert not (tmp_path / "demos").exists()  # failed before generating (or even looking for) demos
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_cli_robot_run_with_an_unusable_backend_is_one_line_exit_2(tmp_path):
     r = _cli(tmp_path, {"MUJOCO_GL": "bogus"}, "--set", "protocol.rounds=1")
     assert r.returncode == 2, r.stderr
@@ -92,6 +96,7 @@ def test_cli_robot_run_without_osmesa_names_the_package(tmp_path):
 
 
 # --- nothing heavy at import time --------------------------------------------------------------
+@pytest.mark.slow
 def test_importing_robotics_and_data_loads_neither_mujoco_nor_triton():
     code = ("import os, sys\n"
             "import p2pfl.data, p2pfl.robotics, p2pfl.robotics.federation, p2pfl.robotics.env, p2pfl.sim.world\n"

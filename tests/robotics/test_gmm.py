@@ -15,6 +15,8 @@ import torch
 from p2pfl.learning.distill import action_distillation
 from p2pfl.robotics.gmm import GMM, GMMHead, gmm_nll
 
+pytestmark = pytest.mark.robotics
+
 
 # --- GMM likelihood (Eq. 4) and action distillation (Eq. 7) ---------------------------------
 def test_gmm_nll_matches_a_direct_computation():

@@ -17,6 +17,8 @@ from p2pfl.robotics.rollout import rollout_tasks
 from .conftest import needs_mujoco
 from .test_suites import _libero_style_file
 
+pytestmark = pytest.mark.robotics
+
 SUITE = "libero_object"
 TASK = "pick_up_the_alphabet_soup_and_place_it_in_the_basket"
 TID = f"{SUITE}/{TASK}"

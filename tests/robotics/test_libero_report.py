@@ -7,6 +7,8 @@ import pytest
 
 from tests.helpers import analysis_module
 
+pytestmark = pytest.mark.robotics
+
 T0 = "libero_object/pick_up_the_alphabet_soup_and_place_it_in_the_basket"
 T1 = "libero_object/pick_up_the_butter_and_place_it_in_the_basket"
 

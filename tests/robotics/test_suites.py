@@ -13,6 +13,8 @@ from p2pfl.robotics.suites import SUITES, TASKS, get_task
 
 from .conftest import needs_mujoco
 
+pytestmark = pytest.mark.robotics
+
 
 def test_three_suites_of_four_tasks_with_distinct_instructions():
     assert sorted(SUITES) == ["goal", "object", "spatial"]
@@ -63,6 +65,7 @@ def test_gripper_start_spreads_over_the_front_of_the_table():
     assert np.array_equal(again, env.grip_pos)
 
 
+@pytest.mark.slow
 @needs_mujoco
 def test_expert_succeeds_on_every_task():
     from p2pfl.robotics.env import Expert, RobotEnv

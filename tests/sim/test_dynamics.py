@@ -36,6 +36,7 @@ def fleet_of(topology: dict[str, Any], dynamics: dict[str, Any], seed: int = 0, 
 # --------------------------------------------------------------------------- churn
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dist", ["exponential", "weibull"])
 def test_churn_availability_matches_the_offline_fraction(dist):
     env, fleet, _, _ = fleet_of({"kind": "ring", "n": 300},

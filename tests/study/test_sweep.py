@@ -152,6 +152,7 @@ def _copy_of(one_cell: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / study.name, tmp_path / "out"
 
 
+@pytest.mark.slow
 @pytest.mark.sweep
 def test_changed_study_bad_study_and_bad_jobs_exit_2_with_one_line(one_cell, tmp_path, capsys):
     study, out = _copy_of(one_cell, tmp_path)
@@ -170,6 +171,7 @@ def test_changed_study_bad_study_and_bad_jobs_exit_2_with_one_line(one_cell, tmp
     assert not (tmp_path / "o2").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.sweep
 def test_a_field_added_to_the_schema_since_a_run_does_not_orphan_it(one_cell, tmp_path):
     """Resume reads a run's scenario.yaml through the current schema: a field the file does not state

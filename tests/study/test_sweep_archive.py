@@ -37,6 +37,7 @@ def swept(tmp_path_factory) -> tuple[Path, Path, Path]:
     return study, root / "a", root / "archive"
 
 
+@pytest.mark.slow
 @pytest.mark.sweep
 def test_cells_are_archived_without_events_and_a_fresh_out_resumes_from_them(swept, tmp_path):
     _, out, archived = swept
@@ -68,6 +69,7 @@ def test_cells_are_archived_without_events_and_a_fresh_out_resumes_from_them(swe
     assert len(df) == 3 and df["accuracy_mean"].notna().all()
 
 
+@pytest.mark.slow
 @pytest.mark.sweep
 def test_cells_complete_before_the_archive_existed_are_archived_too(swept, tmp_path):
     study, out, _ = swept
@@ -78,6 +80,7 @@ def test_cells_complete_before_the_archive_existed_are_archived_too(swept, tmp_p
         assert (tmp_path / "archive" / cid / "summary.json").read_bytes() == (out / cid / "summary.json").read_bytes()
 
 
+@pytest.mark.slow
 @pytest.mark.sweep
 def test_an_archived_cell_with_another_summary_is_refused(swept, tmp_path):
     run = swept[1] / "seed0"
@@ -92,6 +95,7 @@ def test_an_archived_cell_with_another_summary_is_refused(swept, tmp_path):
         archive_cell(tmp_path, archive)
 
 
+@pytest.mark.slow
 @pytest.mark.sweep
 def test_cli_archive_flag(swept, tmp_path, capsys):
     study, out, _ = swept
