@@ -63,6 +63,7 @@ def test_cnn32_exact_forward_flops():
     assert forward_flops_per_sample(cond, (3, 32, 32)) == expected + 2 * 8 * 256
 
 
+@pytest.mark.slow
 def test_cnn32_bn_buffers_under_fedavg():
     a, b = (build_model(ModelSpec(name="cnn32"), (3, 32, 32), 10, seed=s) for s in (0, 1))
     for m, steps in ((a, 1), (b, 3)):

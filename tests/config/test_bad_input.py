@@ -71,7 +71,7 @@ FILES: dict[str, tuple[bytes | None, str]] = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(FILES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "deep.yaml" else n for n in sorted(FILES)])
 def test_unreadable_scenario_files_are_one_line(tmp_path: Path, name: str) -> None:
     content, pattern = FILES[name]
     path = tmp_path / name

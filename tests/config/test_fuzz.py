@@ -243,7 +243,8 @@ def test_the_schema_fields_reach_what_a_file_leaves_out() -> None:
 EDGE_SCENARIOS = ["quickstart.yaml", "dynamics/churn_gossip.yaml", "headline/rnd_gossip_h1.yaml"]
 
 
-@pytest.mark.parametrize("name", EDGE_SCENARIOS)
+@pytest.mark.parametrize("name", [n if n == "quickstart.yaml" else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in EDGE_SCENARIOS])
 def test_every_schema_field_at_its_edges_validates_and_builds_or_is_one_line(name: str) -> None:
     """Not drawn at random: every field ``--set`` can reach, stated in the file or not, set to each edge value of
     the numbers (found ``--set topology.seed=-1``, which validated and then broke the topology builder)."""

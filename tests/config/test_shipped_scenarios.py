@@ -38,6 +38,7 @@ def test_the_glob_finds_the_shipped_scenarios() -> None:
     assert len(FILES) >= 20
     assert {"quickstart.yaml", "headline/base.yaml", "headline/rnd_relay.yaml"} <= names
     assert set(BY_COMMAND) <= names
+    assert BIG_STUDIES <= {p.name for p in STUDY_FILES}  # the slow marks name existing studies
 
 
 @pytest.mark.parametrize("path", FILES, ids=_id)
@@ -93,8 +94,9 @@ def test_each_headline_protocol_file_extends_the_common_fleet() -> None:
 
 
 @pytest.mark.parametrize(("n", "cells", "protocols"), [
-    (100, 12 * 2 * 5 * 3, set(HEADLINE_FILES)),
-    (1000, 10 * 4 * 3 - 3, set(HEADLINE_FILES) - {"rnd_relay", "rnd_direct"}),  # less rnd_gossip_h2 x mobility
+    pytest.param(100, 12 * 2 * 5 * 3, set(HEADLINE_FILES), marks=pytest.mark.slow),
+    pytest.param(1000, 10 * 4 * 3 - 3, set(HEADLINE_FILES) - {"rnd_relay", "rnd_direct"},  # less rnd_gossip_h2 x mobility
+                 marks=pytest.mark.slow),
     (10000, 5 * 3, {"local", "fedavg", "oracle", "gossip", "dsgd"}),
 ])
 def test_each_headline_study_crosses_its_protocols_settings_and_three_seeds(n: int, cells: int,
@@ -113,9 +115,12 @@ def test_each_headline_study_crosses_its_protocols_settings_and_three_seeds(n: i
 
 
 STUDY_FILES = sorted((SCENARIOS / "studies").glob("**/*.yaml"))
+#: studies of more than about 100 cells: loading validates every cell (seconds)
+BIG_STUDIES = {"headline_n100.yaml", "headline_n1000.yaml", "headline_pilot.yaml", "rnd_recovery.yaml"}
 
 
-@pytest.mark.parametrize("path", STUDY_FILES, ids=lambda p: str(p.relative_to(SCENARIOS / "studies")))
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.name in BIG_STUDIES else p
+                                  for p in STUDY_FILES], ids=lambda p: str(p.relative_to(SCENARIOS / "studies")))
 def test_every_study_file_loads_and_validates_every_cell(path: Path) -> None:
     study = _study(path)
     assert study.cells and len({c.id for c in study.cells}) == len(study.cells)

@@ -39,7 +39,7 @@ def _run_all(executor, jobs):
 @pytest.mark.parametrize(("make", "shape", "n", "atol"), [
     (lambda: MLP(64, 10, 32), (64,), 50, ATOL),
     (lambda: CNN28(10, hidden=16), (1, 28, 28), 40, ATOL),
-    (lambda: CNN32(10, hidden=16), (3, 32, 32), 24, BN_ATOL),  # BatchNorm buffers stacked too
+    pytest.param(lambda: CNN32(10, hidden=16), (3, 32, 32), 24, BN_ATOL, marks=pytest.mark.slow),  # BatchNorm buffers too
 ])
 def test_stacked_jobs_are_within_tolerance_of_inline(make, shape, n, atol):
     spec = TrainingSpec(epochs=2, batch_size=16, lr=0.05, momentum=0.9, weight_decay=1e-4)

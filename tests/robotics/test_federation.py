@@ -149,6 +149,7 @@ def test_feddrman_rollout_compute_is_charged_and_runs_are_identical(tmp_path):
     assert sa["success_per_node"] == sb["success_per_node"] and sa["compute_flops_total"] == sb["compute_flops_total"]
 
 
+@pytest.mark.slow
 @needs_mujoco
 def test_a_rollout_job_is_sized_for_the_executor_by_its_bound(tmp_path):
     """A rollout job carries the most its rollouts can cost (every episode to the horizon), not 0, so the
@@ -299,6 +300,7 @@ def test_robot_protocols_under_churn_conserve_messages_and_replay(tmp_path_facto
         assert runs[0][0]["bytes_by_kind"]["resync"] > 0 and runs[0][0]["bytes_by_kind"]["resync_state"] > 0
 
 
+@pytest.mark.slow
 @needs_mujoco
 def test_suites_split_their_demos_independently_and_whatever_their_position(tmp_path):
     """Each suite's Dirichlet split has its own stream, keyed by the suite's name: client k of two suites
@@ -319,6 +321,7 @@ def test_suites_split_their_demos_independently_and_whatever_their_position(tmp_
     assert shards(("goal", "object")) == pair
 
 
+@pytest.mark.slow
 @needs_mujoco
 def test_a_subspace_rank_not_below_the_batch_is_refused(tmp_path):
     """Eq. 6 with r >= N keeps every feature vector: plain feature matching, so it is refused."""

@@ -110,6 +110,7 @@ def test_send_event_fires_when_uplink_is_free_not_on_arrival(env):
     assert freed == [1.0]
 
 
+@pytest.mark.slow
 def test_loss_drops_with_seeded_probability_and_is_recorded(env):
     log: list = []
     net = _net(env, {(0, 1): Link(0.0, 8 * MB, 0.3)}, log=log)
