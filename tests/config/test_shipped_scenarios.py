@@ -38,7 +38,7 @@ def test_the_glob_finds_the_shipped_scenarios() -> None:
     assert len(FILES) >= 20
     assert {"quickstart.yaml", "headline/base.yaml", "headline/rnd_relay.yaml"} <= names
     assert set(BY_COMMAND) <= names
-    assert BIG_STUDIES <= {p.name for p in STUDY_FILES}  # the slow marks name existing studies
+    assert BIG_STUDIES.issubset(p.name for p in STUDY_FILES)  # the slow marks name existing studies
 
 
 @pytest.mark.parametrize("path", FILES, ids=_id)
