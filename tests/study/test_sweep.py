@@ -47,7 +47,8 @@ def _complete(out: Path) -> set[str]:
     return {e.name for e in os.scandir(out) if not e.name.startswith(".") and (Path(e.path) / "summary.json").is_file()}
 
 
-def _wait_for_a_complete_cell(proc: subprocess.Popen, out: Path, timeout: float = 120) -> None:
+def _wait_for_a_complete_cell(proc: subprocess.Popen, out: Path, timeout: float = 300) -> None:
+    """Poll until a cell of the sweep is complete (`timeout`: a guard against a hung sweep, not a delay)."""
     end = time.monotonic() + timeout
     while not _complete(out):
         assert proc.poll() is None, proc.communicate()
