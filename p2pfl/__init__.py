@@ -7,7 +7,7 @@
 >>> p2pfl.load_runs("runs/").groupby("group")["score"].mean()  # doctest: +SKIP
 """
 
-__version__ = "0.1.0"
+from p2pfl.version import __version__
 
 __all__ = ["run", "RunResult", "sweep", "SweepResult", "load_runs", "load_curves", "load_nodes", "__version__"]
 

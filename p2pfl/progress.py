@@ -48,8 +48,8 @@ def setup_text(sc: Scenario, step: str) -> str:
     if step == "protocol":
         return f"setting up protocol {sc.protocol.name}"
     if step.startswith("executor:"):
-        kind = step.partition(":")[2]
-        return f"starting the {kind} executor" + (" (each worker imports torch once)" if kind == "process" else "")
+        executor = step.partition(":")[2]
+        return f"starting the {executor} executor" + (" (each worker imports torch once)" if executor == "process" else "")
     return step
 
 

@@ -54,7 +54,7 @@ def manifest(argv: Optional[Iterable[str]] = None) -> dict[str, Any]:
     import simpy
     import torch
 
-    from p2pfl import __version__
+    from p2pfl.version import __version__
 
     return {
         "package": "p2pfl-sim",
