@@ -93,25 +93,45 @@ def test_each_headline_protocol_file_extends_the_common_fleet() -> None:
     assert base.topology.radius == _radius(base.topology.n)
 
 
-@pytest.mark.parametrize(("n", "cells", "protocols"), [
-    pytest.param(100, 12 * 2 * 5 * 3, set(HEADLINE_FILES), marks=pytest.mark.slow),
-    pytest.param(1000, 10 * 4 * 3 - 3, set(HEADLINE_FILES) - {"rnd_relay", "rnd_direct"},  # less rnd_gossip_h2 x mobility
-                 marks=pytest.mark.slow),
-    (10000, 5 * 3, {"local", "fedavg", "oracle", "gossip", "dsgd"}),
+SERVER_1G = {"fedavg_1g": "fedavg", "ifca_1g": "ifca", "rnd_relay_1g": "rnd_relay"}
+#: models a serverless protocol sends per device and round in a static fleet (the study headers' calibration)
+MODELS_PER_ROUND = {"gossip": 2.0, "rnd_gossip_h1": 2.0, "rnd_gossip_h2": 2.0, "dsgd": 6.8, "dac_cosine": 6.8,
+                    "dac_original": 3.0}
+
+
+@pytest.mark.parametrize(("n", "cells", "protocols", "seeds"), [
+    # server protocols and Local: static and churn; the rest also under group mobility
+    (100, 9 * 4 * 2 * 5 + 6 * 4 * 3 * 5, set(HEADLINE_FILES) | set(SERVER_1G), 5),
+    (1000, 14 * 2 * 2 * 3, set(HEADLINE_FILES) - {"rnd_direct"} | set(SERVER_1G), 3),
+    (10000, 10 * 2 * 3, {"local", "fedavg", "fedavg_1g", "oracle", "ifca", "ifca_1g", "gossip", "dsgd",
+                         "dac_original", "rnd_gossip_h1"}, 3),
 ])
-def test_each_headline_study_crosses_its_protocols_settings_and_three_seeds(n: int, cells: int,
-                                                                           protocols: set[str]) -> None:
-    study = _study(SCENARIOS / "studies" / f"headline_n{n}.yaml")
+def test_each_headline_study_runs_its_protocols_at_the_pilots_budget(n: int, cells: int, protocols: set[str],
+                                                                      seeds: int) -> None:
+    from p2pfl.config.study import load_study
+
+    study = load_study(SCENARIOS / "studies" / f"headline_n{n}.yaml")
     assert len(study.cells) == cells and {c.variant for c in study.cells} == protocols
-    assert {c.seed for c in study.cells} == {0, 1, 2}
+    assert {c.seed for c in study.cells} == set(range(seeds))
+    budget = {c.scenario.protocol.rounds for c in study.cells if c.scenario.topology.servers}
+    assert len(budget) == 1
+    r = budget.pop()
     for c in study.cells:
-        assert c.flags[0].startswith("(base ") and c.flags[0].endswith(f"headline/{c.variant}.yaml)")
+        stem = SERVER_1G.get(c.variant, c.variant)
+        assert c.flags[0].startswith("(base ") and c.flags[0].endswith(f"headline/{stem}.yaml)")
         sc = c.scenario
-        assert sc.protocol.name == HEADLINE_FILES[c.variant] and sc.protocol.rounds == 8
-        assert sc.topology.n == n and sc.topology.radius == _radius(n)
-        if sc.topology.servers:  # the deadline covers the serialized uplink's broadcast: 16.3 ms per model
-            per_device = 101_800 * 8 / 5.0e7 * (4 if c.variant == "ifca" else 1)
+        assert sc.protocol.name == HEADLINE_FILES[stem]
+        assert sc.topology.n == n and sc.topology.radius == _radius(n) and sc.topology.ingress == "serialized"
+        assert sc.data.test_samples_per_client == 100
+        if sc.topology.servers:  # the deadline covers a serialized broadcast and the serialized uploads
+            assert sc.dynamics is not None and sc.dynamics.mobility is None, c.id  # their static cells are reused
+            egress = sc.topology.servers[0].egress_bps or 5.0e7
+            per_device = 101_800 * 8 / 5.0e7 * ((4 if stem == "ifca" else 1) + 1) * (5.0e7 / egress)
             assert sc.protocol.round_timeout_s > n * per_device, c.id
+        if stem in MODELS_PER_ROUND:  # serverless: IFCA's traffic (5 models per round) over R rounds, or 4R
+            assert sc.protocol.rounds == min(4 * r, int(5 * r / MODELS_PER_ROUND[stem])), c.id
+        elif stem == "ifca":
+            assert sc.protocol.balanced_init
 
 
 STUDY_FILES = sorted((SCENARIOS / "studies").glob("**/*.yaml"))
