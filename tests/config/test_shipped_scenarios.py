@@ -101,16 +101,14 @@ MODELS_PER_ROUND = {"gossip": 2.0, "rnd_gossip_h1": 2.0, "rnd_gossip_h2": 2.0, "
 
 @pytest.mark.parametrize(("n", "cells", "protocols", "seeds"), [
     # server protocols and Local: static and churn; the rest also under group mobility
-    (100, 9 * 4 * 2 * 5 + 6 * 4 * 3 * 5, set(HEADLINE_FILES) | set(SERVER_1G), 5),
-    (1000, 14 * 2 * 2 * 3, set(HEADLINE_FILES) - {"rnd_direct"} | set(SERVER_1G), 3),
+    pytest.param(100, 9 * 4 * 2 * 5 + 6 * 4 * 3 * 5, set(HEADLINE_FILES) | set(SERVER_1G), 5, marks=pytest.mark.slow),
+    pytest.param(1000, 14 * 2 * 2 * 3, set(HEADLINE_FILES) - {"rnd_direct"} | set(SERVER_1G), 3, marks=pytest.mark.slow),
     (10000, 10 * 2 * 3, {"local", "fedavg", "fedavg_1g", "oracle", "ifca", "ifca_1g", "gossip", "dsgd",
                          "dac_original", "rnd_gossip_h1"}, 3),
 ])
 def test_each_headline_study_runs_its_protocols_at_the_pilots_budget(n: int, cells: int, protocols: set[str],
                                                                       seeds: int) -> None:
-    from p2pfl.config.study import load_study
-
-    study = load_study(SCENARIOS / "studies" / f"headline_n{n}.yaml")
+    study = _study(SCENARIOS / "studies" / f"headline_n{n}.yaml")  # loaded once for this test and the next
     assert len(study.cells) == cells and {c.variant for c in study.cells} == protocols
     assert {c.seed for c in study.cells} == set(range(seeds))
     budget = {c.scenario.protocol.rounds for c in study.cells if c.scenario.topology.servers}
