@@ -84,4 +84,11 @@ def test_auto_reply_timeout_loses_no_exchange_in_a_static_fleet(dynamic, hops):
     r = p2pfl.run(_busy_fleet("auto", dynamic, hops), write=False)
     assert r.exchanges_failed == 0
     short = p2pfl.run(_busy_fleet(1e-3, dynamic, hops), write=False)  # below one transfer: every exchange fails
-    assert short.exchanges_failed == 16 * 3
+    assert short.exchanges_failed == 16 * 3 and short.exchanges_without_peer == 0
+
+
+def test_a_device_with_no_compatible_peer_counts_rounds_without_peer_not_failed_exchanges():
+    sc = _busy_fleet("auto", True, 1)
+    sc["protocol"]["alpha"] = 1e-9  # nobody is compatible with anybody: every device its own federation
+    r = p2pfl.run(sc, write=False)
+    assert r.exchanges_without_peer == 16 * 3 and r.exchanges_failed == 0

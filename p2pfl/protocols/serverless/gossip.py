@@ -111,8 +111,10 @@ class Gossip(Protocol[GP]):
         super().__init__(params, run)
         self.models: dict[int, nn.Module] = {}
         self._finished: dict[int, int] = {}
-        #: Exchanges that found no live peer or got no reply in time (reported under dynamics).
+        #: Exchanges that got no reply in time, and rounds that found no (live, compatible) peer to try
+        #: (reported under dynamics)
         self.exchanges_failed = 0
+        self.exchanges_without_peer = 0
         #: the topology's largest degree (``reply_timeout_s: auto``)
         self._max_degree = max((d for _, d in run.graph.degree), default=0) if params.reply_timeout_s == "auto" else 0
 
@@ -163,7 +165,7 @@ class Gossip(Protocol[GP]):
         """Initiate one exchange with a random candidate peer."""
         peer = select_peer(self.candidate_peers(ctx), ctx.rng)
         if peer is None:
-            self.exchanges_failed += 1
+            self.exchanges_without_peer += 1
             return
         push = {"state": live_state(model)}
         timeout = self.reply_timeout(ctx, peer, push)
@@ -203,7 +205,11 @@ class Gossip(Protocol[GP]):
         add_delta_(model, sub(msg.payload["state"], mine), 0.5)
 
     def result(self) -> dict[str, Any]:
-        return {"exchanges_failed": self.exchanges_failed} if self.dynamic else {}
+        return self.exchange_counts() if self.dynamic else {}
+
+    def exchange_counts(self) -> dict[str, int]:
+        """``exchanges_failed`` (no reply in time) and ``exchanges_without_peer`` (no peer to try)."""
+        return {"exchanges_failed": self.exchanges_failed, "exchanges_without_peer": self.exchanges_without_peer}
 
     def _log_consensus(self, ctx: DeviceContext, r: int) -> None:
         states = [live_state(self.models[i]) for i in sorted(self.models)]

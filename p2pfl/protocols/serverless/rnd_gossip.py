@@ -319,13 +319,12 @@ class RNDGossip(Gossip[RNDGossipParams]):
     def result(self) -> dict[str, Any]:
         if self.dynamic:
             scored = int((~np.isnan(self.rows)).sum() - np.isfinite(np.diag(self.rows)).sum())
-            return {"exchanges_failed": self.exchanges_failed, "clustering_flops": self.probe.flops,
-                    "scored_pairs": scored}
+            return {**self.exchange_counts(), "clustering_flops": self.probe.flops, "scored_pairs": scored}
         if len(self.labels) < self.run.n_devices:
             return {}
         return {
             "label_settled_t": self.label_settled_t,
-            "exchanges_failed": self.exchanges_failed,
+            **self.exchange_counts(),
             "clustering_flops": self.probe.flops,
             "scored_pairs": int((~np.isnan(self.rows)).sum() - self.run.n_devices),
             "compatible_links": sum(len(p) for p in self.peers.values()) // 2,
