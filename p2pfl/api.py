@@ -87,8 +87,8 @@ def _setup_hook(sc: Scenario, on_setup: Optional[Callable[[str], None]]) -> Opti
 def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, seed: Optional[int] = None,
         overrides: Sequence[str] = (), unset: Sequence[str] = (), out: Optional[str | Path] = None, write: bool = True,
         on_round: Optional[Callable[[], None]] = None, on_start: Optional[Callable[[int], None]] = None,
-        on_setup: Optional[Callable[[str], None]] = None,
-        argv: Optional[Sequence[str]] = None, extra_files: Optional[Mapping[str, bytes]] = None) -> RunResult:
+        on_setup: Optional[Callable[[str], None]] = None, argv: Optional[Sequence[str]] = None,
+        extra_files: Optional[Mapping[str, bytes]] = None, cores: Optional[int] = None) -> RunResult:
     """Validate, build, run and (unless ``write=False``) write the run directory.
 
     Raises ``p2pfl.errors.UserError`` for anything the user can fix; nothing is
@@ -97,6 +97,8 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, seed: Optional[i
     ``on_start(total)`` when the simulation begins, ``on_round()`` per node round.
     ``extra_files`` (file name -> bytes, e.g. a study's ``cell.json``) are written into
     the run directory with the protocol's artifacts, in the same atomic rename.
+    ``cores``: the cores the scenario's executor may use (``executor: auto`` and the default
+    ``workers`` count them; a sweep passes each cell its share); None: every core this process may use.
     A ``KeyboardInterrupt`` (Ctrl-C) propagates; the run directory is then written
     whole or not at all (``write_run_dir`` removes its temporary directory).
     """
@@ -112,7 +114,7 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, seed: Optional[i
         tmp = start_run_dir(out_path)  # events.jsonl streams into it while the run goes
     try:
         sim = Simulation(sc, on_round=on_round, on_setup=_setup_hook(sc, on_setup),
-                         events_path=None if tmp is None else tmp / "events.jsonl")
+                         events_path=None if tmp is None else tmp / "events.jsonl", cores=cores)
         try:
             if on_start is not None:
                 on_start(sim.protocol.progress_total())

@@ -46,11 +46,13 @@ def _run_packed(packed: Packed, names: Sequence[str], *pools: np.ndarray) -> Pac
 
 
 class RayExecutor(Executor):
-    """One Ray task per job, ``threads`` CPUs each; ``workers`` caps the tasks in flight (None: Ray decides)."""
+    """One Ray task per job, ``threads`` CPUs each; ``workers`` caps the tasks in flight (None: Ray decides);
+    ``cores``: the CPUs of a local Ray (None: every core this process may use)."""
 
     name = "ray"
 
-    def __init__(self, address: Optional[str], *, workers: Optional[int], threads: int) -> None:
+    def __init__(self, address: Optional[str], *, workers: Optional[int], threads: int,
+                 cores: Optional[int] = None) -> None:
         super().__init__()
         try:
             import ray
@@ -60,7 +62,8 @@ class RayExecutor(Executor):
         self.address, self.workers, self.threads = address, workers, threads
         self._started = not ray.is_initialized()
         if self._started:
-            local: dict[str, Any] = {"num_cpus": available_cores(), "include_dashboard": False} if address is None else {}
+            local: dict[str, Any] = {"num_cpus": available_cores() if cores is None else cores,
+                                     "include_dashboard": False} if address is None else {}
             ray.init(address=address, log_to_driver=True, configure_logging=False, **local)
         self._task = ray.remote(_run_packed).options(num_cpus=threads)
         self._names: list[str] = []

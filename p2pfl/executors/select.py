@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import torch
 from torch import nn
@@ -25,13 +25,14 @@ AUTO_PROCESS_MIN_S = 20.0
 
 
 def resolve_kind(spec: ExecutorSpec, *, threads: int, torch_device: torch.device, train_flops: float,
-                 model: nn.Module) -> str:
+                 model: nn.Module, cores: Optional[int] = None) -> str:
     """The executor kind ``spec`` means for this run (``auto`` resolved, by what is measured fastest).
 
     ``auto``: ``batched`` for models of linear layers and activations only (measured 3-5x
     inline for an MLP with 20-1,000 devices; convolutions ran slower stacked, 0.7x);
     otherwise ``process`` on every core when the training would take at least
-    ``AUTO_PROCESS_MIN_S`` on one core, else ``inline``.
+    ``AUTO_PROCESS_MIN_S`` on one core, else ``inline``. ``cores``: the cores this run may use
+    (a sweep's share for its cell); None: every core this process may use (``available_cores``).
     """
     if spec.kind != "auto":
         if spec.kind in ("process", "ray") and torch_device.type != "cpu":
@@ -42,9 +43,14 @@ def resolve_kind(spec: ExecutorSpec, *, threads: int, torch_device: torch.device
         return "inline"
     if stacks_well(model):
         return "batched"
-    if available_cores() < 2 * threads:
+    if _cores(cores) < 2 * threads:
         return "inline"
     return "process" if train_flops / REAL_FLOPS_PER_S >= AUTO_PROCESS_MIN_S else "inline"
+
+
+def _cores(cores: Optional[int]) -> int:
+    """``cores`` as given, or every core this process may use."""
+    return available_cores() if cores is None else cores
 
 
 #: Modules a model may consist of for ``auto`` to stack it (a stacked linear layer is one batched matmul).
@@ -59,17 +65,19 @@ def stacks_well(model: nn.Module) -> bool:
         isinstance(m, nn.Linear) for m in model.modules())
 
 
-def make_executor(kind: str, spec: ExecutorSpec, *, threads: int, renders: bool = False,
-                  work_flops: float = 0.0) -> Executor:
+def make_executor(kind: str, spec: ExecutorSpec, *, threads: int, cores: Optional[int] = None,
+                  renders: bool = False, work_flops: float = 0.0) -> Executor:
     """The executor of ``kind`` (from ``resolve_kind``) with ``spec``'s settings; ``workers`` defaults to
-    the cores divided by the scenario's threads. Process workers are forked (sharing the parent's
-    memory) where that is safe: single-threaded jobs and no rendering (``renders``: robot rollouts);
-    with two or more, this process is one of them (it would otherwise wait idle while they train).
+    ``cores`` (as for ``resolve_kind``) divided by the scenario's threads. Process workers are forked
+    (sharing the parent's memory) where that is safe: single-threaded jobs and no rendering (``renders``:
+    robot rollouts); with two or more, this process is one of them (it would otherwise wait idle while
+    they train).
 
     ``batched`` trains stacked groups in this process and sends the rest (evaluations, the protocol's
     own jobs) to a pool of ``workers`` slots when ``workers`` is set, or when the protocol's own jobs
     (``work_flops``, e.g. RND discovery) would take ``AUTO_PROCESS_MIN_S`` on one core."""
-    workers = spec.workers or max(1, available_cores() // threads)
+    cores = _cores(cores)
+    workers = spec.workers or max(1, cores // threads)
     fork = threads == 1 and not renders and "fork" in mp.get_all_start_methods()
     if kind == "process":
         from p2pfl.executors.process import ProcessExecutor
@@ -78,7 +86,7 @@ def make_executor(kind: str, spec: ExecutorSpec, *, threads: int, renders: bool 
     if kind == "ray":
         from p2pfl.executors.ray import RayExecutor
 
-        return RayExecutor(spec.address, workers=spec.workers, threads=threads)
+        return RayExecutor(spec.address, workers=spec.workers, threads=threads, cores=cores)
     if kind == "batched":
         from p2pfl.executors.batched import BatchedExecutor
         from p2pfl.executors.process import ProcessExecutor

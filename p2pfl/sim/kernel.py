@@ -82,13 +82,14 @@ class Simulation:
     ``"data"``, ``"network"``, ``"protocol"``, ``"executor:KIND"`` when it starts workers (progress display). ``executor``
     replaces the scenario's (its owner closes it; a study or a test reuses one pool of workers).
     ``events_path``: stream the event log to this file while the run goes (``recorder.events``
-    then stays empty; memory stays bounded).
+    then stays empty; memory stays bounded). ``cores``: the cores the scenario's executor may use (a sweep
+    gives each cell its share; None: every core this process may use).
     """
 
     def __init__(self, scenario: Scenario, protocol: Optional[type[Protocol]] = None, *,
                  on_round: Optional[Callable[[], None]] = None,
                  on_setup: Callable[[str], None] | None = None, executor: Optional[Executor] = None,
-                 events_path: Optional[Path] = None) -> None:
+                 events_path: Optional[Path] = None, cores: Optional[int] = None) -> None:
         t0 = time.perf_counter()
         setup = on_setup or (lambda step: None)
         self.scenario = scenario
@@ -134,10 +135,10 @@ class Simulation:
             model = self._common_model()  # built now for the estimate, copied for every device later
             samples = sum(int(s.train_y.shape[0]) for s in self.federation.shards)
             kind = resolve_kind(scenario.executor, threads=scenario.threads, torch_device=self.torch_device,
-                                train_flops=self._estimated_train_flops(model, samples), model=model)
+                                train_flops=self._estimated_train_flops(model, samples), model=model, cores=cores)
             if kind in ("process", "ray"):  # they start workers
                 setup(f"executor:{kind}")
-            executor = make_executor(kind, scenario.executor, threads=scenario.threads,
+            executor = make_executor(kind, scenario.executor, threads=scenario.threads, cores=cores,
                                      renders=_rolls_out(self.federation), work_flops=self.protocol.work_flops(samples))
         self.executor = executor
         if self.executor.name != "inline":
