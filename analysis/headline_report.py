@@ -484,7 +484,7 @@ def _mean_curve(curves: list[list[tuple[int, float, float, float]]], x: int) -> 
 # ------------------------------------------------------------------------------------------ report
 def study_status(rows: list[Row]) -> str:
     """Runs archived against each study's cells."""
-    from p2pfl.config.study import load_study
+    from p2pfl.study.spec import load_study
 
     parts = []
     for n in (100, 1000, 10000):

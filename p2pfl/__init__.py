@@ -17,12 +17,10 @@ def __getattr__(name: str):
         from p2pfl import api
 
         return getattr(api, name)
-    if name in ("sweep", "SweepResult"):
-        import importlib
+    if name in ("sweep", "SweepResult"):  # studies: p2pfl.study
+        from p2pfl import study
 
-        module = importlib.import_module("p2pfl.sweep")  # binds p2pfl.sweep to the module: rebind the function
-        globals()["sweep"] = module.sweep
-        return getattr(module, name)
+        return getattr(study, name)
     if name in ("load_runs", "load_curves", "load_nodes"):  # pandas tables of run directories
         from p2pfl.metrics import runs
 

@@ -137,7 +137,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from p2pfl.sweep import SweepInterrupted, describe, sweep
+    from p2pfl.study import SweepInterrupted, describe, sweep
 
     try:
         result = sweep(args.study, jobs=args.jobs, out=args.out, dry_run=args.dry_run, progress=True,

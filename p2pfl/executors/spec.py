@@ -9,10 +9,7 @@ from pydantic import Field, model_validator
 
 from p2pfl.validation import Strict
 
-__all__ = ["ExecutorSpec", "available_cores", "CORES_ENV"]
-
-#: Set by a sweep for its workers: the cores one cell may use (a sweep of 2 cells on 2 cores gives 1).
-CORES_ENV = "P2PFL_CORES"
+__all__ = ["ExecutorSpec", "available_cores"]
 
 
 class ExecutorSpec(Strict):
@@ -43,10 +40,8 @@ class ExecutorSpec(Strict):
 
 
 def available_cores() -> int:
-    """Cores this process may use: the sweep's share (``P2PFL_CORES``), else the CPU affinity."""
-    env = os.environ.get(CORES_ENV)
-    if env and env.isdigit() and int(env) > 0:
-        return int(env)
+    """Cores this process may use (its CPU affinity). A sweep passes each cell its share explicitly
+    (``p2pfl.run(..., cores=)``); this is the default where none is given."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

@@ -17,8 +17,8 @@ import yaml
 
 from p2pfl.cli import main
 from p2pfl.config import load
-from p2pfl.config.study import Study, load_study
 from p2pfl.registry import get_protocol
+from p2pfl.study.spec import Study, load_study
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"

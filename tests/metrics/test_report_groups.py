@@ -205,8 +205,8 @@ def test_mixed_scenarios_and_repeated_seeds_in_a_group_are_noted(tree, tmp_path)
 
 def _archive(tree, root: Path) -> Path:
     """The tree's study runs as a sweep names its cells (``cell_id``), archived as ``--archive`` keeps them."""
-    from p2pfl.config.study import cell_id
-    from p2pfl.metrics.archive import archive_cell
+    from p2pfl.study.archive import archive_cell
+    from p2pfl.study.spec import cell_id
 
     for _, src, variant, grid, seed in CELLS:
         cid = cell_id(variant, grid, seed)

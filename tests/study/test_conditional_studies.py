@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from p2pfl.config.study import load_study
 from p2pfl.data import build_federation
+from p2pfl.study.spec import load_study
 
 STUDIES = Path(__file__).resolve().parents[2] / "scenarios" / "studies" / "conditional"
 FMNIST = Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")

@@ -12,8 +12,8 @@ import yaml
 
 from p2pfl.config import load
 from p2pfl.config.loader import parse_override
-from p2pfl.config.study import MAX_CELLS, cell_id, load_study, override_text
 from p2pfl.errors import ConfigError, UserError
+from p2pfl.study.spec import MAX_CELLS, cell_id, load_study, override_text
 from tests.helpers import digits_scenario
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,9 +16,9 @@ import yaml
 
 import p2pfl
 from p2pfl.cli import main
-from p2pfl.config.study import load_study
 from p2pfl.errors import UserError
-from p2pfl.sweep import oversubscribed
+from p2pfl.study.runner import oversubscribed
+from p2pfl.study.spec import load_study
 from tests.helpers import digits_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,7 +209,7 @@ def test_dry_run_lists_and_validates_the_cells_and_writes_nothing(tmp_path, caps
 def test_a_dry_run_reports_its_building_progress_on_stderr(tmp_path, capsys):
     """Building every cell of a big study takes minutes: periodic lines say how far it got (every_s=0: each cell
     but the last)."""
-    from p2pfl.sweep import _build_all
+    from p2pfl.study.runner import _build_all
 
     cells = load_study(_write_study(tmp_path)).cells
     assert _build_all(cells[:3], progress=True, every_s=0.0) == {}
@@ -222,7 +222,7 @@ def test_a_dry_run_reports_its_building_progress_on_stderr(tmp_path, capsys):
 def test_time_left_counts_each_waiting_cell_at_its_variants_median_complete_cells_included(tmp_path, capsys):
     import json
 
-    from p2pfl.sweep import _Display
+    from p2pfl.study.display import Display
 
     study = load_study(_write_study(tmp_path))
     gossip = [c for c in study.cells if c.variant == "gossip"]
@@ -230,7 +230,7 @@ def test_time_left_counts_each_waiting_cell_at_its_variants_median_complete_cell
     for cell, wall in zip(gossip[:3], (10.0, 30.0, 20.0)):  # complete cells: their timing.json counts
         (tmp_path / cell.id).mkdir()
         (tmp_path / cell.id / "timing.json").write_text(json.dumps({"wall_s": wall}))
-    display = _Display(True)
+    display = Display(True)
     display.start(study, tmp_path, gossip[:3], gossip[3:] + fedavg, workers=2, removed=0)
     display.done(gossip[3], 40.0)  # gossip: median of 10, 30, 20, 40 = 25; fedavg untimed: the median of all;
     # (2 x 25 + 6 x 25) / 2 workers = 100 s
@@ -266,9 +266,11 @@ def test_ctrl_c_exits_130_keeps_complete_cells_and_leaves_no_temp_directory(tmp_
 
 
 def test_python_api_export_and_extra_files(tmp_path):
-    import p2pfl.sweep as module
+    import p2pfl.study.runner
+    from p2pfl import study as wing
 
-    assert callable(p2pfl.sweep) and p2pfl.SweepResult is module.SweepResult
+    # plain functions: importing the wing's modules does not turn p2pfl.sweep into a module
+    assert p2pfl.sweep is wing.sweep is p2pfl.study.runner.sweep and p2pfl.SweepResult is wing.SweepResult
     study = {"name": "api", "base": digits_scenario({"name": "local", "rounds": 1}, n=4), "seeds": [0, 1]}
     result = p2pfl.sweep(study, out=tmp_path / "o", dry_run=True)
     assert result.dry_run and result.ok and [c.id for c in result.study.cells] == ["seed0", "seed1"]
@@ -278,6 +280,49 @@ def test_python_api_export_and_extra_files(tmp_path):
     assert not (tmp_path / "r").exists()
     r = p2pfl.run(study["base"], out=tmp_path / "r", extra_files={"cell.json": b'{"a": 1}\n'})
     assert (r.out / "cell.json").read_bytes() == b'{"a": 1}\n'
+
+
+def test_each_worker_passes_its_share_of_the_cores_to_its_runs(tmp_path, monkeypatch):
+    """No environment variable: ``_execute`` gives each cell ``cores // workers`` and the cell's run gets it."""
+    from concurrent.futures import Future
+
+    import p2pfl.api
+    from p2pfl.study import runner
+    from p2pfl.study.display import Display
+
+    shares: list[int] = []
+
+    class InlinePool:  # submits nothing to processes: records what each cell's task is given
+        def __init__(self, **_: object) -> None:
+            pass
+
+        def submit(self, fn, *args):
+            shares.append(args[-1])
+            fut: Future[float] = Future()
+            fut.set_result(0.0)
+            return fut
+
+        def shutdown(self, **_: object) -> None:
+            pass
+
+    monkeypatch.setattr(runner, "ProcessPoolExecutor", InlinePool)
+    study = load_study(_write_study(tmp_path, seeds=[0]))
+    cells = study.cells
+    ran, failed = runner._execute(study, cells, tmp_path / "out", 2, 5, Display(False), [], lambda c, w: None)
+    assert shares == [2, 2, 2, 2] and len(ran) == 4 and failed == {}
+    given: dict[str, object] = {}
+    monkeypatch.setattr(p2pfl.api, "run", lambda scenario, **kw: given.update(kw))
+    runner._run_cell(cells[0].scenario, str(tmp_path / "c"), b"{}", ["p2pfl"], 3)
+    assert given["cores"] == 3
+
+
+def test_the_core_count_is_not_read_from_the_environment(monkeypatch):
+    from p2pfl.executors.spec import available_cores
+
+    monkeypatch.delenv("P2PFL_CORES", raising=False)
+    cores = available_cores()
+    monkeypatch.setenv("P2PFL_CORES", str(cores + 7))  # what sweeps once set for their workers: ignored now
+    assert available_cores() == cores
 
 
 def test_oversubscription_warning():

@@ -11,10 +11,10 @@ import yaml
 
 import p2pfl
 from p2pfl.cli import main
-from p2pfl.config.study import load_study
 from p2pfl.errors import UserError
-from p2pfl.metrics.archive import KEPT, archive_cell
 from p2pfl.metrics.runs import load_runs
+from p2pfl.study.archive import KEPT, archive_cell
+from p2pfl.study.spec import load_study
 from tests.helpers import digits_scenario
 
 
@@ -126,7 +126,7 @@ def test_archived_positions_are_thinned_to_evenly_spaced_frames_within_the_limit
 
     import numpy as np
 
-    from p2pfl.metrics.archive import thin_positions
+    from p2pfl.study.archive import thin_positions
 
     small = _positions(10, 5)  # 400 bytes of positions
     assert thin_positions(small, limit=400) == small

@@ -5,9 +5,10 @@ private temporary folder on whichever node Ray chose, and returns the run direct
 sweep writes them into ``<out>/.<cell id>.tmp-ray-*`` and renames that to ``<out>/<cell id>``, so a
 cell is complete or absent on the machine that runs the sweep, wherever it ran, and a rerun resumes
 as with worker processes. A cell's files are those ``p2pfl run`` writes (its thread count belongs to
-the scenario), so they are byte-identical to ``--jobs 1``.
+the scenario), so they are byte-identical to ``--jobs 1``. A cell's run is given its task's CPUs as its
+cores (``p2pfl.run(..., cores=)``), so its ``executor: auto`` stays within them.
 
-``address`` None (and no ``RAY_ADDRESS``) starts a local Ray with this machine's cores and stops it
+``address`` None (and no ``RAY_ADDRESS``) starts a local Ray with the sweep's cores and stops it
 at the end; ``auto`` or ``ray://host:10001`` joins a running cluster, whose nodes must have ``p2pfl``
 (and the study's plugins) installed in the same versions: tasks import it by name.
 """
@@ -25,24 +26,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from p2pfl.errors import ConfigError, UserError
-from p2pfl.executors.spec import CORES_ENV, available_cores
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.config.scenario import Scenario
-    from p2pfl.config.study import Cell, Study
+    from p2pfl.study.spec import Cell, Study
 
 __all__ = ["run_cells_on_ray", "run_cell_files"]
 
 
 def run_cell_files(scenario: Scenario, cell_json: bytes, argv: list[str]) -> tuple[float, dict[str, bytes]]:
-    """The Ray task: run one cell into a temporary folder; (wall seconds, {file name: bytes})."""
+    """The Ray task: run one cell into a temporary folder on the task's ``threads`` CPUs; (wall seconds,
+    {file name: bytes})."""
     from p2pfl.api import run
 
-    os.environ[CORES_ENV] = str(scenario.threads)  # a cell's executor: auto stays within its CPUs
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="p2pfl-cell-") as tmp:
         out = Path(tmp) / "cell"
-        run(scenario, out=out, extra_files={"cell.json": cell_json}, argv=argv)
+        run(scenario, out=out, extra_files={"cell.json": cell_json}, argv=argv, cores=scenario.threads)
         files = {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
     return time.perf_counter() - t0, files
 
@@ -63,10 +63,10 @@ def _write_cell(out: Path, cell_id: str, files: dict[str, bytes]) -> None:
 
 
 def run_cells_on_ray(study: Study, pending: Sequence[Cell], out: Path, argv: list[str], address: Optional[str],
-                     done: Callable[[Cell, float], None],
+                     cores: int, done: Callable[[Cell, float], None],
                      failed: Callable[[Cell, str, str], None]) -> tuple[list[str], dict[str, str]]:
-    """Run ``pending`` as Ray tasks; (ids run, {id: error}) in completion order. ``done`` and ``failed``
-    report each cell as it ends."""
+    """Run ``pending`` as Ray tasks; (ids run, {id: error}) in completion order. ``cores``: the CPUs of a
+    local Ray (one started here). ``done`` and ``failed`` report each cell as it ends."""
     try:
         import ray
     except ImportError:
@@ -76,7 +76,7 @@ def run_cells_on_ray(study: Study, pending: Sequence[Cell], out: Path, argv: lis
     address = address or os.environ.get("RAY_ADDRESS") or None
     started = not ray.is_initialized()
     if started:
-        local: dict[str, Any] = {"num_cpus": available_cores(), "include_dashboard": False} if address is None else {}
+        local: dict[str, Any] = {"num_cpus": cores, "include_dashboard": False} if address is None else {}
         ray.init(address=address, log_to_driver=False, configure_logging=False, **local)
     task = ray.remote(run_cell_files)
     refs: dict[Any, Cell] = {}

@@ -1,0 +1,165 @@
+"""What a sweep shows: progress over cells (a rich bar on a terminal, one line per cell otherwise), the time
+left, the closing line, and the dry run's listing. Silent for the Python API, which gets a ``SweepResult``."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+from p2pfl.study.result import SweepResult
+from p2pfl.study.spec import Cell, Study
+
+__all__ = ["Display", "describe", "fmt_s"]
+
+
+def _wall_s(run_dir: Path) -> Optional[float]:
+    """A complete cell's measured ``wall_s`` (its ``timing.json``); None where it has none."""
+    try:
+        wall = json.loads((run_dir / "timing.json").read_text())["wall_s"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return float(wall) if isinstance(wall, (int, float)) else None
+
+
+def fmt_s(seconds: float) -> str:
+    """``12.3 s`` under a minute, ``4 min 05 s`` from one."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+
+
+class Display:
+    """Progress over cells: a rich bar on a terminal, one line per cell otherwise; silent for the API."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar: Any = None
+        self.task: Any = None
+        self.total = self.finished = 0
+        self.workers = 1
+        self.walls: dict[Optional[str], list[float]] = {}
+        self.waiting: dict[Optional[str], int] = {}
+
+    def start(self, study: Study, out: Path, complete: Sequence[Cell], pending: Sequence[Cell], workers: int,
+              removed: int, where: str = "") -> None:
+        """``complete`` cells' ``timing.json`` seed the time-left estimate of ``pending`` ones, per variant."""
+        self.total, self.finished, self.workers = len(study.cells), len(complete), workers
+        for c in complete:
+            if (wall := _wall_s(out / c.id)) is not None:
+                self.walls.setdefault(c.variant, []).append(wall)
+        for c in pending:
+            self.waiting[c.variant] = self.waiting.get(c.variant, 0) + 1
+        if not self.enabled:
+            return
+        head = f"sweep {study.name}: {self.total} cells in {out}"
+        if complete or removed:
+            head += f"; resuming: {len(complete)} already complete"
+        if removed:
+            head += f", {removed} half-written run director{'ies' if removed != 1 else 'y'} removed"
+        todo = (f"running {len(pending)} {where or f'with {workers} worker' + ('s' if workers != 1 else '')}"
+                if pending else "nothing to run")
+        print(f"{head}; {todo}", flush=True)
+        if pending and sys.stdout.isatty():
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self.bar = Progress(TextColumn(f"[bold]{study.name}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TimeRemainingColumn(), console=Console(), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("cells", total=self.total, completed=len(complete))
+
+    def _eta(self) -> str:
+        """Time left: each waiting cell at its variant's median cell time (robust to each worker's slow first
+        cell; the complete cells' included), a variant not timed yet at the median of all, over the workers."""
+        every = [w for ws in self.walls.values() for w in ws]
+        if not every or not any(self.waiting.values()):
+            return ""
+        overall = statistics.median(every)
+        untimed = sum(k for v, k in self.waiting.items() if v not in self.walls)
+        left = sum(k * (statistics.median(self.walls[v]) if v in self.walls else overall)
+                   for v, k in self.waiting.items())
+        guess = f", {untimed} cells of variants not timed yet at the median cell" if untimed else ""
+        return f"; about {fmt_s(left / self.workers)} left{guess}"
+
+    def done(self, cell: Cell, wall_s: float) -> None:
+        self.finished += 1
+        self.walls.setdefault(cell.variant, []).append(wall_s)
+        self.waiting[cell.variant] = self.waiting.get(cell.variant, 1) - 1
+        if self.bar is not None:
+            self.bar.advance(self.task)
+        elif self.enabled:
+            print(f"[{self.finished}/{self.total}] done {cell.id} ({wall_s:.1f} s{self._eta()})", flush=True)
+
+    def failed(self, cell: Cell, message: str, detail: str = "") -> None:
+        self.finished += 1
+        self.waiting[cell.variant] = self.waiting.get(cell.variant, 1) - 1
+        if self.bar is not None:
+            self.bar.advance(self.task)
+        if self.enabled:
+            self.error(f"p2pfl: [{self.finished}/{self.total}] cell {cell.id} failed: {message}")
+            if detail:
+                self.error(detail.rstrip())
+
+    def error(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.console.print(text, style="red", markup=False, highlight=False, soft_wrap=True)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def note(self, text: str) -> None:
+        if self.enabled:
+            self.error(f"p2pfl: {text}")
+        else:
+            warnings.warn(text, stacklevel=3)  # the caller of sweep()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+    def finish(self, result: SweepResult) -> None:
+        if not self.enabled:
+            return
+        n = len(result.study.cells)
+        complete = n - len(result.failed)
+        parts = [f"{len(result.ran)} run now"]
+        if result.failed:
+            parts.append(f"{len(result.failed)} failed")
+        if result.skipped:
+            parts.append(f"{len(result.skipped)} already complete")
+        print(f"sweep {result.study.name}: {complete} of {n} cells complete in {result.out} "
+              f"({', '.join(parts)}; {fmt_s(result.wall_s)})", flush=True)
+        if result.failed:
+            ids = ", ".join(list(result.failed)[:3]) + (", ..." if len(result.failed) > 3 else "")
+            print(f"p2pfl: {len(result.failed)} of {n} cells failed ({ids}); fix the cause and run the same "
+                  "command again to run them (complete cells are kept)", file=sys.stderr, flush=True)
+
+
+def describe(result: SweepResult) -> str:
+    """The dry run's listing: one line per cell (its id, its own edits of the base), then what would fail."""
+    study = result.study
+    done = set(result.skipped)
+    width = max(len(c.id) for c in study.cells)
+    lines = [f"study {study.name} ({study.source}): {len(study.cells)} cells -> {result.out}",
+             f"base {study.base} {' '.join(study.common_edits())}".rstrip()]
+    for c in study.cells:
+        mark = "  (complete)" if c.id in done else "  (would fail)" if c.id in result.failed else ""
+        lines.append(f"  {c.id:<{width}}  {' '.join(c.flags)}{mark}")
+    lines += [f"cell {cid} would fail: {msg}" for cid, msg in result.failed.items()]
+    left = len(study.cells) - len(done)
+    verdict = (f"{len(result.failed)} of {left} cells to run would fail" if result.failed
+               else "every cell is valid")
+    lines.append(f"dry run: {verdict}; {left} to run, {len(done)} already complete; nothing written")
+    return "\n".join(lines)

@@ -1,0 +1,38 @@
+"""What a sweep did (``SweepResult``), and how a sweep stopped by Ctrl-C ends (``SweepInterrupted``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from p2pfl.study.spec import Study
+
+__all__ = ["SweepResult", "SweepInterrupted"]
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What a sweep did: cells run now, cells already complete, cells that failed (id -> one-line error).
+
+    For a dry run nothing ran and ``failed`` holds the cells that would fail when built.
+    """
+
+    study: Study
+    out: Path
+    ran: tuple[str, ...]
+    skipped: tuple[str, ...]
+    failed: Mapping[str, str]
+    wall_s: float
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def run_dir(self, cell: str) -> Path:
+        return self.out / cell
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep: complete cells are kept, no half-written directory is left."""

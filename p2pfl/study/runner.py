@@ -1,0 +1,255 @@
+"""Run a study (``p2pfl.study.spec``): every cell an ordinary run directory, in parallel, resumable.
+
+    <out>/<cell id>/       the cell's run directory (outputs contract) plus cell.json:
+                           {"study", "cell", "variant", "grid", "seed"}
+    <out>/.sweep.lock      held while a sweep writes into <out> (``p2pfl.study.resume``)
+
+Cells run in worker processes (``spawn``), ``jobs`` at a time, or as Ray tasks
+(``p2pfl.study.ray_runner``); each cell sets its own torch threads (the scenario's ``threads``),
+so a cell's outputs do not depend on ``jobs``. Each worker is given its share of the cores
+(the cores this process may use over the workers) and passes it to every run it makes
+(``p2pfl.run(..., cores=)``), so a cell's ``executor: auto`` does not start workers of its own on
+cores other cells use. A run directory is written whole or not at all (a temporary sibling, then
+a rename), so a sweep stopped in any way is resumed by running it again: complete cells are
+skipped, the temporary siblings a killed sweep left (``.<cell id>.tmp-*``) are removed, the rest
+run. A complete cell whose scenario is not what the study now resolves to is refused.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from p2pfl.errors import UserError
+from p2pfl.executors.spec import available_cores
+from p2pfl.study.archive import archive_cell, restore_cells
+from p2pfl.study.display import Display, fmt_s
+from p2pfl.study.result import SweepInterrupted, SweepResult
+from p2pfl.study.resume import complete_cells, locked, no_interrupt, remove_temps, strangers
+from p2pfl.study.spec import Cell, Study, load_study
+
+if TYPE_CHECKING:
+    from p2pfl.config.scenario import Scenario
+
+__all__ = ["sweep", "oversubscribed"]
+
+
+# ---------------------------------------------------------------------------------------------- the workers
+
+
+def _worker_init(parent: int) -> None:
+    """Ctrl-C is the parent's to handle; a worker whose parent died (kill -9) exits.
+
+    A worker ends without the interpreter's teardown (about a second with torch loaded):
+    its run directories are written and closed by then, and its streams flushed.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    atexit.register(os._exit, 0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="p2pfl-parent-watch", daemon=True).start()
+
+
+def _run_cell(scenario: Scenario, out: str, cell_json: bytes, argv: list[str], cores: int) -> float:
+    """Run one cell into ``out`` on ``cores`` cores (a worker's task); its wall-clock seconds."""
+    from p2pfl.api import run
+
+    t0 = time.perf_counter()
+    run(scenario, out=out, extra_files={"cell.json": cell_json}, argv=argv, cores=cores)
+    return time.perf_counter() - t0
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Stop the workers now (their half-written directories are removed afterwards)."""
+    stop = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+    if stop is not None:
+        stop()
+        return
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(Exception):
+            proc.terminate()
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, cores: int, display: Display,
+             argv: list[str], done: Callable[[Cell, float], None]) -> tuple[list[str], dict[str, str]]:
+    """Run ``pending`` in ``workers`` processes sharing ``cores`` cores, calling ``done`` for each cell complete;
+    (ids run, {id: error}) in completion order."""
+    from p2pfl.metrics.rundir import dumps_json
+
+    ran: list[str] = []
+    failed: dict[str, str] = {}
+    share = max(1, cores // workers)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_worker_init, initargs=(os.getpid(),))
+    try:
+        futures: dict[Future[float], Cell] = {}
+        for cell in pending:
+            data = dumps_json(cell.record(study.name)).encode("utf-8")
+            futures[pool.submit(_run_cell, cell.scenario, str(out / cell.id), data, argv, share)] = cell
+        for fut in as_completed(futures):
+            cell = futures[fut]
+            try:
+                wall = fut.result()
+            except UserError as err:
+                failed[cell.id] = _one_line(err)
+                display.failed(cell, failed[cell.id])
+            except BrokenProcessPool:
+                failed[cell.id] = "its worker process died (killed, or out of memory)"
+                display.failed(cell, failed[cell.id])
+            except Exception as err:  # a bug: report it with the worker's traceback, go on with the others
+                failed[cell.id] = f"{type(err).__name__}: {_one_line(err)}"
+                display.failed(cell, failed[cell.id], str(err.__cause__ or ""))
+            else:
+                ran.append(cell.id)
+                done(cell, wall)
+    except BaseException:  # Ctrl-C (or a broken stdout): stop the workers now
+        with no_interrupt():
+            _terminate(pool)
+            pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        remove_temps(out, study)
+    return ran, failed
+
+
+# ------------------------------------------------------------------------------------------------ the sweep
+
+
+def _build_all(cells: Sequence[Cell], progress: bool = False, every_s: float = 5.0) -> dict[str, str]:
+    """Build each cell as ``p2pfl validate`` does (topology, data, protocol; no run, no executor workers):
+    {id: error} of those that fail. ``progress``: a line on stderr at most every ``every_s`` seconds (building
+    a study of 1,000-device cells takes minutes)."""
+    from p2pfl.sim.kernel import build_only
+
+    failed = {}
+    t0 = last = time.perf_counter()
+    for i, cell in enumerate(cells, 1):
+        try:
+            build_only(cell.scenario)
+        except UserError as err:
+            failed[cell.id] = _one_line(err)
+        now = time.perf_counter()
+        if progress and i < len(cells) and now - last >= every_s:
+            last = now
+            left = (now - t0) / i * (len(cells) - i)
+            print(f"dry run: built {i} of {len(cells)} cells ({fmt_s(now - t0)}; about {fmt_s(left)} left)",
+                  file=sys.stderr, flush=True)
+    return failed
+
+
+def oversubscribed(workers: int, threads: int, cores: int) -> Optional[str]:
+    """The warning when ``workers`` cells of ``threads`` torch threads each need more than ``cores`` cores."""
+    if workers * threads <= cores:
+        return None
+    return (f"warning: {workers} cells at once x {threads} torch thread(s) each = {workers * threads} threads on "
+            f"{cores} cores; the results are the same, but slower; use --jobs {max(1, cores // threads)}")
+
+
+def _jobs(jobs: Optional[int | str], cores: int) -> int | str:
+    if jobs is None:
+        return cores
+    if jobs == "ray":
+        return jobs
+    if isinstance(jobs, str) and jobs.isdigit():
+        jobs = int(jobs)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise UserError(f"--jobs: expected a whole number >= 1 or 'ray'; got {jobs!r}; use e.g. --jobs 2")
+    return jobs
+
+
+def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int | str] = None,
+          out: Optional[str | Path] = None, dry_run: bool = False, progress: bool = False,
+          argv: Optional[Sequence[str]] = None, ray_address: Optional[str] = None,
+          archive: Optional[str | Path] = None) -> SweepResult:
+    """Run every cell of a study not yet complete in ``out`` (default ``runs/<study name>``).
+
+    ``jobs`` worker processes (default: the cores this process may use), or ``"ray"``: every cell a
+    Ray task on a local Ray or the cluster at ``ray_address`` (``p2pfl.study.ray_runner``). A bad study
+    raises ``UserError`` before anything runs; a cell that fails is in ``SweepResult.failed`` and
+    the others go on. ``dry_run`` validates and lists, and writes nothing. ``progress``
+    prints what the CLI shows. Ctrl-C raises ``SweepInterrupted`` (complete cells kept).
+    ``archive``: a folder of cells without their event streams (``p2pfl.study.archive``): the cells it
+    holds are copied into ``out`` first (and so skipped), and every complete cell is copied into it.
+    Call it under ``if __name__ == "__main__":`` in a script (workers are spawned).
+    """
+    t0 = time.perf_counter()
+    st = study if isinstance(study, Study) else load_study(study)
+    cores = available_cores()
+    n_jobs = _jobs(jobs, cores)
+    out_path = Path(out) if out is not None else Path("runs") / st.name
+    command = list(sys.argv if argv is None else argv)
+    display = Display(progress)
+    if dry_run:
+        complete = complete_cells(st, out_path) if out_path.is_dir() else []
+        if archive is not None and Path(archive).is_dir():
+            complete += [cid for cid in complete_cells(st, Path(archive)) if cid not in complete]
+        done = set(complete)
+        would_fail = _build_all([c for c in st.cells if c.id not in done], progress)
+        return SweepResult(st, out_path, (), tuple(complete), would_fail, time.perf_counter() - t0, dry_run=True)
+    with locked(out_path):
+        removed = remove_temps(out_path, st)
+        restored = restore_cells(archive, out_path, [c.id for c in st.cells]) if archive is not None else []
+        complete = complete_cells(st, out_path)
+        if archive is not None:
+            for cid in complete:
+                archive_cell(out_path / cid, archive)
+        done = set(complete)
+        pending = [c for c in st.cells if c.id not in done]
+        on_ray = n_jobs == "ray"
+        workers = max(1, cores if on_ray else min(int(n_jobs), len(pending)))
+        by_id = {c.id: c for c in st.cells}
+        display.start(st, out_path, [by_id[cid] for cid in complete], pending, workers, removed,
+                      where=f"as Ray tasks ({ray_address or os.environ.get('RAY_ADDRESS') or 'local'})" if on_ray else "")
+        if restored and display.enabled:
+            display.note(f"{len(restored)} complete cell(s) restored from --archive {archive}")
+        if others := strangers(st, out_path):
+            display.note(f"note: {out_path} holds {others} folder(s) that are not cells of this study "
+                         "(left as they are)")
+        threads = max((c.scenario.threads for c in pending), default=1)
+        if not on_ray and workers > 1 and (warning := oversubscribed(workers, threads, cores)):
+            display.note(warning)
+
+        def finished(cell: Cell, wall_s: float) -> None:
+            if archive is not None:
+                archive_cell(out_path / cell.id, archive)
+            display.done(cell, wall_s)
+
+        try:
+            if on_ray and pending:
+                from p2pfl.study.ray_runner import run_cells_on_ray
+
+                ran, failed = run_cells_on_ray(st, pending, out_path, command, ray_address, cores, finished,
+                                               display.failed)
+            else:
+                ran, failed = (_execute(st, pending, out_path, workers, cores, display, command, finished)
+                               if pending else ([], {}))
+        except KeyboardInterrupt:
+            display.close()
+            n_done = len(complete_cells(st, out_path))
+            raise SweepInterrupted(f"{n_done} of {len(st.cells)} cells complete in {out_path}; run the same "
+                                   "command again to resume") from None
+        finally:
+            display.close()
+    result = SweepResult(st, out_path, tuple(ran), tuple(complete), failed, time.perf_counter() - t0)
+    display.finish(result)
+    return result
