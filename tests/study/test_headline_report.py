@@ -66,11 +66,15 @@ def test_headroom_gain_and_the_readings_are_recomputed_from_the_rows() -> None:
     assert c["gain_server"] == pytest.approx([0.75] * 3)
     assert c["end"] == pytest.approx([(a - 0.60) / 0.20 - 0.75 for a in (0.72, 0.74, 0.76)])
     assert c["equal_traffic"] == pytest.approx([(a - 0.60) / 0.20 - 0.75 for a in (0.62, 0.64, 0.66)])
-    # equal time: the arm ended at 5 s, IFCA at 100 s: both at 5 s, where the arm has its end
-    assert c["equal_time"] == pytest.approx(c["end"])
+    # equal time: the arm ended at 5 s, IFCA at 100 s (first evaluated at 50 s): no seed has both
+    assert c["equal_time"] == []
     assert c["traffic_ratio"] == pytest.approx([2.0] * 3) and c["time_ratio"] == pytest.approx([0.05] * 3)
     # time to target: local + 0.9 x 0.20 = 0.78 + s/100; the arm never reaches it, IFCA neither
     assert all(v is None for v in c["to_target"].values())
+    late = rep.groups(_group([0.75] * 3, [0.72, 0.74, 0.76], arm_time=60.0))
+    c = rep.comparison(late[(100, "rotation", "static")], "rnd_gossip_h1")
+    # at 60 s the arm has ended (0.72 + ...) and IFCA has its half-way point (0.65 + s/100)
+    assert c["equal_time"] == pytest.approx([(a - 0.60) / 0.20 - 0.25 for a in (0.72, 0.74, 0.76)])
 
 
 def test_holm_runs_over_each_ns_comparisons_and_can_turn_a_pass_into_not_resolved() -> None:
