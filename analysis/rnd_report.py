@@ -11,19 +11,15 @@ exact-recovery rate per variant.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from p2pfl.metrics.report import ci95
+from p2pfl.metrics.runs import load_runs
+from p2pfl.metrics.tables import markdown_table, report_main
 
-from p2pfl.metrics.report import ci95  # noqa: E402
-
-OUT = ROOT / "analysis" / "results"
 VARIANTS = {"rnd_server": "rnd, a server (direct predictor exchange)",
             "rnd_gossip_grouped": "rnd_gossip, 1 hop, each group's devices neighbours",
             "rnd_gossip_scattered": "rnd_gossip, 2 hops, groups scattered over a random neighbourhood"}
@@ -32,31 +28,24 @@ AUTHORS = ("noise", 0.15)
 EXACT_OK = 0.9  # a setting "recovers the groups" when at least 90% of its seeds give ARI = 1
 
 
-def skew_of(partition: str) -> tuple[str, float]:
-    p = json.loads(partition)
-    return p["mode"], float(p["rms"] if p["mode"] == "pattern" else p["noise_std"])
+def cells(runs: Any) -> Any:
+    """One row per (variant, kind, level, alpha): runs, exact recoveries (ARI = 1), the ARIs, mean federations,
+    and whether the setting recovers the groups (``ok``)."""
+    skew = [json.loads(p) for p in runs["grid.data.partition"]]
+    runs = runs.assign(kind=[p["mode"] for p in skew], alpha=runs["grid.protocol.alpha"].astype(float),
+                       level=[float(p["rms"] if p["mode"] == "pattern" else p["noise_std"]) for p in skew])
+    return runs.groupby(["variant", "kind", "level", "alpha"], sort=False).agg(
+        n=("ari", "size"), exact=("ari", lambda a: int((a == 1.0).sum())), aris=("ari", list),
+        feds=("n_federations", "mean")).sort_index().assign(ok=lambda t: t.exact >= EXACT_OK * t.n)
 
 
-def cells(runs: Any) -> dict[tuple[str, str, float, float], list[tuple[float, int]]]:
-    """(variant, kind, level, alpha) -> [(ARI, federations)] over seeds."""
-    out: dict[tuple[str, str, float, float], list[tuple[float, int]]] = {}
-    for _, r in runs.iterrows():
-        kind, level = skew_of(r["grid.data.partition"])
-        key = (r["variant"], kind, level, float(r["grid.protocol.alpha"]))
-        out.setdefault(key, []).append((float(r["ari"]), int(r["n_federations"])))
-    return out
-
-
-def fmt(results: list[tuple[float, int]]) -> str:
-    aris = [a for a, _ in results]
-    exact = sum(a == 1.0 for a in aris)
-    mean, _, lo, hi = ci95(aris)
+def fmt(c: Any) -> str:
+    mean, _, lo, hi = ci95(c.aris)
     half = "" if math.isnan(lo) else f" ± {hi - mean:.2f}"
-    feds = sum(f for _, f in results) / len(results)
-    return f"{exact}/{len(aris)} · ARI {mean:.2f}{half} · {feds:.1f} fed."
+    return f"{c.exact}/{c.n} · ARI {mean:.2f}{half} · {c.feds:.1f} fed."
 
 
-def heatmap(table: dict, skews: list[tuple[str, float]], alphas: list[float], path: Path) -> None:
+def heatmap(table: Any, skews: list[tuple[str, float]], alphas: list[float], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -68,9 +57,9 @@ def heatmap(table: dict, skews: list[tuple[str, float]], alphas: list[float], pa
         grid = np.full((len(skews), len(alphas)), np.nan)
         for i, (kind, level) in enumerate(skews):
             for j, a in enumerate(alphas):
-                res = table.get((variant, kind, level, a))
-                if res:
-                    grid[i, j] = sum(x == 1.0 for x, _ in res) / len(res)
+                if (variant, kind, level, a) in table.index:
+                    c = table.loc[(variant, kind, level, a)]
+                    grid[i, j] = c.exact / c.n
         ax.imshow(grid, vmin=0, vmax=1, cmap="viridis")
         for i in range(len(skews)):
             for j in range(len(alphas)):
@@ -86,38 +75,29 @@ def heatmap(table: dict, skews: list[tuple[str, float]], alphas: list[float], pa
     plt.close(fig)
 
 
-def _exact(res: list[tuple[float, int]]) -> int:
-    return sum(x == 1.0 for x, _ in res)
-
-
-def _recovering(table: dict) -> list[tuple[str, str, float]]:
-    """(variant, 'kind level', alpha) of every setting that recovers the groups."""
-    return [(v, f"{k} {lv:g}", a) for (v, k, lv, a), res in table.items() if _exact(res) >= EXACT_OK * len(res)]
-
-
-def _best(table: dict, variant: str, kind: str, level: float, alphas: list[float]) -> str:
+def _best(table: Any, variant: str, kind: str, level: float) -> str:
     """The band with the most exact recoveries at one skew: 'k/n at alpha a'."""
-    found = [(a, table[(variant, kind, level, a)]) for a in alphas if (variant, kind, level, a) in table]
-    if not found:
+    if (variant, kind, level) not in table.index.droplevel("alpha"):
         return "not run"
-    a, res = max(found, key=lambda x: (_exact(x[1]), -x[0]))
-    return f"{_exact(res)}/{len(res)} at alpha {a:g}"
+    found = table.loc[(variant, kind, level)]
+    a = max(found.index, key=lambda a: (found.loc[a, "exact"], -a))
+    return f"{found.loc[a, 'exact']}/{found.loc[a, 'n']} at alpha {a:g}"
 
 
-def claims(table: dict, recovered: list[tuple[str, str, float]], skews: list[tuple[str, float]],
-           alphas: list[float], n_seeds: int) -> list[str]:
+def claims(table: Any, recovered: list[tuple[str, str, float]], skews: list[tuple[str, float]],
+           n_seeds: int) -> list[str]:
     """The paper's claims this study tests, with verdicts (recovery: >= 90% of seeds exact)."""
     kind, level = AUTHORS
     at_authors = [r for r in recovered if r[0] == "rnd_server" and r[1] == f"{kind} {level:g}"]
     server_ok = {(s, a) for v, s, a in recovered if v == "rnd_server"}
     rows = [("Federations emerge from the novelty matrix without K (Sec. IV, Fig. 2's block structure), at "
              f"the authors' skew ({kind} {level:g})", "4 groups found",
-             f"rnd_server best {_best(table, 'rnd_server', kind, level, alphas)}",
+             f"rnd_server best {_best(table, 'rnd_server', kind, level)}",
              "holds" if at_authors else "does not hold")]
     for k in sorted({k for k, _ in skews}):
         top = max(lv for kk, lv in skews if kk == k)
         rows.append((f"... at the study's strongest {k} skew ({k} {top:g})", "—",
-                     f"rnd_server best {_best(table, 'rnd_server', k, top, alphas)}",
+                     f"rnd_server best {_best(table, 'rnd_server', k, top)}",
                      "holds" if any(s == f"{k} {top:g}" for s, _ in server_ok) else "does not hold"))
     for variant in ("rnd_gossip_grouped", "rnd_gossip_scattered"):
         mine = {(s, a) for v, s, a in recovered if v == variant}
@@ -125,22 +105,18 @@ def claims(table: dict, recovered: list[tuple[str, str, float]], skews: list[tup
         rows.append((f"A decentralized version over neighbourhoods ({variant}) finds the groups where the server "
                      "version does (Sec. VI proposes it; the paper does not evaluate it)", "not evaluated",
                      f"recovers {both} of the {len(server_ok)} settings rnd_server recovers ({len(mine)} in all)",
-                     "not run" if not any(k[0] == variant for k in table) else
+                     "not run" if variant not in table.index.get_level_values("variant") else
                      "holds" if server_ok and both == len(server_ok) else "does not hold"))
-    out = ["## Claims", "", f"Recovery: at least {EXACT_OK:.0%} of the {n_seeds} seeds give ARI = 1. The overhead "
-           "claim (Fig. 3) is checked in `rnd_overhead.md`.", "",
-           "| claim | paper | ours | verdict |", "|---|---|---|---|"]
-    out += [f"| {c} | {p} | {o} | {v} |" for c, p, o, v in rows]
-    return [*out, ""]
+    return ["## Claims", "", f"Recovery: at least {EXACT_OK:.0%} of the {n_seeds} seeds give ARI = 1. The overhead "
+            "claim (Fig. 3) is checked in `rnd_overhead.md`.", "",
+            *markdown_table(rows, ["claim", "paper", "ours", "verdict"]), ""]
 
 
-def write(root: Path, md: Path) -> None:
-    import p2pfl
-
-    runs = p2pfl.load_runs(root)
+def write(dirs: list[Path], md: Path) -> None:
+    runs = load_runs(*dirs)
     table = cells(runs)
-    skews = sorted({(k, v) for _, k, v, _ in table}, key=lambda s: (s[0] != "noise", s[1]))
-    alphas = sorted({a for *_, a in table})
+    skews = sorted({(k, v) for _, k, v, _ in table.index}, key=lambda s: (s[0] != "noise", s[1]))
+    alphas = sorted({a for *_, a in table.index})
     n_seeds = runs["seed"].nunique()
     png = md.with_suffix(".png")
     heatmap(table, skews, alphas, png)
@@ -151,7 +127,7 @@ def write(root: Path, md: Path) -> None:
         "",
         "```bash",
         "p2pfl sweep scenarios/studies/rnd_recovery.yaml --jobs 2 --out runs/rnd_recovery",
-        f"python analysis/rnd_report.py {root}",
+        f"python analysis/rnd_report.py {' '.join(map(str, dirs))}",
         "```",
         "",
         "Fashion-MNIST, 4 feature-skew groups x 3 devices (the paper's k = 4, N = 12), 300 samples each, RND "
@@ -176,22 +152,14 @@ def write(root: Path, md: Path) -> None:
         f"{AUTHORS[1]:g}, as filed in issue 14; the paper's text gives no number).",
         "",
     ]
-    recovered = [(v, s, a) for v, s, a in _recovering(table)]
-    lines += claims(table, recovered, skews, alphas, n_seeds)
-    verdicts = []
+    verdicts = [(v, f"{k} {lv:g}", a) for v in VARIANTS for k, lv in skews for a in alphas
+                if (v, k, lv, a) in table.index and table.loc[(v, k, lv, a), "ok"]]
+    lines += claims(table, verdicts, skews, n_seeds)
     for variant, title in VARIANTS.items():
-        lines += [f"## {variant}: {title}", "", "| skew | " + " | ".join(f"alpha {a:g}" for a in alphas) + " |",
-                  "|---|" + "---|" * len(alphas)]
-        for kind, level in skews:
-            mark = " *" if (kind, level) == AUTHORS else ""
-            row = []
-            for a in alphas:
-                res = table.get((variant, kind, level, a))
-                row.append(fmt(res) if res else "—")
-                if res and _exact(res) >= EXACT_OK * len(res):
-                    verdicts.append((variant, f"{kind} {level:g}", a))
-            lines.append(f"| {kind} {level:g}{mark} | " + " | ".join(row) + " |")
-        lines.append("")
+        rows = [[f"{kind} {level:g}" + (" *" if (kind, level) == AUTHORS else "")]
+                + [fmt(table.loc[(variant, kind, level, a)]) if (variant, kind, level, a) in table.index else "—"
+                   for a in alphas] for kind, level in skews]
+        lines += [f"## {variant}: {title}", "", *markdown_table(rows, ["skew", *(f"alpha {a:g}" for a in alphas)]), ""]
     lines += ["## Settings that recover the groups", ""]
     for variant in VARIANTS:
         ok = [f"{s}, alpha {a:g}" for v, s, a in verdicts if v == variant]
@@ -204,14 +172,5 @@ def write(root: Path, md: Path) -> None:
     print(f"wrote {md} and {png}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("root", type=Path, help="the study's run folder (runs/rnd_recovery)")
-    ap.add_argument("--md", type=Path, default=OUT / "rnd_recovery.md")
-    args = ap.parse_args(argv)
-    write(args.root, args.md)
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(report_main(write, __doc__, Path(__file__).parent / "results" / "rnd_recovery.md"))

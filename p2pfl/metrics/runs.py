@@ -1,8 +1,10 @@
 """Run directories as tables: find them, read their score, and load them into pandas.
 
-    load_runs(*dirs)    one row per run: summary scalars, cell.json fields, grouping columns
-    load_curves(*dirs)  one row per run and evaluated round: path, metric, round, t, value, bytes
-    load_nodes(*dirs)   one row per run and device: path, metric, node, value, bytes, compute
+    load_runs(*dirs)           one row per run: summary scalars, cell.json fields, scenario.* and
+                               timing.* columns, grouping columns
+    load_curves(*dirs)         one row per run and evaluated round: path, metric, round, t, value, bytes
+    load_nodes(*dirs)          one row per run and device: path, metric, node, value, bytes, compute, samples
+    load_log(*dirs, name=...)  one row per run and entry of a log (logs.<name>): path, t, round, value, ...
 
 Each dir is a run directory or any folder holding run directories, found at any depth by their
 ``summary.json`` (temporary ``.*.tmp-*`` folders are skipped). A run written by ``p2pfl sweep``
@@ -13,7 +15,8 @@ Runs are grouped across seeds (the ``group`` column): by (study, variant, grid, 
 ``scenario.yaml`` without its ``seed``), so that only seed replicates share a group.
 
 Scores are read by ``run_score``, which also reads run directories written before summaries
-were metric-aware. pandas is imported when a table is built, not with this module.
+were metric-aware. pandas is imported when a table is built, not with this module. The reports in
+``analysis/`` read run directories only through these tables (``p2pfl.metrics.tables`` writes markdown).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["Score", "run_score", "time_to_fraction", "find_runs", "scenario_hash", "load_runs", "load_curves",
-           "load_nodes", "TMP_PATTERN", "CELL_FIELDS"]
+           "load_nodes", "load_log", "TMP_PATTERN", "CELL_FIELDS"]
 
 #: temporary run directories (``write_run_dir``): never read
 TMP_PATTERN = ".*.tmp-*"
@@ -145,30 +148,37 @@ def _read_json(path: Path) -> Any:
         raise UserError(f"{path}: cannot be read as JSON ({' '.join(str(err).splitlines())})") from None
 
 
-def scenario_hash(run_dir: str | Path) -> Optional[str]:
-    """12 hex digits of the run's resolved scenario (``scenario.yaml``) without its ``seed``; None without the file."""
-    path = Path(run_dir) / "scenario.yaml"
-    if not path.is_file():
-        return None
+def _read_yaml(path: Path) -> Any:
     try:
-        sc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as err:
         raise UserError(f"{path}: cannot be read as YAML ({' '.join(str(err).splitlines())})") from None
+
+
+def _hash(sc: Any) -> str:
     if isinstance(sc, dict):
         sc = {k: v for k, v in sc.items() if k != "seed"}
     text = json.dumps(sc, sort_keys=True, default=str)
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
 
 
-def _scalars(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Scalar leaves of a nested dict, keyed by dotted path; lists are left out."""
+def scenario_hash(run_dir: str | Path) -> Optional[str]:
+    """12 hex digits of the run's resolved scenario (``scenario.yaml``) without its ``seed``; None without the file."""
+    path = Path(run_dir) / "scenario.yaml"
+    return _hash(_read_yaml(path)) if path.is_file() else None
+
+
+def _scalars(d: dict[str, Any], prefix: str = "", lists: bool = False) -> dict[str, Any]:
+    """Scalar leaves of a nested dict, keyed by dotted path; lists left out (``lists``: kept as JSON text)."""
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
-            out.update(_scalars(v, f"{key}."))
+            out.update(_scalars(v, f"{key}.", lists))
         elif v is None or isinstance(v, (bool, int, float, str)):
             out[key] = v
+        elif lists:
+            out[key] = _cell_value(v)
     return out
 
 
@@ -193,9 +203,14 @@ def _run_row(path: Path) -> dict[str, Any]:
     if "seed" not in flat and cell is not None:
         flat["seed"] = cell.get("seed")
     row.update(flat)
+    has_sc = (path / "scenario.yaml").is_file()
+    sc = _read_yaml(path / "scenario.yaml") if has_sc else None
+    timing = _read_json(path / "timing.json") if (path / "timing.json").is_file() else None
+    row.update(_scalars(sc if isinstance(sc, dict) else {}, "scenario.", lists=True))
+    row.update(_scalars(timing if isinstance(timing, dict) else {}, "timing."))
     score = run_score(summary)
     dataset = (summary.get("partition") or {}).get("dataset")
-    shash = scenario_hash(path)
+    shash = _hash(sc) if has_sc else None
     row.update({"metric": score.metric, "score": score.mean, "score_worst": score.worst,
                 "t90_s": time_to_fraction(summary), "scenario_hash": shash})
     if cell is not None:
@@ -214,7 +229,10 @@ def load_runs(*dirs: str | Path) -> pd.DataFrame:
     Columns: ``path``; ``study``, ``cell``, ``variant`` (None without cell.json) and ``grid.<key>``
     per grid key of cell.json; every scalar field of summary.json, nested mappings flattened with
     dots (``partition.dataset``, ``partition.partition``, ``bytes_by_kind.<kind>``); list-valued
-    fields (per-node values, curves) are left out. Then ``metric`` (as ``run_score`` reads it),
+    fields (per-node values, curves, logs: ``load_nodes``, ``load_curves``, ``load_log``) are left out;
+    ``scenario.<key>`` per field of the resolved scenario.yaml (``scenario.protocol.rounds``; a list as
+    compact JSON text, as a grid value) and ``timing.<key>`` per field of timing.json (``timing.wall_s``),
+    missing without the file. Then ``metric`` (as ``run_score`` reads it),
     ``score`` and ``score_worst`` (the final ``<metric>_mean`` / ``<metric>_worst``), ``t90_s``
     (``time_to_fraction``), ``scenario_hash`` and ``group`` (runs that differ only by seed share it).
     """
@@ -271,7 +289,8 @@ def load_nodes(*dirs: str | Path) -> pd.DataFrame:
     Columns ``path``, ``metric``, ``node``, ``value`` (final score; missing if not scored),
     ``bytes_sent``, ``bytes_received``, ``compute_flops``, ``true_cluster``, ``cluster`` (the
     index of the device's cluster in ``clusters``, for clustering protocols; else missing) and
-    ``held_out`` (True for a device a pooled reference held out of training, ``held_out_per_cluster``).
+    ``held_out`` (True for a device a pooled reference held out of training, ``held_out_per_cluster``)
+    and ``samples`` (its training samples, ``partition.samples_per_device``).
     """
     import pandas as pd
 
@@ -282,6 +301,7 @@ def load_nodes(*dirs: str | Path) -> pd.DataFrame:
         n = int(s.get("n_devices") or len(score.per_node))
         found = {int(i): c for c, members in enumerate(s.get("clusters") or []) for i in members}
         held_out = {int(i) for i in s.get("held_out") or []}
+        samples = (s.get("partition") or {}).get("samples_per_device") or []
 
         def at(key: str, i: int, s: dict[str, Any] = s) -> Any:
             values = s.get(key) or []
@@ -292,6 +312,24 @@ def load_nodes(*dirs: str | Path) -> pd.DataFrame:
                          "value": score.per_node[i] if i < len(score.per_node) else None,
                          "bytes_sent": at("bytes_per_node", i), "bytes_received": at("bytes_received_per_node", i),
                          "compute_flops": at("compute_flops_per_node", i), "true_cluster": at("true_clusters", i),
-                         "cluster": found.get(i), "held_out": i in held_out})
+                         "cluster": found.get(i), "held_out": i in held_out,
+                         "samples": samples[i] if i < len(samples) else None})
     return pd.DataFrame(rows, columns=["path", "metric", "node", "value", "bytes_sent", "bytes_received",
-                                       "compute_flops", "true_cluster", "cluster", "held_out"])
+                                       "compute_flops", "true_cluster", "cluster", "held_out", "samples"])
+
+
+def load_log(*dirs: str | Path, name: str) -> pd.DataFrame:
+    """Long form of one log the runs kept (summary.json ``logs.<name>``): one row per run and entry.
+
+    Logs are what protocols and the kernel recorded during a run, an entry per event or round:
+    ``ari`` and ``federation_labels`` (clustering), ``consensus_distance``, ``rollout_success`` (robot
+    rollouts: ``suite``, ``per_task``), ``cua_groups``. Columns ``path``, ``t``, ``round``, ``value``,
+    then the entries' other fields in the order first met (missing where an entry lacks one); a list
+    or mapping value stays one object in its cell. A run without the log has no rows.
+    """
+    import pandas as pd
+
+    rows = [{"path": str(path), **entry} for path in find_runs(*dirs)
+            for entry in (_read_json(path / "summary.json").get("logs") or {}).get(name) or []]
+    first = ["path", "t", "round", "value"]
+    return pd.DataFrame(rows, columns=first + [k for k in dict.fromkeys(k for r in rows for k in r) if k not in first])

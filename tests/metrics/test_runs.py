@@ -139,7 +139,7 @@ def test_load_curves_is_the_long_form_of_the_score_curves(tree):
 def test_load_nodes_is_the_long_form_of_the_per_device_figures(tree):
     nodes = p2pfl.load_nodes(tree / "plain", tree / "reg")
     assert list(nodes.columns) == ["path", "metric", "node", "value", "bytes_sent", "bytes_received", "compute_flops",
-                                   "true_cluster", "cluster", "held_out"]
+                                   "true_cluster", "cluster", "held_out", "samples"]
     assert not nodes["held_out"].any()
     total = 0
     for path, sub in nodes.groupby("path"):
