@@ -14,71 +14,69 @@ table) plus PNGs next to it:
   devices coloured by the federation they are in then (from the run's ``federation_labels`` log and
   ``positions.npz``).
 
-Every figure comes from the run directories only (summary.json, cell.json, positions.npz).
+Every figure comes from the run directories only (``p2pfl.metrics.runs`` tables, and positions.npz
+for the frames). The studies' archives hold them (``positions.npz`` only for the run drawn):
 
-    python analysis/dynamics_report.py runs/dynamics_churn runs/dynamics_partition runs/dynamics_mobility \
-        [--results analysis/results]
+    python analysis/dynamics_report.py analysis/cells/dynamics [--md analysis/results/dynamics.md]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from p2pfl.clustering.plots import federation_frames
 from p2pfl.metrics.report import ci95
-from p2pfl.metrics.runs import find_runs
+from p2pfl.metrics.runs import load_log, load_runs
+from p2pfl.metrics.tables import markdown_table, report_main
 
 PROTOCOLS = ("gossip", "dsgd", "dac", "rnd_gossip", "fedavg")
 REASONS = ("offline", "link_down", "partition", "loss")
 
 
-def setting_of(cell: dict[str, Any]) -> str:
-    """A cell's dynamics setting, in words: static, churn 30%, partition, mobility 0.2."""
-    grid = cell.get("grid") or {}
-    if "dynamics.churn.offline" in grid:
-        off = float(grid["dynamics.churn.offline"])
-        return "static" if off == 0 else f"churn {off:.0%}"
-    if "dynamics.mobility.speed" in grid:
-        return f"mobility {grid['dynamics.mobility.speed'][0]:g}"
-    return "partition" if cell.get("study") == "dynamics_partition" else str(cell.get("study"))
+def setting_of(run: Any) -> str:
+    """A run's dynamics setting, in words: static, churn 30%, partition, mobility 0.2."""
+    off, speed = run.get("grid.dynamics.churn.offline"), run.get("grid.dynamics.mobility.speed")
+    if pd.notna(off):
+        return "static" if float(off) == 0 else f"churn {float(off):.0%}"
+    if pd.notna(speed):
+        return f"mobility {json.loads(speed)[0]:g}"
+    return "partition" if run["study"] == "dynamics_partition" else str(run["study"])
 
 
-def static_degree(path: Path) -> float:
+def static_degree(path: str) -> float:
     """Mean degree of the run's device graph as built from its scenario.yaml."""
     import yaml
 
     from p2pfl.topology import TopologySpec, build_topology
 
-    sc = yaml.safe_load((path / "scenario.yaml").read_text())
+    sc = yaml.safe_load((Path(path) / "scenario.yaml").read_text())
     g = build_topology(TopologySpec(**sc["topology"]), seed=sc["seed"]).graph
     return 2.0 * g.number_of_edges() / g.number_of_nodes()
 
 
-def load(dirs: list[str]) -> list[dict[str, Any]]:
-    """One record per run: protocol (variant), setting, seed and the figures the report uses."""
-    rows = []
-    for path in find_runs(*dirs):
-        cell = json.loads((path / "cell.json").read_text())
-        s = json.loads((path / "summary.json").read_text())
-        logs = s.get("logs", {})
-        rows.append({
-            "path": path, "protocol": cell["variant"], "setting": setting_of(cell), "seed": cell["seed"],
-            "accuracy": s["accuracy_mean"], "worst": s["accuracy_worst"], "bytes": s["bytes_total"],
-            "dropped": s["messages_dropped_by_reason"], "messages": s["messages_total"],
-            "availability": s["dynamics"]["availability_mean"], "ari": s.get("ari"), "sim_time_s": s["sim_time_s"],
-            "degree": s["dynamics"].get("mean_radius_degree") or static_degree(path),
-            "ari_log": logs.get("ari", []), "labels_log": logs.get("federation_labels", []),
-        })
-    return rows
+def load(dirs: list[Path]) -> pd.DataFrame:
+    """One row per run: protocol (variant), setting, seed, the figures the report uses, and its ari and
+    federation_labels logs (lists of entries)."""
+    runs = load_runs(*dirs)
+    runs["protocol"], runs["setting"] = runs["variant"], runs.apply(setting_of, axis=1)
+    for reason in REASONS:
+        runs[f"dropped.{reason}"] = runs.get(f"messages_dropped_by_reason.{reason}", pd.Series(0, runs.index)).fillna(0)
+    degree = runs.get("dynamics.mean_radius_degree", pd.Series(math.nan, runs.index))
+    runs["degree"] = [d if pd.notna(d) and d else static_degree(p) for d, p in zip(degree, runs["path"])]
+    for name in ("ari", "federation_labels"):
+        log = load_log(*dirs, name=name)
+        entries = {p: sub[["t", "round", "value"]].to_dict("records") for p, sub in log.groupby("path", sort=False)}
+        runs[f"{name}_log"] = [entries.get(p, []) for p in runs["path"]]
+    return runs.rename(columns={"accuracy_mean": "accuracy", "accuracy_worst": "worst", "bytes_total": "bytes",
+                                "dynamics.availability_mean": "availability"})
 
 
 def _ci(values: list[float]) -> str:
@@ -88,42 +86,45 @@ def _ci(values: list[float]) -> str:
     return f"{mean:.3f}" if math.isnan(lo) else f"{mean:.3f} ± {(hi - lo) / 2:.3f}"
 
 
-def _settings(rows: list[dict[str, Any]]) -> list[str]:
+def _settings(runs: pd.DataFrame) -> list[str]:
     order = ["static", "churn 10%", "churn 30%", "churn 50%", "partition"]
-    found = {r["setting"] for r in rows}
+    found = set(runs["setting"])
     mobility = sorted((s for s in found if s.startswith("mobility")), key=lambda s: float(s.split()[1]))
     return [s for s in order if s in found] + mobility
 
 
-def table(rows: list[dict[str, Any]]) -> list[str]:
+def _cell(runs: pd.DataFrame, protocol: str, setting: str) -> pd.DataFrame:
+    """The runs of one protocol and setting, by seed; ``static_*``: the static run of the same seed (NaN: none)."""
+    cell = runs[(runs["protocol"] == protocol) & (runs["setting"] == setting)].sort_values("seed", kind="stable")
+    static = runs[(runs["protocol"] == protocol) & (runs["setting"] == "static")].set_index("seed")
+    return cell.assign(static_accuracy=cell["seed"].map(static["accuracy"]), static_bytes=cell["seed"].map(static["bytes"]))
+
+
+def table(runs: pd.DataFrame) -> list[str]:
     """The markdown table: every protocol x setting against the static fleet."""
-    by = {(r["protocol"], r["setting"], r["seed"]): r for r in rows}
-    lines = ["| protocol | setting | runs | accuracy (95% CI) | Δ accuracy vs static (paired) | worst device | "
-             "MB sent | Δ bytes | dropped: offline / link_down / partition / loss | availability | mean degree | ARI | "
-             "sim time s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for p in PROTOCOLS:
-        for st in _settings(rows):
-            cell = sorted((r for (pp, ss, _), r in by.items() if pp == p and ss == st), key=lambda r: r["seed"])
-            if not cell:
+        for st in _settings(runs):
+            cell = _cell(runs, p, st)
+            if cell.empty:
                 continue
-            static = [by.get((p, "static", r["seed"])) for r in cell]
-            diffs = [r["accuracy"] - s["accuracy"] for r, s in zip(cell, static) if s is not None]
-            mb = float(np.mean([r["bytes"] for r in cell])) / 1e6
-            static_mb = [s["bytes"] for s in static if s is not None]
-            dbytes = f"{mb / (np.mean(static_mb) / 1e6) - 1:+.0%}" if static_mb and st != "static" else "–"
-            drops = " / ".join(f"{np.mean([r['dropped'].get(k, 0) for r in cell]):.0f}" for k in REASONS)
-            aris = [r["ari"] for r in cell if r["ari"] is not None]
-            lines.append(
-                f"| {p} | {st} | {len(cell)} | {_ci([r['accuracy'] for r in cell])} | "
-                f"{_ci(diffs) if st != 'static' else '–'} | {_ci([r['worst'] for r in cell])} | {mb:.1f} | {dbytes} | "
-                f"{drops} | {np.mean([r['availability'] for r in cell]):.2f} | "
-                f"{np.mean([r['degree'] for r in cell]):.1f} | {_ci(aris) if aris else '–'} | "
-                f"{np.mean([r['sim_time_s'] for r in cell]):.1f} |")
-    return lines
+            paired = cell[cell["static_accuracy"].notna()]
+            diffs = (paired["accuracy"] - paired["static_accuracy"]).tolist()
+            mb = float(np.mean(cell["bytes"].to_numpy())) / 1e6
+            static_mb = paired["static_bytes"].astype("int64").to_numpy()
+            dbytes = f"{mb / (np.mean(static_mb) / 1e6) - 1:+.0%}" if len(static_mb) and st != "static" else "–"
+            drops = " / ".join(f"{np.mean(cell[f'dropped.{k}'].to_numpy()):.0f}" for k in REASONS)
+            aris = cell["ari"].dropna().tolist()
+            rows.append([p, st, len(cell), _ci(cell["accuracy"].tolist()), _ci(diffs) if st != "static" else "–",
+                         _ci(cell["worst"].tolist()), f"{mb:.1f}", dbytes, drops,
+                         f"{np.mean(cell['availability'].to_numpy()):.2f}", f"{np.mean(cell['degree'].to_numpy()):.1f}",
+                         _ci(aris) if aris else "–", f"{np.mean(cell['sim_time_s'].to_numpy()):.1f}"])
+    return markdown_table(rows, ["protocol", "setting", "runs", "accuracy (95% CI)", "Δ accuracy vs static (paired)",
+                                 "worst device", "MB sent", "Δ bytes", "dropped: offline / link_down / partition / loss",
+                                 "availability", "mean degree", "ARI", "sim time s"])
 
 
-def churn_figure(rows: list[dict[str, Any]], out: Path) -> Path:
+def churn_figure(runs: pd.DataFrame, out: Path) -> Path:
     fig = Figure(figsize=(10, 4))
     FigureCanvasAgg(fig)
     acc, byt = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
@@ -131,14 +132,14 @@ def churn_figure(rows: list[dict[str, Any]], out: Path) -> Path:
     for p in PROTOCOLS:
         xs, ys, es, bs = [], [], [], []
         for name, x in levels:
-            vals = [r for r in rows if r["protocol"] == p and r["setting"] == name]
-            if not vals:
+            vals = runs[(runs["protocol"] == p) & (runs["setting"] == name)]
+            if vals.empty:
                 continue
-            mean, _, lo, hi = ci95([r["accuracy"] for r in vals])
+            mean, _, lo, hi = ci95(vals["accuracy"].tolist())
             xs.append(x)
             ys.append(mean)
             es.append(0.0 if math.isnan(lo) else (hi - lo) / 2)
-            bs.append(float(np.mean([r["bytes"] for r in vals])) / 1e6)
+            bs.append(float(np.mean(vals["bytes"].to_numpy())) / 1e6)
         if xs:
             acc.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=p)
             byt.plot(xs, bs, marker="o", label=p)
@@ -150,38 +151,33 @@ def churn_figure(rows: list[dict[str, Any]], out: Path) -> Path:
     return out
 
 
-def frames_figure(rows: list[dict[str, Any]], out: Path) -> Path | None:
+def frames_figure(runs: pd.DataFrame, out: Path) -> Path | None:
     """rnd_gossip's moving neighbourhood at three moments, devices coloured by federation."""
-    runs = sorted((r for r in rows if r["protocol"] == "rnd_gossip" and r["setting"].startswith("mobility")
-                   and r["labels_log"] and (r["path"] / "positions.npz").is_file()),
-                  key=lambda r: (-float(r["setting"].split()[1]), r["seed"]))
-    if not runs:
+    drawn = runs[(runs["protocol"] == "rnd_gossip") & runs["setting"].str.startswith("mobility")
+                 & runs["federation_labels_log"].map(bool) & runs["path"].map(lambda p: (Path(p) / "positions.npz").is_file())]
+    if drawn.empty:
         return None
-    run = next((r for r in runs if r["setting"] == "mobility 0.2"), runs[0])
-    import yaml
+    speed = drawn["setting"].str.split().str[1].astype(float)
+    drawn = drawn.assign(speed=speed).sort_values(["speed", "seed"], ascending=[False, True], kind="stable")
+    run = next((r for _, r in drawn.iterrows() if r["setting"] == "mobility 0.2"), drawn.iloc[0])
+    radius = float(run["scenario.topology.radius"])
+    return federation_frames(Path(run["path"]) / "positions.npz", run["federation_labels_log"], run["ari_log"], radius,
+                             out, title=f"rnd_gossip under mobility ({run['setting']} units/s, seed {run['seed']}): "
+                                        f"links within radio range {radius:g}, colour = federation")
 
-    radius = float(yaml.safe_load((run["path"] / "scenario.yaml").read_text())["topology"]["radius"])
-    return federation_frames(run["path"] / "positions.npz", run["labels_log"], run["ari_log"], radius, out,
-                             title=f"rnd_gossip under mobility ({run['setting']} units/s, seed {run['seed']}): links "
-                                   f"within radio range {radius:g}, colour = federation")
 
-
-def costs(rows: list[dict[str, Any]]) -> list[str]:
+def costs(runs: pd.DataFrame) -> list[str]:
     """One line per protocol: the accuracy change (paired by seed, 95% CI) and the bytes change of every
     setting against the static fleet, and whether the interval excludes zero."""
-    by = {(r["protocol"], r["setting"], r["seed"]): r for r in rows}
     out = []
     for p in PROTOCOLS:
         parts = []
-        for st in _settings(rows):
-            if st == "static":
+        for st in _settings(runs):
+            paired = _cell(runs, p, st).dropna(subset=["static_accuracy"])
+            if st == "static" or paired.empty:
                 continue
-            pairs = [(r, by.get((p, "static", r["seed"]))) for (pp, ss, _), r in sorted(by.items()) if pp == p and ss == st]
-            pairs = [(a, b) for a, b in pairs if b is not None]
-            if not pairs:
-                continue
-            mean, _, lo, hi = ci95([a["accuracy"] - b["accuracy"] for a, b in pairs])
-            dbytes = sum(a["bytes"] for a, _ in pairs) / sum(b["bytes"] for _, b in pairs) - 1
+            mean, _, lo, hi = ci95((paired["accuracy"] - paired["static_accuracy"]).tolist())
+            dbytes = sum(paired["bytes"].tolist()) / sum(paired["static_bytes"].astype("int64").tolist()) - 1
             sure = "" if math.isnan(lo) or lo <= 0 <= hi else " (CI excludes 0)"
             half = "" if math.isnan(lo) else f" ± {(hi - lo) / 2:.3f}"
             parts.append(f"{st}: {mean:+.3f}{half}{sure}, bytes {dbytes:+.0%}")
@@ -190,20 +186,21 @@ def costs(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def ari_figure(rows: list[dict[str, Any]], out: Path) -> Path | None:
+def ari_figure(runs: pd.DataFrame, out: Path) -> Path | None:
     """ARI over simulated time (seed 0) of the clustering protocols, one panel each."""
-    protos = [p for p in ("rnd_gossip", "dac") if any(r["protocol"] == p and r["ari_log"] for r in rows)]
+    protos = [p for p in ("rnd_gossip", "dac") if runs.loc[runs["protocol"] == p, "ari_log"].map(bool).any()]
     if not protos:
         return None
     fig = Figure(figsize=(5.5 * len(protos), 4))
     FigureCanvasAgg(fig)
     for k, p in enumerate(protos):
         ax = fig.add_subplot(1, len(protos), k + 1)
-        for st in _settings(rows):
-            run = next((r for r in rows if r["protocol"] == p and r["setting"] == st and r["seed"] == 0), None)
-            if run is None or not run["ari_log"]:
+        for st in _settings(runs):
+            run = runs[(runs["protocol"] == p) & (runs["setting"] == st) & (runs["seed"] == 0)]
+            if run.empty or not run["ari_log"].iloc[0]:
                 continue
-            ax.plot([e["t"] for e in run["ari_log"]], [e["value"] for e in run["ari_log"]], marker=".", label=st)
+            log = run["ari_log"].iloc[0]
+            ax.plot([e["t"] for e in log], [e["value"] for e in log], marker=".", label=st)
         ax.set(title=f"{p} (seed 0)", xlabel="simulated time (s)", ylabel="ARI of the federations", ylim=(-0.1, 1.05))
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -242,36 +239,28 @@ three seeds (wide with n = 3); accuracy changes are paired by seed.
 """
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("dirs", nargs="+")
-    ap.add_argument("--results", default="analysis/results")
-    args = ap.parse_args(argv)
-    rows = load(args.dirs)
-    if not rows:
-        print("no runs found", file=sys.stderr)
-        return 2
-    res = Path(args.results)
+def write(dirs: list[Path], md: Path) -> None:
+    runs = load(dirs)
+    res = md.parent
     res.mkdir(parents=True, exist_ok=True)
-    churn = churn_figure(rows, res / "dynamics_churn.png")
-    ari = ari_figure(rows, res / "dynamics_ari.png")
-    frames = frames_figure(rows, res / "dynamics_mobility_frames.png")
-    n_expected = len({(r["protocol"], r["setting"]) for r in rows}) * 3
+    churn = churn_figure(runs, res / "dynamics_churn.png")
+    ari = ari_figure(runs, res / "dynamics_ari.png")
+    frames = frames_figure(runs, res / "dynamics_mobility_frames.png")
+    n_expected = runs.groupby(["protocol", "setting"]).ngroups * 3
     text = ["# What dynamics cost: gossip, DSGD, DAC, rnd_gossip and FedAvg under churn, a partition and mobility", "",
-            f"Generated by `python analysis/dynamics_report.py {' '.join(args.dirs)}` from {len(rows)} run "
+            f"Generated by `python analysis/dynamics_report.py {' '.join(map(str, dirs))}` from {len(runs)} run "
             f"directories ({n_expected} cells expected at three seeds; every cell finished: none stalled). "
             "Regenerate with the sweep commands at the top of `scenarios/studies/dynamics_*.yaml`.", "",
             "## Method", "", METHOD, "## What the dynamics cost each protocol (against the static fleet)", "",
             "Accuracy change (mean over seeds of run minus static, 95% CI) and change of total bytes sent:", "",
-            *costs(rows), "", "## All cells", "", *table(rows), "", f"![churn]({churn.name})", ""]
+            *costs(runs), "", "## All cells", "", *table(runs), "", f"![churn]({churn.name})", ""]
     for fig in (ari, frames):
         if fig is not None:
             text += [f"![{fig.stem}]({fig.name})", ""]
-    (res / "dynamics.md").write_text("\n".join(text))
-    print("\n".join(costs(rows)))
-    print(f"wrote {res / 'dynamics.md'}")
-    return 0
+    md.write_text("\n".join(text))
+    print("\n".join(costs(runs)))
+    print(f"wrote {md}")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(report_main(write, __doc__, Path(__file__).parent / "results" / "dynamics.md"))
