@@ -4,29 +4,23 @@
     p2pfl sweep scenarios/studies/libero_object.yaml --jobs 1 --out runs/libero_object
     python analysis/libero_report.py runs/libero_object        # -> analysis/results/libero_object.md
 
-Reads the run directories only: each run's rollout success per task from its ``summary.json`` logs
-(``rollout_success``: one entry per device and evaluated round), its bytes and messages from the
-summary and its wall time from ``timing.json``; the budget from the runs' ``scenario.yaml``. A cell is
+Reads the run directories through ``p2pfl.metrics.runs``: each run's rollout success per task from its
+``rollout_success`` log (one entry per device and evaluated round), its bytes, messages and wall time
+from ``load_runs`` (``timing.wall_s``), the budget from its ``scenario.*`` columns. A cell is
 the success (%) at the last evaluated round, averaged over the devices (Local: over its 5 policies, as
 the paper's Local BC), then over seeds (± the 95% t-interval's half-width when there are several).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
+from p2pfl.metrics.claims import fmt_ci
+from p2pfl.metrics.runs import load_log, load_runs
+from p2pfl.metrics.tables import markdown_table, report_main
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from p2pfl.metrics.claims import fmt_ci  # noqa: E402
-
-OUT = ROOT / "analysis" / "results"
 STUDY = "libero_object"
 ORDER = ("centralized", "local", "fedavg", "feddrman")
 LABELS = {"centralized": "Centralized BC", "local": "Local BC", "fedavg": "FedAvg", "feddrman": "FedDRMan"}
@@ -38,61 +32,57 @@ COMMAND = ("python -m p2pfl.robotics.libero_demos --suite libero_object --tasks 
            "python analysis/libero_report.py runs/libero_object")
 
 
-def final_per_task(summary: dict, key: str = "per_task") -> tuple[int, dict[str, float]]:
-    """(last evaluated round, task -> ``key`` averaged over the devices evaluated at that round): ``per_task``
-    is the success, ``reach`` the closest the gripper came to the task's object (m), ``grasp`` the share of
-    episodes that held it (the last two only in logs of runs whose rollouts report progress)."""
-    logs = summary["logs"].get("rollout_success", [])
-    if not logs:
+def final_per_task(log: list[dict[str, Any]], key: str = "per_task") -> tuple[int, dict[str, float]]:
+    """(last evaluated round, task -> ``key`` averaged over the devices evaluated at that round) of a run's
+    ``rollout_success`` log: ``per_task`` is the success, ``reach`` the closest the gripper came to the
+    task's object (m), ``grasp`` the share of episodes that held it (the last two only in logs of runs
+    whose rollouts report progress)."""
+    if not log:
         raise SystemExit("a run has no rollout_success log: not a robot run")
-    last = max(e["round"] for e in logs)
+    last = max(e["round"] for e in log)
     per: dict[str, list[float]] = {}
-    for e in logs:
+    for e in log:
         if e["round"] == last:
-            for task, v in e.get(key, {}).items():
+            for task, v in (e.get(key) if isinstance(e.get(key), dict) else {}).items():
                 per.setdefault(task, []).append(v)
     return last, {t: sum(v) / len(v) for t, v in sorted(per.items())}
 
 
-def rows_from_runs(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One row per run of the study, and the budget from their scenarios."""
-    import p2pfl
-
-    runs = p2pfl.load_runs(root)
+    runs = load_runs(*dirs)
+    logs = load_log(*dirs, name="rollout_success")
     rows, budget = [], {}
-    for _, r in runs.iterrows():
-        if r["study"] != STUDY:
-            continue
-        path = Path(r["path"])
-        summary = json.loads((path / "summary.json").read_text())
-        scenario = yaml.safe_load((path / "scenario.yaml").read_text())
-        part = scenario["data"]["partition"]
-        budget = {"rounds": scenario["protocol"]["rounds"], "eval_every": scenario["protocol"]["eval_every"],
-                  "episodes": part["eval_episodes"], "horizon": part["horizons"]["libero_object"],
-                  "demos": part["demos_per_task"], "history": part["history"], "wrist": part.get("wrist", False), "clients": part["clients_per_suite"], "alpha": part["alpha"],
-                  "tasks": [Path(f).stem.removesuffix("_demo") for f in part["libero_tasks"]["libero_object"]]}
-        budget["dart"] = demos_have_labels(scenario)
-        last, per_task = final_per_task(summary)
-        reach, grasp = final_per_task(summary, "reach")[1], final_per_task(summary, "grasp")[1]
-        policies = sum(1 for e in summary["logs"]["rollout_success"] if e["round"] == last and not e["cached"])
-        timing = json.loads((path / "timing.json").read_text())
+    for _, r in runs[runs["study"] == STUDY].iterrows():
+        log = logs[logs["path"] == r["path"]].to_dict("records")
+        sc = {k.removeprefix("scenario."): v for k, v in r.items() if k.startswith("scenario.")}
+        part, files = "data.partition.", json.loads(sc["data.partition.libero_tasks.libero_object"])
+        budget = {"rounds": sc["protocol.rounds"], "eval_every": sc["protocol.eval_every"],
+                  "episodes": sc[part + "eval_episodes"], "horizon": sc[part + "horizons.libero_object"],
+                  "demos": sc[part + "demos_per_task"], "history": sc[part + "history"],
+                  "wrist": sc.get(part + "wrist") in (True,), "clients": sc[part + "clients_per_suite"],
+                  "alpha": sc[part + "alpha"], "tasks": [Path(f).stem.removesuffix("_demo") for f in files],
+                  "dart": demos_have_labels(sc["data.root"], files)}
+        last, per_task = final_per_task(log)
+        reach, grasp = final_per_task(log, "reach")[1], final_per_task(log, "grasp")[1]
+        policies = sum(1 for e in log if e["round"] == last and not e["cached"])
         rows.append({"label": r["variant"], "seed": int(r["seed"]), "round": last, "per_task": per_task,
-                     "success": 100 * sum(per_task.values()) / len(per_task), "bytes": summary["bytes_total"],
+                     "success": 100 * sum(per_task.values()) / len(per_task), "bytes": r["bytes_total"],
                      "reach_cm": 100 * sum(reach.values()) / len(reach) if reach else None,
                      "grasp": 100 * sum(grasp.values()) / len(grasp) if grasp else None,
-                     "episodes": policies * len(per_task) * part["eval_episodes"],
-                     "messages": summary["messages_total"], "sim_s": summary["sim_time_s"], "wall_s": timing["wall_s"]})
+                     "episodes": policies * len(per_task) * budget["episodes"],
+                     "messages": r["messages_total"], "sim_s": r["sim_time_s"], "wall_s": r["timing.wall_s"]})
     if not rows:
-        raise SystemExit(f"{root}: no runs of the study {STUDY!r} (scenarios/studies/libero_object.yaml) found")
+        raise SystemExit(f"{' '.join(map(str, dirs))}: no runs of the study {STUDY!r} "
+                         "(scenarios/studies/libero_object.yaml) found")
     return rows, budget
 
 
-def demos_have_labels(scenario: dict) -> bool | None:
+def demos_have_labels(root: str, files: list[str]) -> bool | None:
     """Whether the runs' first demo file holds ``expert_actions`` (noise-injected demos); None if it is gone."""
     import h5py
 
-    files = scenario["data"]["partition"]["libero_tasks"]["libero_object"]
-    path = Path(scenario["data"]["root"]).expanduser() / files[0]
+    path = Path(root).expanduser() / files[0]
     if not path.is_file():
         return None
     with h5py.File(path, "r") as f:
@@ -122,7 +112,7 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     head = (["Method"] + [f"{short(t)} SR (%)" for t in tasks] + ["Mean SR (%)"]
             + (["Closest reach (cm)", "Grasped (%)"] if progress else [])
             + ["Round", "Comm. MB (MB/msg)", "Wall (min)", "Paper Object SR (%)"])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows_out = []
     for label in ORDER:
         rs = sorted((r for r in rows if r["label"] == label), key=lambda r: r["seed"])
         if not rs:
@@ -140,8 +130,8 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
         cells.append(f"{mb:.1f} ({per_msg:.2f})" if per_msg else "0 (-)")
         cells.append(f"{sum(r['wall_s'] for r in rs) / len(rs) / 60:.1f}")
         cells.append(f"{PAPER_OBJECT[label]:.1f}")
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        rows_out.append(cells)
+    return markdown_table(rows_out, head)
 
 
 def has_progress(rows: list[dict[str, Any]]) -> bool:
@@ -188,8 +178,8 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def write(root: Path, out: Path) -> str:
-    rows, b = rows_from_runs(root)
+def write(dirs: list[Path], md: Path) -> None:
+    rows, b = rows_from_runs(dirs)
     cpu_min = sum(r["wall_s"] for r in rows) / 60
     tasks = ", ".join(short(t) for t in b["tasks"])
     text = "\n".join([
@@ -219,19 +209,10 @@ def write(root: Path, out: Path) -> str:
            "scoring; no policy sees them.", ""] if has_progress(rows) else []),
         "## Reading", "", *reading(rows), "",
     ])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n")
-    return text
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", type=Path, help="the study's --out folder")
-    ap.add_argument("--out", type=Path, default=OUT / "libero_object.md")
-    a = ap.parse_args(argv)
-    print(write(a.runs, a.out))
-    return 0
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(report_main(write, __doc__, Path(__file__).parent / "results" / "libero_object.md"))

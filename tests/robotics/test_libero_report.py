@@ -20,12 +20,12 @@ def _log(round_: int, a: float, b: float) -> dict:
 
 def test_last_round_per_task_is_averaged_over_the_devices() -> None:
     rep = analysis_module("libero_report")
-    summary = {"logs": {"rollout_success": [_log(10, 1.0, 1.0), _log(20, 0.2, 0.0), _log(20, 0.6, 0.4)]}}
-    last, per_task = rep.final_per_task(summary)
+    log = [_log(10, 1.0, 1.0), _log(20, 0.2, 0.0), _log(20, 0.6, 0.4)]  # a run's rollout_success log
+    last, per_task = rep.final_per_task(log)
     assert last == 20 and per_task == {T0: 0.4, T1: 0.2}
-    last, reach = rep.final_per_task(summary, "reach")
+    last, reach = rep.final_per_task(log, "reach")
     assert last == 20 and reach == pytest.approx({T0: 0.04, T1: 0.02})
-    assert rep.final_per_task(summary, "grasp") == (20, {})  # runs whose rollouts report no progress
+    assert rep.final_per_task(log, "grasp") == (20, {})  # runs whose rollouts report no progress
     assert rep.short(T0) == "alphabet soup"
 
 
