@@ -4,8 +4,8 @@
       p2pfl sweep $f --jobs 2 --out runs/feddrman/$(basename $f .yaml); done
     python analysis/feddrman_report.py runs/feddrman        # -> analysis/results/feddrman.md + PNGs
 
-Each run's per-suite rollout success per evaluated round comes from its ``summary.json`` logs
-(``rollout_success``), its CUA groups per round from ``cua_groups``; the table (I, II, III) from the
+Each run's per-suite rollout success per evaluated round comes from its ``rollout_success`` log, its
+CUA groups per round from ``cua_groups`` (``p2pfl.metrics.runs.load_log``); the table (I, II, III) from the
 study's name and the row label from the variant. Cells are the final round's success: mean over seeds
 ± the half-width of the 95% t-interval, per-seed values in brackets. The claims table compares methods
 seed by seed (same seed: same demos, split and initial weights) with ``p2pfl.metrics.claims``.
@@ -13,20 +13,14 @@ seed by seed (same seed: same demos, split and initial weights) with ``p2pfl.met
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
+from p2pfl.metrics.claims import below, combine, fmt_ci, fmt_diff, paired
+from p2pfl.metrics.runs import load_log, load_nodes, load_runs
+from p2pfl.metrics.tables import markdown_table, report_main
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from p2pfl.metrics.claims import below, combine, fmt_ci, fmt_diff, paired  # noqa: E402
-
-OUT = ROOT / "analysis" / "results"
 TABLES = {"feddrman_table1": "I", "feddrman_table1_feddrman": "I", "feddrman_table2": "II",
           "feddrman_table2_feddrman": "II", "feddrman_table3": "III"}
 COMMAND = ("for f in scenarios/studies/feddrman/*.yaml; do p2pfl sweep $f --jobs 2 --out runs/feddrman/$(basename $f .yaml); done\n"
@@ -52,40 +46,35 @@ FEDKD = ("FedKD's bytes differ from the paper's row, which lists FedAvg's payloa
 
 
 # ------------------------------------------------------------------------------------------ runs
-def per_suite_curve(summary: dict) -> dict[str, dict[int, float]]:
-    """suite -> round -> mean success over that suite's devices."""
+def per_suite_curve(log: list[dict[str, Any]]) -> dict[str, dict[int, float]]:
+    """suite -> round -> mean success over that suite's devices, from a run's ``rollout_success`` log."""
     acc: dict[str, dict[int, list[float]]] = {}
-    for e in summary["logs"].get("rollout_success", []):
+    for e in log:
         acc.setdefault(e["suite"], {}).setdefault(e["round"], []).append(e["value"])
     return {s: {r: sum(v) / len(v) for r, v in sorted(d.items())} for s, d in acc.items()}
 
 
-def rows_from_runs(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One report row per run directory, and the budget read from the runs' scenarios."""
-    import p2pfl
-
-    runs = p2pfl.load_runs(root)
+    runs = load_runs(*dirs)
+    logs = {name: {p: g.to_dict("records") for p, g in load_log(*dirs, name=name).groupby("path", sort=False)}
+            for name in ("rollout_success", "cua_groups")}
+    samples = load_nodes(*dirs).groupby("path", sort=False)["samples"].apply(list)
     rows, budget = [], {}
-    for _, r in runs.iterrows():
-        if r["study"] not in TABLES:
-            continue
-        path = Path(r["path"])
-        summary = json.loads((path / "summary.json").read_text())
-        scenario = yaml.safe_load((path / "scenario.yaml").read_text())
-        part = scenario["data"]["partition"]
-        budget = {"rounds": scenario["protocol"]["rounds"], "eval_every": scenario["protocol"]["eval_every"],
-                  "episodes": part["eval_episodes"], "horizon": part["horizon"], "demos": part["demos_per_task"],
-                  "epochs": scenario["training"]["epochs"], "lr": scenario["training"]["lr"],
-                  "clients": part["clients_per_suite"]}
-        curve = per_suite_curve(summary)
-        timing = json.loads((path / "timing.json").read_text())
+    for _, r in runs[runs["study"].isin(TABLES)].iterrows():
+        sc, path = {k.removeprefix("scenario."): v for k, v in r.items() if k.startswith("scenario.")}, r["path"]
+        budget = {"rounds": sc["protocol.rounds"], "eval_every": sc["protocol.eval_every"],
+                  "episodes": sc["data.partition.eval_episodes"], "horizon": sc["data.partition.horizon"],
+                  "demos": sc["data.partition.demos_per_task"], "epochs": sc["training.epochs"],
+                  "lr": sc["training.lr"], "clients": sc["data.partition.clients_per_suite"]}
+        curve = per_suite_curve(logs["rollout_success"].get(path, []))
         rows.append({"study": r["study"], "table": TABLES[r["study"]], "label": r["variant"], "seed": int(r["seed"]),
-                     "suites": list(part["suites"]), "final": {s: c[max(c)] for s, c in curve.items()},
-                     "curve": curve, "cua_groups": [[e["round"], e["value"]] for e in summary["logs"].get("cua_groups", [])],
-                     "wall_s": timing["wall_s"], "bytes_total": summary["bytes_total"],
-                     "samples": summary["partition"]["samples_per_device"], "per_suite": part["clients_per_suite"]})
+                     "suites": json.loads(sc["data.partition.suites"]), "final": {s: c[max(c)] for s, c in curve.items()},
+                     "curve": curve, "cua_groups": [[e["round"], e["value"]] for e in logs["cua_groups"].get(path, [])],
+                     "wall_s": r["timing.wall_s"], "bytes_total": r["bytes_total"], "samples": samples[path],
+                     "per_suite": sc["data.partition.clients_per_suite"]})
     if not rows:
-        raise SystemExit(f"{root}: no runs of the FedDRMan studies (scenarios/studies/feddrman/) found")
+        raise SystemExit(f"{' '.join(map(str, dirs))}: no runs of the FedDRMan studies (scenarios/studies/feddrman/) found")
     return rows, budget
 
 
@@ -217,40 +206,36 @@ def _mean(groups: Groups, table: str, label: str, settings: list[str]) -> str:
     return fmt_ci(list(by_seed(groups, table, label, settings).values()), digits=1)
 
 
+def _paper(values: tuple[float, ...] | None) -> str:
+    return "/".join(f"{v:.0f}" for v in values) if values else "-"
+
+
 def tables(groups: Groups) -> list[str]:
     md: list[str] = []
     t1 = {k: v for k, v in groups.items() if k[0] == "I"}
     if t1:
+        rows = [[lab, *(_cells(t1[("I", lab, s)], [s])[0] if ("I", lab, s) in t1 else "-" for s in SUITES),
+                 _mean(groups, "I", lab, [s for s in SUITES if ("I", lab, s) in t1]), PAPER_I.get(lab, "-")]
+                for lab in dict.fromkeys(k[1] for k in t1)]
         md += ["## Table I: same-suite task non-IID (5 clients of one suite, Dirichlet alpha 0.5 over tasks)", "",
-               "| method | object | goal | spatial | mean over suites | paper mean |", "|---|---|---|---|---|---|"]
-        for lab in dict.fromkeys(k[1] for k in t1):
-            cells = [(_cells(t1[("I", lab, s)], [s])[0] if ("I", lab, s) in t1 else "-") for s in SUITES]
-            present = [s for s in SUITES if ("I", lab, s) in t1]
-            md.append(f"| {lab} | " + " | ".join(cells) + f" | {_mean(groups, 'I', lab, present)} | "
-                      f"{PAPER_I.get(lab, '-')} |")
+               *markdown_table(rows, ["method", *SUITES, "mean over suites", "paper mean"])]
     t2 = {k: v for k, v in groups.items() if k[0] == "II"}
     if t2:
-        md += ["", "## Table II: cross-suite (2 clients per suite; FedDRMan C = number of suites)", "",
-               "| setting | method | per-suite success | mean | paper | pairs co-clustered over rounds (truth: 100% / 0%) |",
-               "|---|---|---|---|---|---|"]
         order = ["local", "fedavg", "fedprox", "fedkd", "feddrman", "feddrman_text"]
         settings = list(dict.fromkeys(k[2] for k in t2))
         key = lambda k: (settings.index(k[2]), order.index(k[1]) if k[1] in order else len(order))
-        for (_, lab, setting), g in sorted(t2.items(), key=lambda kv: key(kv[0])):
-            suites = g[0]["suites"]
-            paper = PAPER_II.get(setting, {}).get(lab)
-            md.append(f"| {setting} | {lab} | " + ", ".join(f"{s} {c}" for s, c in zip(suites, _cells(g, suites))) +
-                      f" | {_mean(groups, 'II', lab, [setting])} | {'/'.join(f'{v:.0f}' for v in paper) if paper else '-'} "
-                      f"| {_co(g)} |")
+        rows = [[setting, lab, ", ".join(f"{s} {c}" for s, c in zip(g[0]["suites"], _cells(g, g[0]["suites"]))),
+                 _mean(groups, "II", lab, [setting]), _paper(PAPER_II.get(setting, {}).get(lab)), _co(g)]
+                for (_, lab, setting), g in sorted(t2.items(), key=lambda kv: key(kv[0]))]
+        md += ["", "## Table II: cross-suite (2 clients per suite; FedDRMan C = number of suites)", "",
+               *markdown_table(rows, ["setting", "method", "per-suite success", "mean", "paper",
+                                      "pairs co-clustered over rounds (truth: 100% / 0%)"])]
     t3 = {k: v for k, v in groups.items() if k[0] == "III"}
     if t3:
+        rows = [[lab, *_cells(g, ["object", "goal"]), _mean(groups, "III", lab, [setting]), _paper(PAPER_III.get(lab)),
+                 _co(g)] for (_, lab, setting), g in t3.items()]
         md += ["", "## Table III: ablation on the Object-Goal cross-suite federation", "",
-               "| configuration | object | goal | mean | paper | pairs co-clustered |", "|---|---|---|---|---|---|"]
-        for (_, lab, setting), g in t3.items():
-            paper = PAPER_III.get(lab)
-            md.append(f"| {lab} | " + " | ".join(_cells(g, ["object", "goal"])) +
-                      f" | {_mean(groups, 'III', lab, [setting])} | {'/'.join(f'{v:.0f}' for v in paper) if paper else '-'} "
-                      f"| {_co(g)} |")
+               *markdown_table(rows, ["configuration", "object", "goal", "mean", "paper", "pairs co-clustered"])]
     return md
 
 
@@ -263,9 +248,8 @@ def data_and_groups(groups: Groups) -> list[str]:
         return []
     md = ["", "## Clients' data and CUA's groups (FedDRMan, cross-suite)", "",
           "Devices are numbered suite by suite. Samples are (observation, action) pairs of each client's demos; "
-          "groups are CUA's in the last round.", "",
-          "| setting | table | seed | samples per client | CUA groups, last round |", "|---|---|---|---|---|"]
-    seen = set()
+          "groups are CUA's in the last round.", ""]
+    rows, seen = [], set()
     for r in runs:
         key = ("+".join(r["suites"]), r["seed"])
         if key in seen:  # Table II's feddrman and Table III's full are the same scenario
@@ -275,8 +259,8 @@ def data_and_groups(groups: Groups) -> list[str]:
         samples = "; ".join(f"{s} " + ", ".join(f"{n:,}" for n in r["samples"][i * k:(i + 1) * k])
                             for i, s in enumerate(r["suites"]))
         last = r["cua_groups"][-1][1] if r["cua_groups"] else []
-        md.append(f"| {key[0]} | {r['table']} | {r['seed']} | {samples} | {last} |")
-    return md
+        rows.append([key[0], r["table"], r["seed"], samples, last])
+    return md + markdown_table(rows, ["setting", "table", "seed", "samples per client", "CUA groups, last round"])
 
 
 def figures(groups: Groups, out: Path) -> list[str]:
@@ -328,8 +312,8 @@ def _coverage(rows: list[dict[str, Any]]) -> list[str]:
     return [line, ""]
 
 
-def write(root: Path, md_path: Path) -> None:
-    rows, b = rows_from_runs(root)
+def write(dirs: list[Path], md_path: Path) -> None:
+    rows, b = rows_from_runs(dirs)
     groups = group(rows)
     seeds = sorted({r["seed"] for r in rows})
     wall = sum(r["wall_s"] for r in rows)
@@ -346,21 +330,11 @@ def write(root: Path, md_path: Path) -> None:
           "whole interval is above 0, does not hold when it is wholly below, and is not resolved otherwise. The "
           "paper's numbers are on LIBERO at its budget; ours on our suites at the budget above, so only the direction "
           "of each comparison is checked.", "",
-          "| claim | paper | ours (paired difference, points) | verdict |", "|---|---|---|---|"]
-    md += [f"| {c} | {p} | {o} | {v} |" for c, p, o, v in claims(groups)]
+          *markdown_table(claims(groups), ["claim", "paper", "ours (paired difference, points)", "verdict"])]
     md += ["", *tables(groups), *data_and_groups(groups), *figures(groups, md_path.parent), "", "## Not run here", "", f"* {FEDVLA}", f"* {FEDKD}"]
     md_path.write_text("\n".join(md) + "\n")
     print(f"wrote {md_path}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("root", type=Path, help="folder holding the studies' run folders (runs/feddrman)")
-    ap.add_argument("--md", type=Path, default=OUT / "feddrman.md")
-    args = ap.parse_args(argv)
-    write(args.root, args.md)
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(report_main(write, __doc__, Path(__file__).parent / "results" / "feddrman.md"))
