@@ -3,7 +3,8 @@
     python analysis/conditional_report.py runs/conditional [--md analysis/results/conditional.md]
 
 Reads the run directories written by the studies in ``scenarios/studies/conditional/`` (each
-swept with ``p2pfl sweep STUDY --jobs 2 --out runs/conditional/<file name>``) and writes the report:
+swept with ``p2pfl sweep STUDY --jobs 2 --out runs/conditional/<file name>``; a run's study is
+``cond_<file name>``, found in any folder given) and writes the report:
 a claims table on top (claim, paper figure, ours with a 95% t-interval over seeds, verdict), then
 one table per experiment (mean +- half-width of the interval, the paper's number in brackets where
 the paper has a like-for-like row), the SGD steps per model, the memorization check, and one PNG
@@ -13,25 +14,18 @@ the dataset (it is about the data, not a protocol). Studies not swept yet are li
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "analysis"))
-
-from conditional_paper import PAPER  # noqa: E402
-
-from p2pfl.metrics.claims import at_least, below, combine, fmt_ci, fmt_diff, interval, paired  # noqa: E402
+from p2pfl.metrics.claims import at_least, below, combine, fmt_ci, fmt_diff, interval, paired
+from p2pfl.metrics.runs import load_nodes, load_runs
+from p2pfl.metrics.tables import markdown_table, report_main
 
 STUDY_DIR = "scenarios/studies/conditional"
-OUT = ROOT / "analysis" / "results"
 
 #: rows of every table: federated methods, then the pooled references (kind, variant)
 FEDERATED = ["Local", "FedAvg", "Gossip", "Ditto", "IFCA", "DAC", "Oracle-fed", "Cond", "Cond-log", "Cond-none",
@@ -41,6 +35,40 @@ POOLED = ["Oracle", "Cond-pooled", "Cond-pooled-log", "Cond-pooled-none", "Centr
 PAPER_ROW = {"Local": "Local", "FedAvg": "FedAvg", "Gossip": "Gossip", "Ditto": "Ditto", "IFCA": "IFCA",
              "DAC": "DAC", "Oracle": "Oracle", "Cond-pooled": "Cond"}
 SPARSITY = ["rich", "med", "sparse", "very_sparse", "super_sparse"]
+#: The paper's numbers (Fashion-MNIST columns), one list per table in the order of its columns: e1 Table X
+#: (K = 2, 3, 5, 10), e1s XI, e2as XIV, e3a XVI, e3bs XVIII (rich ... super sparse), e2b XV (C1 ... C4),
+#: e3b XVII (K = 2 ... 5); mcdc Tables VI/VII (linear RMSE 3 and 8 clusters, logistic accuracy 3 and 8;
+#: Global = FedAvg, Cluster = Oracle, Client = Local, MLP = Cond). Its Oracle and Conditional are pooled
+#: training (Sec. III-C, App. B-A).
+PAPER = {
+    "e1": {"Local": [.908, .920, .945, 1.00], "FedAvg": [.902, .886, .745, .412], "Gossip": [.895, .899, .825, .560],
+           "Ditto": [.910, .915, .933, .999], "IFCA": [.922, .932, .945, 1.00], "DAC": [.922, .931, .950, 1.00],
+           "Oracle": [.937, .945, .962, 1.00], "Cond": [.936, .942, .964, 1.00]},
+    "e1s": {"Local": [.909, .893, .866, .839, .798], "FedAvg": [.902, .884, .837, .784, .718],
+            "Gossip": [.895, .855, .752, .633, .083], "Ditto": [.910, .891, .851, .786, .743],
+            "IFCA": [.925, .906, .872, .824, .771], "DAC": [.924, .902, .866, .811, .753],
+            "Oracle": [.938, .938, .935, .936, .936], "Cond": [.936, .935, .935, .933, .935]},
+    "e2as": {"Local": [.995, .994, .992, .990, .989], "FedAvg": [.992, .988, .986, .985, .984],
+             "Gossip": [.989, .988, .987, .600, .600], "Ditto": [.995, .993, .991, .990, .988],
+             "IFCA": [.992, .989, .986, .986, .984], "DAC": [.997, .994, .992, .991, .990],
+             "Oracle": [.998, .998, .998, .998, .998], "Cond": [.998, .998, .998, .998, .998]},
+    "e2b": {"Local": [.877, .860, .852, .851], "FedAvg": [.876, .836, .789, .821], "Gossip": [.859, .810, .718, .773],
+            "Ditto": [.880, .846, .823, .837], "IFCA": [.880, .872, .860, .855], "DAC": [.893, .871, .868, .863],
+            "Oracle": [.912, .903, .900, .899], "Cond": [.913, .898, .895, .903]},
+    "e3a": {"Local": [.930, .919, .901, .880, .854], "FedAvg": [.671, .661, .639, .628, .636],
+            "Gossip": [.774, .746, .535, .500, .500], "Ditto": [.928, .918, .868, .815, .697],
+            "IFCA": [.943, .934, .905, .876, .798], "DAC": [.941, .931, .902, .869, .816],
+            "Oracle": [.950, .949, .949, .950, .948], "Cond": [.950, .951, .947, .943, .940]},
+    "e3b": {"Local": [.877, .863, .854, .845], "FedAvg": [.454, .330, .278, .257], "Gossip": [.619, .677, .477, .484],
+            "Ditto": [.877, .854, .833, .815], "IFCA": [.892, .593, .659, .705], "DAC": [.891, .878, .866, .856],
+            "Oracle": [.914, .904, .899, .894], "Cond": [.916, .914, .911, .910]},
+    "e3bs": {"Local": [.878, .854, .814, .768, .715], "FedAvg": [.456, .440, .419, .388, .367],
+             "Gossip": [.621, .584, .493, .100, .100], "Ditto": [.877, .848, .781, .737, .663],
+             "IFCA": [.892, .873, .816, .774, .721], "DAC": [.889, .865, .805, .756, .702],
+             "Oracle": [.913, .915, .913, .914, .914], "Cond": [.918, .919, .914, .909, .901]},
+    "mcdc": {"FedAvg": [14.901, 17.655, .700, .621], "Oracle": [.100, .100, .997, .997],
+             "Local": [.106, .107, .944, .943], "Cond": [.134, .162, .985, .966]},
+}
 
 
 @dataclass(frozen=True)
@@ -112,25 +140,19 @@ EXPERIMENTS = [
 
 
 # ------------------------------------------------------------------------------------------ data
-def load(root: Path) -> Any:
-    """One row per run (p2pfl.load_runs) with the experiment key and column label added."""
-    import p2pfl
-
-    frames = []
-    for exp in EXPERIMENTS:
-        for stem in exp.files:
-            d = root / stem
-            if not d.is_dir():
-                continue
-            df = p2pfl.load_runs(d)
-            df["exp"] = exp.key
-            df["col"] = df.apply(exp.label, axis=1)
-            frames.append(df)
-    if not frames:
-        raise SystemExit(f"{root}: no study runs found; sweep the studies in {STUDY_DIR} first")
-    import pandas as pd
-
-    return pd.concat(frames, ignore_index=True)
+def load(dirs: list[Path]) -> tuple[Any, Any]:
+    """One row per run of an experiment (load_runs, with its experiment key, column label and training samples
+    per device), and the memorization check's table (``load_memo``; None when that study has no runs)."""
+    runs, nodes = load_runs(*dirs), load_nodes(*dirs)
+    exp_of = {f"cond_{stem}": exp for exp in EXPERIMENTS for stem in exp.files}
+    found = runs[runs["study"].isin(exp_of)].copy()
+    if found.empty:
+        raise SystemExit(f"{' '.join(map(str, dirs))}: no study runs found; sweep the studies in {STUDY_DIR} first")
+    found["exp"] = [exp_of[s].key for s in found["study"]]
+    found["col"] = [exp_of[r["study"]].label(r) for _, r in found.iterrows()]
+    found["samples"] = found["path"].map(nodes.groupby("path", sort=False)["samples"].apply(list))
+    memo = runs[runs["study"] == "cond_memorization"]
+    return found, (load_memo(memo, nodes) if len(memo) else None)
 
 
 def cell_runs(runs: Any, exp: str, variant: str, col: str) -> Any:
@@ -219,9 +241,8 @@ def claims(runs: Any, memo: Any) -> list[str]:
         ("MNIST, CIFAR-10 and CIFAR-100 columns of every table", "Tables X-XVII", "—",
          "cannot be tested here (only Fashion-MNIST is installed as real data)"),
     ]
-    out = ["| claim | paper | ours (95% interval over seeds) | verdict |", "|---|---|---|---|"]
-    out += [f"| {c} | {p} | {o} | **{v}** |" for c, p, o, v in rows]
-    return out
+    return markdown_table([(c, p, o, f"**{v}**") for c, p, o, v in rows],
+                          ["claim", "paper", "ours (95% interval over seeds)", "verdict"])
 
 
 def mcdc_claims(runs: Any) -> list[tuple[str, str, str, str]]:
@@ -263,7 +284,7 @@ def experiment_table(runs: Any, exp: Experiment) -> list[str]:
     cols = ordered_cols(runs, exp.key)
     paper = PAPER.get(exp.key, {})
     all_cols = list(exp.columns)
-    out = ["| kind | method | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    rows = []
     for kind, variants in (("federated", FEDERATED), ("pooled", POOLED)):
         for v in variants:
             cells = []
@@ -281,32 +302,25 @@ def experiment_table(runs: Any, exp: Experiment) -> list[str]:
                     cell += f" ({paper[ref][all_cols.index(c)]:.3f})"
                 cells.append(cell)
             if any(c != "—" for c in cells):
-                out.append(f"| {kind} | {v} | " + " | ".join(cells) + " |")
-    return out
+                rows.append([kind, v, *cells])
+    return markdown_table(rows, ["kind", "method", *cols])
 
 
 def steps_table(runs: Any, exp: Experiment) -> list[str]:
     """SGD steps one model takes: pooled (rounds x epochs x ceil(N / batch)) vs one client's local steps."""
-    import yaml
-
-    out = ["| | " + " | ".join(ordered_cols(runs, exp.key)) + " |", "|---|" + "---|" * len(ordered_cols(runs, exp.key))]
+    cols = ordered_cols(runs, exp.key)
     pooled, client, total = [], [], []
-    for c in ordered_cols(runs, exp.key):
+    for c in cols:
         row = runs[(runs["exp"] == exp.key) & (runs["col"] == c)].iloc[0]
-        sc = yaml.safe_load((Path(row["path"]) / "scenario.yaml").read_text())
-        part = json.loads((Path(row["path"]) / "summary.json").read_text())["partition"]
-        n = part["samples_per_device"]
-        t = sc["training"]
-        per_round = t["epochs"] * math.ceil(sum(n) / t["batch_size"])
-        local = t["epochs"] * math.ceil(n[0] / t["batch_size"])
-        rounds = sc["protocol"]["rounds"]
-        pooled.append(f"{rounds * per_round}")
-        client.append(f"{rounds * local}")
+        n, epochs, batch = row["samples"], row["scenario.training.epochs"], row["scenario.training.batch_size"]
+        rounds = row["scenario.protocol.rounds"]
+        pooled.append(f"{rounds * epochs * math.ceil(sum(n) / batch)}")
+        client.append(f"{rounds * epochs * math.ceil(n[0] / batch)}")
         total.append(f"{sum(n)} ({len(n)} x {n[0]})")
-    out += ["| training samples in all | " + " | ".join(total) + " |",
+    return ["| | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols),  # (an empty first header: '| |')
+            "| training samples in all | " + " | ".join(total) + " |",
             "| pooled model (Oracle: per cluster, fewer) | " + " | ".join(pooled) + " |",
             "| one client's local steps (FedAvg family) | " + " | ".join(client) + " |"]
-    return out
 
 
 def dac_note(runs: Any, exp: Experiment) -> list[str]:
@@ -365,15 +379,10 @@ def figure(runs: Any, exp: Experiment, path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ memorization
-def load_memo(root: Path) -> Any:
+def load_memo(runs: Any, nodes: Any) -> Any:
     """Per-run accuracy on the training clients and on the held-out ones (one row per run)."""
-    d = root / "memorization"
-    if not d.is_dir():
-        return None
-    import p2pfl
+    import pandas as pd
 
-    runs = p2pfl.load_runs(d)
-    nodes = p2pfl.load_nodes(d)
     rows = []
     for _, r in runs.iterrows():
         sub = nodes[nodes["path"] == r["path"]]
@@ -381,8 +390,6 @@ def load_memo(root: Path) -> Any:
         rows.append({"variant": r["variant"], "partition": part, "cpc": int(r["grid.topology.n"]) // 2,
                      "seed": int(r["seed"]), "seen": float(sub.loc[~sub["held_out"], "value"].mean()),
                      "held_out": float(sub.loc[sub["held_out"], "value"].mean())})
-    import pandas as pd
-
     return pd.DataFrame(rows)
 
 
@@ -395,8 +402,7 @@ def memo_gain(memo: Any, part: str, cpc: int, col: str = "held_out") -> list[flo
 
 
 def memo_table(memo: Any) -> list[str]:
-    out = ["| partition | clients per cluster (1 held out) | method | training clients | held-out clients | "
-           "held-out minus training |", "|---|---|---|---|---|---|"]
+    rows = []
     for part in ("label_shift", "label_permutation"):
         for cpc in sorted(memo["cpc"].unique()):
             for v in POOLED:
@@ -404,9 +410,9 @@ def memo_table(memo: Any) -> list[str]:
                 if not len(sub):
                     continue
                 gap = list(sub["held_out"] - sub["seen"])
-                out.append(f"| {part} | {cpc} | {v} | {fmt_ci(list(sub['seen']))} | {fmt_ci(list(sub['held_out']))} "
-                           f"| {fmt_diff(gap)} |")
-    return out
+                rows.append([part, cpc, v, fmt_ci(list(sub["seen"])), fmt_ci(list(sub["held_out"])), fmt_diff(gap)])
+    return markdown_table(rows, ["partition", "clients per cluster (1 held out)", "method", "training clients",
+                                 "held-out clients", "held-out minus training"])
 
 
 # ------------------------------------------------------------------------------------------ statistics
@@ -427,7 +433,7 @@ def statistics_structure() -> list[str]:
              ("E3a rich", {"kind": "semantic_concept"}, 10, 600),
              ("E3b K=2", {"kind": "label_permutation", "n_clusters": 2}, 10, 600),
              ("E3b K=5", {"kind": "label_permutation", "n_clusters": 5}, 25, 240)]
-    out = ["| configuration | ARI | within | between |", "|---|---|---|---|"]
+    rows = []
     for label, part, n, spc in cases:
         fed = build_federation(DataSpec(dataset="fashion_mnist", partition=part, samples_per_client=spc), n, seed=0)
         raw = np.stack([pca_statistics(feature_matrix(s.train_x, s.train_y, fed.num_classes), 32) for s in fed.shards])
@@ -436,16 +442,15 @@ def statistics_structure() -> list[str]:
         ari = adjusted_rand_score(t, KMeans(len(set(t)), n_init=10, random_state=0).fit_predict(z))
         d = np.linalg.norm(z[:, None] - z[None], axis=2)
         same, off = t[:, None] == t[None], ~np.eye(n, dtype=bool)
-        out.append(f"| {label} | {ari:.2f} | {d[same & off].mean():.2f} | {d[~same].mean():.2f} |")
-    return out
+        rows.append([label, f"{ari:.2f}", f"{d[same & off].mean():.2f}", f"{d[~same].mean():.2f}"])
+    return markdown_table(rows, ["configuration", "ARI", "within", "between"])
 
 
 # ------------------------------------------------------------------------------------------ report
-def write(root: Path, md: Path, statistics: bool = True) -> None:
-    runs = load(root)
-    memo = load_memo(root)
+def write(dirs: list[Path], md: Path, no_statistics: bool = False) -> None:
+    runs, memo = load(dirs)
     seeds = sorted(int(s) for s in runs["seed"].unique())
-    swept = {stem for e in EXPERIMENTS for stem in e.files if (root / stem).is_dir()}
+    swept = {stem for e in EXPERIMENTS for stem in e.files if (runs["study"] == f"cond_{stem}").any()}
     if memo is not None:
         swept.add("memorization")
     lines = [
@@ -507,7 +512,7 @@ def write(root: Path, md: Path, statistics: bool = True) -> None:
                   "client joining later would be). If the statistics only identified the training clients, the "
                   "conditioned model's advantage over s = 0 would vanish on the held-out ones.", "",
                   *memo_table(memo), ""]
-    lines += [] if not statistics else ["## Do the statistics carry the cluster?", "",
+    lines += [] if no_statistics else ["## Do the statistics carry the cluster?", "",
               "z-scored statistics of every device (l = 32, seed 0 data), clustered with k-means (K = number of true "
               "clusters): ARI against the true clusters, and the mean distance between devices of the same and of "
               "different clusters. Permuting the one-hot columns (E3b) or the pixels (0/90/180/270-degree rotations) "
@@ -518,19 +523,11 @@ def write(root: Path, md: Path, statistics: bool = True) -> None:
     missing = [s for s in [*(f for e in EXPERIMENTS for f in e.files), "memorization"] if s not in swept]
     if missing:
         lines += ["Not swept yet: " + ", ".join(f"`{s}`" for s in missing), ""]
+    md.parent.mkdir(parents=True, exist_ok=True)
     md.write_text("\n".join(lines) + "\n")
     print(f"wrote {md}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("root", type=Path, help="folder holding one run folder per study (runs/conditional)")
-    ap.add_argument("--md", type=Path, default=OUT / "conditional.md")
-    ap.add_argument("--no-statistics", action="store_true", help="skip the statistics-structure table (reads data)")
-    args = ap.parse_args(argv)
-    write(args.root, args.md, statistics=not args.no_statistics)
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(report_main(write, __doc__, Path(__file__).parent / "results" / "conditional.md",
+                                 flags={"no-statistics": "skip the statistics-structure table (reads data)"}))
