@@ -8,15 +8,15 @@ or a plain name that an installed distribution registers under the entry-point
 group ``p2pfl.protocols`` (``[project.entry-points."p2pfl.protocols"]
 my_gossip = "mypkg.protocols:MyGossip"`` in its pyproject.toml). The table is
 checked against the package's files by ``tests/protocols/test_registry.py``.
+Datasets, partition kinds and models plug in the same way (``p2pfl.plugins``).
 """
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
 from p2pfl.errors import ConfigError
-from p2pfl.plugins import import_object
+from p2pfl.plugins import GROUPS, import_object, registered
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.protocols.base import Protocol
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "get_protocol", "all_protocols", "plugin_protocols"]
 
 #: Entry-point group through which installed distributions register protocols.
-ENTRY_POINT_GROUP = "p2pfl.protocols"
+ENTRY_POINT_GROUP = GROUPS["protocols"]
 
 #: Built-in protocols: YAML name -> "module:Class".
 BUILTIN: dict[str, str] = {
@@ -77,7 +77,7 @@ def get_protocol(name: str, source: str = "scenario") -> type[Protocol]:
 
 def plugin_protocols() -> dict[str, str]:
     """Protocols registered by installed distributions: name -> ``module:Class`` (built-in names win)."""
-    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BUILTIN}
+    return {name: target for name, target in registered(ENTRY_POINT_GROUP).items() if name not in BUILTIN}
 
 
 def all_protocols() -> dict[str, type[Protocol]]:

@@ -354,7 +354,7 @@ def _model_size(sc: Scenario) -> tuple[str, int]:
     n_features = getattr(data.partition, "n_features", None)
     if info.synthetic and isinstance(n_features, int):
         shape = (n_features,)
-    name = resolve_model_name(sc.model.name, shape, robot=data.dataset == "robotics")
+    name = resolve_model_name(sc.model.name, shape, default=info.model)
     return name, limits.model_parameters(name, shape, classes, sc.model.hidden)
 
 

@@ -1,13 +1,15 @@
 """Datasets (loaders), partition kinds (heterogeneity generators) and federations.
 
 ``datasets`` loads pools; ``schema`` is the YAML ``data:`` section (every
-partition kind's fields, the robot one included); ``partitions`` holds one plan
-per partition kind (``PLANS``); ``splitters`` the index arithmetic the plans
-use; ``shards`` defines :class:`Shard` and :class:`Federation`, which
-``federation`` builds (``build_federation``).  The build path imports one
-way, federation -> partitions / synthetic -> shards, with no circle.
-``p2pfl.data`` imports nothing from ``p2pfl.robotics``: the robot federation
-is built by ``p2pfl.robotics.federation`` (dispatch: ``p2pfl.sim.world``).
+built-in partition kind's fields, and ``PluginPartition``, the base of a
+plug-in's kind); ``partitions`` holds one plan per partition kind (``PLANS``);
+``splitters`` the index arithmetic the plans use; ``shards`` defines
+:class:`Shard` and :class:`Federation`, which ``federation`` builds
+(``build_federation``; a plug-in's kind builds its own); ``evaluation`` says
+how a federation scores a model (a test set, or a job of its own).  The build
+path imports one way, federation -> partitions / synthetic -> shards, with no
+circle. Datasets, partition kinds and models of plug-ins (robotics is one) are
+named in ``p2pfl.plugins``; ``p2pfl.data`` imports none of them.
 
 The kernel calls ``build_federation(spec, n_devices, seed=...)`` and gets one
 :class:`Shard` per device.  ``DATASETS`` and ``PARTITIONS`` map every YAML

@@ -12,14 +12,14 @@ from __future__ import annotations
 import functools
 import gzip
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from p2pfl.errors import DataError
-from p2pfl.plugins import import_object
+from p2pfl.plugins import GROUPS, Registry, import_object
 
 __all__ = [
     "Pool",
@@ -71,15 +71,28 @@ class Pool:
 
 @dataclass(frozen=True)
 class DatasetInfo:
-    """Static facts the schema checks before anything is loaded."""
+    """Static facts the schema checks before anything is loaded.
+
+    ``model``: the model ``model.name: auto`` picks for this dataset (None: by input shape, see
+    ``p2pfl.learning.models.resolve_model_name``). ``partitions``: the partition kinds that build it
+    (None: every kind that splits a :class:`Pool`); a plug-in dataset built by its own partition kind
+    names that kind here.
+    """
 
     description: str
     num_classes: int
     input_shape: tuple[int, ...]
     synthetic: bool = False
+    model: str | None = None
+    partitions: tuple[str, ...] | None = None
 
 
-DATASET_INFO: dict[str, DatasetInfo] = {
+#: Entry-point group of plug-in datasets (``p2pfl.plugins``): a name -> a loader ``function(root) -> Pool``
+#: (like a ``package.module:function`` dataset), or a :class:`DatasetInfo` of a dataset that its own
+#: partition kind builds.
+GROUP = GROUPS["datasets"]
+
+_BUILTIN_INFO: dict[str, DatasetInfo] = {
     "digits": DatasetInfo("scikit-learn 8x8 digits (1797 images, ships with scikit-learn; every 5th image is the test pool)", 10, (1, 8, 8)),
     "digits28": DatasetInfo("scikit-learn digits upsampled (bilinear) to 28x28, the offline stand-in for MNIST", 10, (1, 28, 28)),
     "mnist": DatasetInfo("MNIST 28x28 handwritten digits (IDX files)", 10, (1, 28, 28)),
@@ -87,10 +100,41 @@ DATASET_INFO: dict[str, DatasetInfo] = {
     "cifar10": DatasetInfo("CIFAR-10 32x32 RGB, 10 classes (python pickle batches)", 10, (3, 32, 32)),
     "cifar100": DatasetInfo("CIFAR-100 32x32 RGB, 100 classes in 20 superclasses (python pickle batches)", 100, (3, 32, 32)),
     "synthetic_linear": DatasetInfo("MCDC synthetic linear regression: per-cluster generating parameters, vectors (n, D)", 0, (10,), True),
-    "robotics": DatasetInfo("robot manipulation demos (MuJoCo suites spatial/object/goal by scripted experts, or LIBERO hdf5); partition robot_suites", 0, (6170,)),
     "synthetic_logistic": DatasetInfo("MCDC synthetic logistic regression: per-cluster generating parameters, 2 classes", 2, (10,), True),
 }
-DATASETS: dict[str, str] = {name: info.description for name, info in DATASET_INFO.items()}
+
+
+def _plugin_info(name: str, obj: object) -> DatasetInfo:
+    """A plug-in dataset's facts: its DatasetInfo, or those of the Pool its loader returns (``root=None``)."""
+    if isinstance(obj, DatasetInfo):
+        return obj
+    if not callable(obj):
+        raise DataError(f"plug-in dataset {name!r} ({GROUP}) is neither a DatasetInfo nor a function of root "
+                        "returning a Pool")
+    return _pool_info(f"plug-in dataset {name}", _checked_pool(name, obj(None)))
+
+
+#: Every dataset name -> its facts: the built-in ones, then plug-ins (read when first asked for).
+DATASET_INFO: Registry[DatasetInfo] = Registry(_BUILTIN_INFO, GROUP, _plugin_info)
+
+
+class _Descriptions(Mapping[str, str]):
+    """``DATASETS``: every dataset name -> its one-line description (plug-ins read when listed)."""
+
+    def __getitem__(self, name: str) -> str:
+        return DATASET_INFO[name].description
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(DATASET_INFO)
+
+    def __len__(self) -> int:
+        return len(DATASET_INFO)
+
+    def __contains__(self, name: object) -> bool:
+        return name in DATASET_INFO
+
+
+DATASETS: Mapping[str, str] = _Descriptions()
 
 
 def _user_loader(name: str) -> Callable[..., Pool]:
@@ -104,24 +148,34 @@ def _user_loader(name: str) -> Callable[..., Pool]:
     return fn
 
 
-@functools.cache
-def _user_pool(name: str, root: str | None) -> Pool:
-    pool = _user_loader(name)(root)
+def _checked_pool(name: str, pool: object) -> Pool:
     if not isinstance(pool, Pool):
         raise DataError(f"dataset {name!r} returned {type(pool).__name__}, not a p2pfl.data.datasets.Pool")
     return pool
 
 
+@functools.cache
+def _user_pool(name: str, root: str | None) -> Pool:
+    return _checked_pool(name, _user_loader(name)(root))
+
+
+def _pool_info(description: str, pool: Pool) -> DatasetInfo:
+    return DatasetInfo(description, pool.num_classes, pool.input_shape)
+
+
 def dataset_info(name: str) -> DatasetInfo:
-    """Facts about dataset ``name``: the table's, or, for a user dataset ``package.module:function``,
-    read from the Pool its function returns (called once per process with ``root=None``)."""
+    """Facts about dataset ``name``: the table's (plug-ins included), or, for a user dataset
+    ``package.module:function``, read from the Pool its function returns (called once per process with
+    ``root=None``)."""
     if name in DATASET_INFO:
-        return DATASET_INFO[name]
+        try:
+            return DATASET_INFO[name]
+        except ValueError as err:  # a plug-in whose module:object cannot be imported
+            raise DataError(str(err)) from None
     if ":" not in name:
         raise DataError(f"unknown dataset {name!r}; valid: {', '.join(DATASET_INFO)}, "
                         "or 'package.module:function' for your own")
-    pool = _user_pool(name, None)
-    return DatasetInfo(f"user dataset {name}", pool.num_classes, pool.input_shape)
+    return _pool_info(f"user dataset {name}", _user_pool(name, None))
 
 
 def load_dataset(name: str, root: str | None = None, download: bool = False) -> Pool:
@@ -129,9 +183,16 @@ def load_dataset(name: str, root: str | None = None, download: bool = False) -> 
     ``root`` returning a :class:`Pool`); raise DataError if it cannot."""
     if ":" in name:
         return _user_pool(name, root)
-    if name not in _LOADERS:
-        raise DataError(f"unknown dataset {name!r}; valid: {', '.join(n for n in DATASETS if n in _LOADERS)}")
-    return _LOADERS[name](root, download)
+    if name in _LOADERS:
+        return _LOADERS[name](root, download)
+    target = DATASET_INFO.plugins().get(name)
+    if target is not None:
+        info = dataset_info(name)
+        if info.partitions is not None:
+            raise DataError(f"dataset {name!r} has no pool of samples: partition.kind {' or '.join(info.partitions)} "
+                            "builds it")
+        return _user_pool(target, root)
+    raise DataError(f"unknown dataset {name!r}; valid: {', '.join(n for n in DATASETS if n in _LOADERS)}")
 
 
 # ---------------------------------------------------------------- digits

@@ -6,8 +6,8 @@ partition kind's plan (``p2pfl.data.partitions.PLANS``) for disjoint training
 indices, clusters, label maps and input transforms, draws local test sets that
 follow each device's training distribution
 (``p2pfl.data.splitters.local_test_partition``), and returns tensors ready to
-train.  The robot partition (``robot_suites``) is not built here: see
-``p2pfl.robotics.federation`` and ``p2pfl.sim.world.build_any_federation``.
+train.  A plug-in's partition kind (``p2pfl.data.schema.PluginPartition``, e.g. robotics'
+``robot_suites``) builds its own federation: ``build_federation`` hands it the spec.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from p2pfl.data.partitions import PLANS, Plan
-from p2pfl.data.schema import ROBOT_PARTITION_KIND, DataSpec
+from p2pfl.data.schema import DataSpec, PluginPartition
 from p2pfl.data.shards import Federation, Shard
 from p2pfl.data.splitters import local_test_partition
 from p2pfl.data.synthetic import build_synthetic
@@ -42,11 +42,16 @@ def _check_devices(spec: DataSpec, n_devices: int) -> None:
 
 
 def build_federation(spec: DataSpec, n_devices: int, *, seed: int) -> Federation:
-    """Build one shard per device as ``spec`` says; same (spec, n_devices, seed) => identical tensors."""
+    """Build one shard per device as ``spec`` says; same (spec, n_devices, seed) => identical tensors.
+
+    A plug-in's partition kind builds its own (``PluginPartition.build``); its device count is its to check.
+    """
     kind = spec.partition.kind
-    if kind == ROBOT_PARTITION_KIND:
-        raise ConfigError(f"data.partition.kind {kind} is built by p2pfl.robotics.federation.build_robot_federation, "
-                          "not p2pfl.data.build_federation; use p2pfl.sim.world.build_any_federation")
+    if isinstance(spec.partition, PluginPartition):
+        fed = spec.partition.build(spec, int(n_devices), seed=seed)
+        if not isinstance(fed, Federation):
+            raise TypeError(f"partition kind {kind!r} built a {type(fed).__name__}, not a p2pfl.data.Federation")
+        return fed
     _check_devices(spec, n_devices)
     if kind == "parameter_shift":
         return build_synthetic(spec, int(n_devices), seed=seed)

@@ -29,27 +29,29 @@ YAML (every field but ``partition.kind`` has a default)::
       # {kind: combined, covariate_clusters: 2}                     (E4b, 2C clusters)
       # {kind: feature_skew, n_clusters: 4, mode: noise, noise_std: 0.3}   (or mode: pattern, rms: 0.1)
       # {kind: parameter_shift, n_clusters: 3, n_features: 10, noise_std: 0.1}  (synthetic_* only)
-      # {kind: robot_suites, suites: [object], clients_per_suite: 5, alpha: 0.5}  (dataset robotics only)
+      # {kind: robot_suites, ...}  (a plug-in's kind: p2pfl.robotics.schema.RobotSuitesPartition)
 
 Every clustered kind takes ``assignment: blocks`` (device i -> floor(i*K/n),
 contiguous ids) or ``round_robin`` (device i -> i % K).
 
-``robot_suites`` (FedDRMan's robot federation) is only a schema here: ``p2pfl.data`` imports
-nothing from ``p2pfl.robotics``, and its federation is built by
-``p2pfl.robotics.federation.build_robot_federation`` (``p2pfl.sim.world.build_any_federation``
-dispatches on ``ROBOT_PARTITION_KIND``).
+A plug-in adds partition kinds of its own (entry-point group ``p2pfl.partitions``, see
+``p2pfl.plugins``): a :class:`PluginPartition` subclass holds the kind's fields and checks, and builds
+its federation itself. Robotics' ``robot_suites`` is one (``p2pfl.robotics.schema``); nothing here
+knows it.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, TypeVar, Union
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Discriminator, Field, SerializeAsAny, Tag, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from p2pfl import limits
 from p2pfl.data.datasets import DATASET_INFO, dataset_info
 from p2pfl.data.semantic import SEMANTIC_MAPPINGS, SUPERCLASSES
 from p2pfl.errors import DataError
+from p2pfl.plugins import GROUPS, Registry, import_object
 from p2pfl.validation import Strict
 
 __all__ = [
@@ -67,9 +69,8 @@ __all__ = [
     "CombinedPartition",
     "FeatureSkewPartition",
     "ParameterShiftPartition",
-    "RobotSuitesPartition",
-    "ROBOT_PARTITION_KIND",
-    "SUITE_NAMES",
+    "PluginPartition",
+    "PARTITION_PLUGINS",
     "SPARSITY",
     "PARTITIONS",
 ]
@@ -195,67 +196,39 @@ class ParameterShiftPartition(_Clustered):
     noise_std: float = Field(0.1, ge=0)
 
 
-#: The partition kind whose federation ``p2pfl.data.build_federation`` does not build (robot demos).
-ROBOT_PARTITION_KIND = "robot_suites"
-#: The generated MuJoCo task suites (``p2pfl.robotics.suites.SUITES``).
-SUITE_NAMES = ("spatial", "object", "goal")
-#: LIBERO's suites (``source: libero``) and the control steps an episode gets in the usual LIBERO
-#: evaluation (OpenVLA's ``max_steps``, sized to the longest human demonstration of each suite).
-LIBERO_HORIZONS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520,
-                   "libero_90": 400}
+class PluginPartition(Strict):
+    """A partition kind a plug-in registers (entry-point group ``p2pfl.partitions``, see ``p2pfl.plugins``).
 
-
-class RobotSuitesPartition(Strict):
-    """Robot devices over task suites: Dirichlet(alpha) task skew within a suite (FedDRMan Sec. IV-1).
-
-    Each suite's demos are split among ``reference_clients`` clients by Dirichlet(alpha) over
-    tasks; the first ``clients_per_suite`` of them join the federation (the paper reuses shards
-    of the 5-client partition for cross-suite runs). Device i belongs to suite i // clients_per_suite.
+    A subclass declares ``kind: Literal["its_name"]`` and its fields, as the built-in kinds do, and adds
+    what no plan of ``p2pfl.data.partitions`` knows about it: the true clusters it defines
+    (``n_clusters``), the datasets it takes (``datasets``; None: any), its checks of the rest of ``data:``
+    (``check``) and its federation (``builder``).
     """
 
-    kind: Literal["robot_suites"]
-    suites: list[str] = Field(default_factory=lambda: ["object"], min_length=1)
-    clients_per_suite: int = Field(5, ge=1)
-    reference_clients: int = Field(5, ge=1)
-    alpha: float = Field(0.5, gt=0)
-    demos_per_task: int = Field(150, ge=2, description="20 are too few to localise objects on unseen layouts")
-    history: int = Field(1, ge=1, le=8, description="observation steps per sample; 1 by default: with 2, the proprio history reveals the last action and BC learns to copy it (the copycat problem: spatial 10% with 2 steps, 57.5% with 1, same training)")
-    eval_episodes: int = Field(10, ge=1)
-    horizon: int = Field(80, ge=1, description="control steps per episode (generated suites, and suites not in horizons)")
-    horizons: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict,
-                                     description="control steps per episode by suite; source libero fills in "
-                                                 "LIBERO's own (libero_object 280, ...) for suites not given")
-    source: Literal["generated", "libero"] = "generated"
-    libero_tasks: dict[str, list[str]] = Field(default_factory=dict,
-                                               description="libero source: suite -> demo files (relative to data.root)")
-    wrist: bool = Field(False, description="the eye-in-hand camera as a second image modality (the paper's wrist "
-                                           "RGB; libero source: the demos' obs/eye_in_hand_rgb)")
-
-    @field_validator("suites")
-    @classmethod
-    def _known(cls, v: list[str]) -> list[str]:
-        if len(set(v)) != len(v):
-            raise ValueError(f"suites must be distinct; got {v}")
-        return v
-
-    @model_validator(mode="after")
-    def _suites_of_source(self) -> RobotSuitesPartition:
-        known = SUITE_NAMES if self.source == "generated" else tuple(LIBERO_HORIZONS)
-        bad = [s for s in self.suites if s not in known]
-        if bad:
-            raise ValueError(f"suites: {bad[0]!r} is not a {self.source} suite; valid: {', '.join(known)}")
-        extra = sorted(set(self.libero_tasks) - set(self.suites)) + sorted(set(self.horizons) - set(self.suites))
-        if extra:
-            raise ValueError(f"{extra[0]!r} is not one of the suites {self.suites}")
-        if self.wrist and self.source != "libero":
-            raise ValueError("wrist: true needs source: libero (the generated suites render the agent view only)")
-        if self.source == "libero":
-            object.__setattr__(self, "horizons", {s: self.horizons.get(s, LIBERO_HORIZONS[s]) for s in self.suites})
-        return self
+    kind: str
+    #: The datasets this kind builds (None: any dataset).
+    datasets: ClassVar[tuple[str, ...] | None] = None
+    #: ``module:function`` of ``function(data, n_devices, *, seed) -> Federation``, imported when a run builds
+    #: the shards (validating a scenario imports the partition's class only, never its data machinery).
+    builder: ClassVar[str] = ""
 
     @property
     def n_clusters(self) -> int:
-        return len(self.suites)
+        """Ground-truth clusters the partition defines (before devices are known)."""
+        return 1
+
+    def check(self, data: DataSpec) -> None:
+        """Refuse a ``data:`` section this kind cannot build: ValueError, one line (after the generic checks)."""
+
+    def build(self, data: DataSpec, n_devices: int, *, seed: int) -> Any:
+        """One shard per device, a ``p2pfl.data.Federation`` (``builder``; not imported here: ``p2pfl.data.shards``
+        needs torch); the same (data, n_devices, seed) gives identical tensors."""
+        if not self.builder:
+            raise NotImplementedError(f"partition kind {self.kind!r} names no builder")
+        build = import_object(self.builder)
+        if not callable(build):
+            raise TypeError(f"partition kind {self.kind!r}: builder {self.builder!r} is not a function")
+        return build(data, n_devices, seed=seed)
 
 
 PartitionSpec = Annotated[
@@ -272,9 +245,34 @@ PartitionSpec = Annotated[
         CombinedPartition,
         FeatureSkewPartition,
         ParameterShiftPartition,
-        RobotSuitesPartition,
     ],
     Field(discriminator="kind"),
+]
+
+def _plugin_partition(name: str, obj: object) -> type[PluginPartition]:
+    if not (isinstance(obj, type) and issubclass(obj, PluginPartition)):
+        raise ValueError(f"plug-in partition kind {name!r} ({GROUPS['partitions']}) is not a subclass of "
+                         "p2pfl.data.schema.PluginPartition")
+    return obj
+
+
+#: Partition kinds of plug-ins: kind -> its model class (imported when first used).
+PARTITION_PLUGINS: Registry[type[PluginPartition]] = Registry({}, GROUPS["partitions"], _plugin_partition)
+#: The built-in kinds, in the tagged union's order.
+_BUILTIN_KINDS: tuple[str, ...] = tuple(get_args(m.model_fields["kind"].annotation)[0]
+                                        for m in get_args(get_args(PartitionSpec)[0]))
+
+
+def _partition_family(value: Any) -> str:
+    """Which branch validates a ``partition:`` value: a plug-in's kind (validated into its class first,
+    ``DataSpec._plugin_kind``) or the built-in tagged union (which words every other error)."""
+    return "plugin" if isinstance(value, PluginPartition) else "builtin"
+
+
+#: The ``partition:`` field: a built-in kind, or a plug-in's (serialized with all of its own fields).
+PartitionField = Annotated[
+    Union[Annotated[PartitionSpec, Tag("builtin")], Annotated[SerializeAsAny[PluginPartition], Tag("plugin")]],
+    Discriminator(_partition_family),
 ]
 
 PARTITIONS: dict[str, str] = {
@@ -296,7 +294,7 @@ PARTITIONS: dict[str, str] = {
 _Kind = TypeVar("_Kind", bound=Strict)
 
 
-def _n_clusters(p: PartitionSpec) -> int:
+def _n_clusters(p: PartitionSpec | PluginPartition) -> int:
     """Number of ground-truth clusters a partition defines (before devices are known)."""
     if isinstance(p, (IIDPartition, DirichletPartition, QuantitySkewPartition)):
         return 1
@@ -323,7 +321,7 @@ class DataSpec(Strict):
     dataset: str = "digits"
     root: str | None = None
     download: bool = False
-    partition: PartitionSpec = Field(default_factory=IIDPartition)
+    partition: PartitionField = Field(default_factory=IIDPartition)
     test_fraction: float = Field(0.2, gt=0, lt=1)
     test_samples_per_client: int | None = Field(
         None, ge=1, le=limits.MAX_SAMPLES_PER_CLIENT,
@@ -346,6 +344,21 @@ class DataSpec(Strict):
             except DataError as err:
                 raise ValueError(str(err)) from None
         return v
+
+    @field_validator("partition", mode="before")
+    @classmethod
+    def _plugin_kind(cls, v: Any) -> Any:
+        """A plug-in's kind is validated by its own class; an unknown kind is refused naming every kind."""
+        if not isinstance(v, dict) or "kind" not in v:
+            return v
+        kind = v["kind"]
+        if isinstance(kind, str) and kind in _BUILTIN_KINDS:
+            return v
+        if isinstance(kind, str) and kind in PARTITION_PLUGINS:
+            return PARTITION_PLUGINS[kind].model_validate(v)
+        tags = ", ".join(f"'{k}'" for k in [*_BUILTIN_KINDS, *PARTITION_PLUGINS])
+        raise PydanticCustomError("union_tag_invalid", "Input tag '{tag}' found using 'kind' does not match any of "
+                                  "the expected tags: {expected_tags}", {"tag": str(kind), "expected_tags": tags})
 
     @property
     def n_clusters(self) -> int:
@@ -387,12 +400,15 @@ class DataSpec(Strict):
             if p.kind not in OVERLAP_KINDS:
                 raise ValueError(f"overlap is not supported by partition.kind {p.kind}; valid with: "
                                  f"{', '.join(OVERLAP_KINDS)}")
-        if self.test_samples_per_client is not None and p.kind == "robot_suites":
-            raise ValueError("test_samples_per_client does not apply to robot_suites (episodes are split by "
-                             "test_fraction); remove it")
-        if (name == "robotics") != (p.kind == "robot_suites"):
-            raise ValueError("dataset robotics goes with partition.kind robot_suites (and only with it); "
-                             f"got dataset {name!r} with partition.kind {p.kind!r}")
+        if isinstance(p, PluginPartition):
+            p.check(self)
+        for datasets, kinds in ((None if info.partitions is None else (name,), info.partitions),
+                                (p.datasets if isinstance(p, PluginPartition) else None, (p.kind,))):
+            if datasets is not None and kinds is not None and (name not in datasets or p.kind not in kinds):
+                raise ValueError(f"dataset {' or '.join(datasets)} goes with partition.kind {' or '.join(kinds)} "
+                                 f"(and only with it); got dataset {name!r} with partition.kind {p.kind!r}")
+        if isinstance(p, PluginPartition):  # the checks below are the built-in kinds'
+            return self
         if p.kind == "label_shift":
             if p.classes_per_cluster is not None and (name == "cifar100" or p.classes_per_cluster > info.num_classes):
                 raise ValueError(f"partition.classes_per_cluster={p.classes_per_cluster} needs a dataset of at least that "

@@ -2,17 +2,23 @@
 
 The leaf of ``p2pfl.data``'s build path: ``p2pfl.data.partitions`` and
 ``p2pfl.data.synthetic`` build these, ``p2pfl.data.federation`` assembles them
-(``build_federation``).  Importing nothing else of ``p2pfl.data`` keeps the
-package free of import circles.
+(``build_federation``).  Importing nothing else of ``p2pfl.data`` but the leaf
+``p2pfl.data.evaluation`` keeps the package free of import circles.
+
+A federation also says how its devices are scored (``metric``, ``evaluation``): on their local
+test sets here; a plug-in's federation may score otherwise (robotics: rollouts).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from torch import nn
+
+from p2pfl.data.evaluation import Evaluation, TestSetEvaluation
 
 __all__ = ["Shard", "Federation"]
 
@@ -52,10 +58,28 @@ class Federation:
     true_clusters: tuple[int, ...]
     partition: str = "iid"
     task: str = "classification"  # or "regression" (synthetic_linear; num_classes 0)
+    #: Whether scoring renders with OpenGL (no forked workers then: a GL context does not survive a fork).
+    renders: ClassVar[bool] = False
 
     @property
     def n_devices(self) -> int:
         return len(self.shards)
+
+    @property
+    def metric(self) -> str:
+        """The score every evaluation reports: RMSE for regression, else accuracy."""
+        return "rmse" if self.task == "regression" else "accuracy"
+
+    @property
+    def model_hint(self) -> Any:
+        """What the data tells its model beyond the input shape (None here; see ``build_model``'s ``hint``)."""
+        return None
+
+    def evaluation(self, device: int, model: nn.Module, forward_flops: int) -> Evaluation:
+        """How ``model`` is scored for ``device``: on its local test set in the federation's metric.
+        ``forward_flops``: the model's forward FLOPs per sample (for jobs that size themselves)."""
+        shard = self.shards[device]
+        return TestSetEvaluation(shard.test_x, shard.test_y, "rmse" if self.metric == "rmse" else "accuracy")
 
     @property
     def n_clusters(self) -> int:

@@ -69,9 +69,9 @@ def make_executor(kind: str, spec: ExecutorSpec, *, threads: int, cores: Optiona
                   renders: bool = False, work_flops: float = 0.0) -> Executor:
     """The executor of ``kind`` (from ``resolve_kind``) with ``spec``'s settings; ``workers`` defaults to
     ``cores`` (as for ``resolve_kind``) divided by the scenario's threads. Process workers are forked
-    (sharing the parent's memory) where that is safe: single-threaded jobs and no rendering (``renders``:
-    robot rollouts); with two or more, this process is one of them (it would otherwise wait idle while
-    they train).
+    (sharing the parent's memory) where that is safe: single-threaded jobs that do not render (``renders``,
+    the federation's ``Federation.renders``: an OpenGL context does not survive a fork); with two or more,
+    this process is one of them (it would otherwise wait idle while they train).
 
     ``batched`` trains stacked groups in this process and sends the rest (evaluations, the protocol's
     own jobs) to a pool of ``workers`` slots when ``workers`` is set, or when the protocol's own jobs

@@ -7,6 +7,11 @@ FC(C). ``cnn32`` is its 32x32 RGB backbone (Sec. III-B, Eq. 3): two blocks of
 two Conv(3x3, pad 1) - BatchNorm - ReLU (32 then 64 channels), each followed by
 MaxPool(2) - Flatten(4096) - FC(256) - ReLU - FC(C). ``mlp`` is a small
 multilayer perceptron for 8x8 digits or vector data.
+
+Other models come from plug-ins (entry-point group ``p2pfl.models``, see ``p2pfl.plugins``; robotics'
+``robot_policy`` is one) or are named ``package.module:function`` in YAML. Either is a function
+``(input_shape, num_classes, **options) -> nn.Module``, also given ``hint=`` where the data describe
+their samples beyond the input shape (``Federation.model_hint``).
 """
 
 from __future__ import annotations
@@ -21,21 +26,34 @@ from torch import nn
 
 from p2pfl import limits
 from p2pfl.errors import ConfigError
-from p2pfl.plugins import import_object
+from p2pfl.plugins import GROUPS, import_object, lookup, registered
 from p2pfl.validation import Strict
 
 __all__ = ["ModelSpec", "CNN28", "CNN32", "MLP", "MODELS", "build_model", "resolve_model_name"]
 
 
-BUILTIN_MODELS = ("auto", "cnn28", "cnn32", "mlp", "robot_policy")
+BUILTIN_MODELS = ("auto", "cnn28", "cnn32", "mlp")
+
+
+def _plugin_models() -> dict[str, str]:
+    """Models of plug-ins: name -> ``module:function`` (nothing imported)."""
+    return {k: v for k, v in registered(GROUPS["models"]).items() if k not in BUILTIN_MODELS}
+
+
+def _plugin_target(name: str) -> str:
+    target = lookup(GROUPS["models"], name)
+    if target is None:
+        raise ConfigError(f"model.name {name!r} is no longer registered by a plug-in ({GROUPS['models']})")
+    return target
 
 
 class ModelSpec(Strict):
-    """YAML ``model:`` block. ``auto`` picks ``robot_policy`` for robot data, ``cnn28`` for 28x28 images,
-    ``cnn32`` for 3x32x32 images, else ``mlp``.
+    """YAML ``model:`` block. ``auto`` picks the dataset's own model where it names one (robotics:
+    ``robot_policy``), ``cnn28`` for 28x28 images, ``cnn32`` for 3x32x32 images, else ``mlp``.
 
-    ``name: package.module:function`` builds a user model: ``function(input_shape, num_classes,
-    **options)`` must return an ``nn.Module`` (its weights are drawn under the run's seed).
+    ``name: package.module:function`` builds a user model, and a plug-in's model name its function:
+    ``function(input_shape, num_classes, **options)`` must return an ``nn.Module`` (its weights are
+    drawn under the run's seed).
     """
 
     name: str = "auto"
@@ -48,7 +66,9 @@ class ModelSpec(Strict):
         if v in BUILTIN_MODELS:
             return v
         if ":" not in v:
-            raise ValueError(f"unknown model {v!r}; use one of {', '.join(BUILTIN_MODELS)} "
+            if lookup(GROUPS["models"], v) is not None:
+                return v
+            raise ValueError(f"unknown model {v!r}; use one of {', '.join([*BUILTIN_MODELS, *_plugin_models()])} "
                              "or 'package.module:function' for your own")
         _user_builder(v)
         return v
@@ -56,7 +76,7 @@ class ModelSpec(Strict):
     @model_validator(mode="after")
     def _options_for_user_models(self) -> ModelSpec:
         if self.options and self.name in BUILTIN_MODELS:
-            raise ValueError(f"model.options is for user models ('package.module:function'); "
+            raise ValueError(f"model.options is for user models ('package.module:function') and plug-in models; "
                              f"remove it for model {self.name!r}")
         return self
 
@@ -142,37 +162,37 @@ def _mlp(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int) -> nn.
 MODELS: dict[str, Callable[[ModelSpec, tuple[int, ...], int], nn.Module]] = {"cnn28": _cnn28, "cnn32": _cnn32, "mlp": _mlp}
 
 
-def resolve_model_name(name: str, input_shape: tuple[int, ...], *, robot: bool) -> str:
-    """``auto`` -> ``robot_policy`` for robot data, ``cnn28`` for 28x28 images, ``cnn32`` for 3x32x32, else ``mlp``."""
+def resolve_model_name(name: str, input_shape: tuple[int, ...], *, default: str | None = None) -> str:
+    """``auto`` -> ``default`` (the dataset's own model, ``DatasetInfo.model``) where given, else ``cnn28`` for
+    28x28 images, ``cnn32`` for 3x32x32, else ``mlp``."""
     if name != "auto":
         return name
+    if default is not None:
+        return default
     shape = tuple(input_shape)
-    if robot:
-        return "robot_policy"
     return "cnn28" if len(shape) == 3 and shape[-2:] == (28, 28) else "cnn32" if shape == (3, 32, 32) else "mlp"
 
 
-def build_model(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int, *, seed: int, hint: object = None) -> nn.Module:
+def build_model(spec: ModelSpec, input_shape: tuple[int, ...], num_classes: int, *, seed: int,
+                hint: object = None) -> nn.Module:
     """A freshly initialised model; the same seed gives the same weights.
 
     ``num_classes == 0`` means a regression task: one real output. ``hint`` is what a dataset
-    tells its model beyond the input shape (robot data: the observation layout).
+    tells its model beyond the input shape (robot data: the observation layout), given to user and
+    plug-in models as ``hint=`` when not None. ``auto`` here goes by the input shape: a dataset's own model
+    (``DatasetInfo.model``) is named in ``spec`` already (the kernel resolves it for the run).
     """
     num_classes = max(num_classes, 1)
-    name = resolve_model_name(spec.name, input_shape, robot=hint is not None)
+    name = resolve_model_name(spec.name, input_shape)
+    builder = None if name in MODELS else _user_builder(name if ":" in name else _plugin_target(name))
     with torch.random.fork_rng(devices=[]):
         # Seed only the CPU generator (weights are initialised on the CPU): torch.manual_seed
         # would also queue a CUDA seeding call, which costs ~1 ms per model on large fleets.
         torch.default_generator.manual_seed(seed)
-        if name == "robot_policy":
-            from p2pfl.robotics.policy import ObsLayout, ResNetTPolicy
-
-            if not isinstance(hint, ObsLayout):
-                raise ConfigError("model.name 'robot_policy' needs robot data (data.dataset: robotics)")
-            return ResNetTPolicy(hint)
-        if name in MODELS:
+        if builder is None:
             return MODELS[name](spec, tuple(input_shape), num_classes)
-        model = _user_builder(name)(tuple(input_shape), num_classes, **spec.options)
+        options = dict(spec.options) if hint is None else {**spec.options, "hint": hint}
+        model = builder(tuple(input_shape), num_classes, **options)
         if not isinstance(model, nn.Module):
             raise ConfigError(f"model.name {name!r} returned {type(model).__name__}, not a torch.nn.Module")
         return model

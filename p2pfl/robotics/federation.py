@@ -1,11 +1,10 @@
 """The robot federation: demos -> per-device shards of packed samples, and rollout scoring.
 
-Design: robotics is a dataset of the data registry (``data.dataset: robotics`` with partition
-``robot_suites``), so every protocol gets ordinary shards (x = packed observation, y = expert
-action) and the kernel's ``Simulation.evaluate_on`` asks the federation for a model's rollouts on
-the device's suite as a job (``rollout_call``), keyed by ``rollout_key`` so that a server scoring
-one global model for five devices rolls out once, and for the score and compute of the result
-(``report``).
+Design: robotics is a plug-in dataset (``data.dataset: robotics`` with its partition kind
+``robot_suites``, ``p2pfl.robotics.schema``), so every protocol gets ordinary shards (x = packed
+observation, y = expert action). The federation scores a model for a device by closed-loop rollouts
+on the device's suite (``evaluation``): a job the kernel runs once per ``rollout_key``, so that a
+server scoring one global model for five devices rolls out once, scored and charged by ``report``.
 """
 
 from __future__ import annotations
@@ -14,18 +13,19 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 import torch
 from torch import nn
 
-from p2pfl.data.schema import RobotSuitesPartition
+from p2pfl.data.evaluation import JobEvaluation, JobReport
 from p2pfl.data.shards import Federation, Shard
 from p2pfl.errors import ConfigError, DataError
 from p2pfl.robotics.gl import require_gl
 from p2pfl.robotics.policy import ObsLayout, pack_samples, resize_frames
 from p2pfl.robotics.rollout import RolloutResult, run_rollouts
+from p2pfl.robotics.schema import RobotSuitesPartition
 from p2pfl.seeding import stream
 
 __all__ = ["RobotFederation", "RolloutReport", "build_robot_federation", "dirichlet_demo_split", "ROLLOUT_STEP_FLOPS",
@@ -80,10 +80,28 @@ class RobotFederation(Federation):
     step_flops: int = ROLLOUT_STEP_FLOPS  # modelled cost of one environment step (physics and render)
     seed: int = 0
     make_env: Any = None
+    renders: ClassVar[bool] = True  # rollouts render: workers are spawned, never forked
 
     @property
     def model_hint(self) -> ObsLayout:
         return self.layout
+
+    @property
+    def metric(self) -> str:
+        return "success"
+
+    def evaluation(self, device: int, model: nn.Module, forward_flops: int) -> JobEvaluation:
+        """Rollouts of ``model`` on ``device``'s suite, once per (suite, weights); the success rate is the score."""
+        suite = self.device_suites[device]
+        fn, args = self.rollout_call(model, suite)
+
+        def report(res: RolloutResult, cached: bool) -> JobReport:
+            rep = self.report(res, suite, cached, forward_flops)
+            return JobReport(rep.score, rep.flops, {k: v for k, v in rep.fields.items() if k not in ("suite", "cached")})
+
+        return JobEvaluation(key=self.rollout_key(model, suite), fn=fn, args=args,
+                             flops=self.rollout_flops_bound(suite, forward_flops), report=report, what="rollout",
+                             log="rollout_success", fields={"suite": suite, "per_task": None})
 
     def stats(self) -> dict:
         return {"dataset": self.dataset, "partition": self.partition, "input_shape": list(self.input_shape),

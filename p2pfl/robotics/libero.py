@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from p2pfl.data.schema import LIBERO_HORIZONS
 from p2pfl.errors import DataError
 from p2pfl.robotics.gl import require_gl
+from p2pfl.robotics.schema import LIBERO_HORIZONS
 
 __all__ = ["libero_available", "require_libero", "libero_benchmark", "bddl_path", "libero_env_factory",
            "libero_task_names", "check_layout", "LiberoEnv", "LiberoEnvFactory", "CAMERA_PX", "object_of", "holds"]

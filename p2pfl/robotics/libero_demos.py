@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from p2pfl.data.schema import LIBERO_HORIZONS
 from p2pfl.errors import DataError
 from p2pfl.robotics.libero import holds, object_of
+from p2pfl.robotics.schema import LIBERO_HORIZONS
 
 #: Seed of a recording's first attempt (LIBERO's reset draws the placement); rollouts use the fixed
 #: initial states instead, so no evaluation episode starts where a demonstration did.

@@ -23,9 +23,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from p2pfl.errors import ConfigError
 from p2pfl.robotics.gmm import GMM, GMMHead, gmm_nll
 
-__all__ = ["ObsLayout", "tokenize", "pack_samples", "ResNetTPolicy", "MODALITIES", "VOCAB", "Packed", "resize_frames"]
+__all__ = ["ObsLayout", "tokenize", "pack_samples", "ResNetTPolicy", "MODALITIES", "VOCAB", "Packed", "resize_frames",
+           "robot_policy"]
 
 VOCAB = 512
 #: The paper's modalities (Sec. III-B); "wrist" only where the layout has the eye-in-hand camera.
@@ -250,3 +252,13 @@ class ResNetTPolicy(nn.Module):
     def srb_eligible(self, name: str, value: torch.Tensor) -> bool:
         """2-D linear weight matrices (projector, encoders, transformer, head): SRB's blocks (Sec. III-C2)."""
         return value.ndim == 2 and name.endswith(".weight") and not name.startswith("embed") and min(value.shape) > 1
+
+
+def robot_policy(input_shape: tuple[int, ...], num_classes: int, *, hint: object = None, **options: object) -> ResNetTPolicy:
+    """The ``robot_policy`` model (a plug-in model, ``p2pfl.plugins``): the policy for the robot data's
+    observation layout (``hint``, the robot federation's ``model_hint``)."""
+    if not isinstance(hint, ObsLayout):
+        raise ConfigError("model.name 'robot_policy' needs robot data (data.dataset: robotics)")
+    if options:
+        raise ConfigError(f"model.options: robot_policy takes none; remove {', '.join(sorted(options))}")
+    return ResNetTPolicy(hint)

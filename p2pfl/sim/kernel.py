@@ -15,9 +15,9 @@ import math
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import networkx as nx
 import numpy as np
@@ -25,6 +25,8 @@ import simpy
 import torch
 from torch import nn
 
+from p2pfl.data.datasets import dataset_info
+from p2pfl.data.evaluation import JobEvaluation
 from p2pfl.errors import ConfigError, UserError
 from p2pfl.executors.base import Done, Executor, Future
 from p2pfl.executors.jobs import CallJob, EvalJob
@@ -50,7 +52,6 @@ from p2pfl.topology.build import link_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.config.scenario import Scenario
-    from p2pfl.data import Federation
     from p2pfl.protocols.base import Protocol
 
 __all__ = ["Simulation", "SimulationStalled", "build_only", "resolve_torch_device", "torch_threads"]
@@ -110,7 +111,7 @@ class Simulation:
         setup("data")
         with torch_threads(scenario.threads):  # not the caller's count: a shared machine's cores stay shared
             self.federation = build_any_federation(scenario.data, n, seed).to(self.torch_device)
-        self.metric = _metric_of(self.federation)
+        self.metric = self.federation.metric
         self.env = simpy.Environment()
         self._on_round = on_round
         self._rounds_done = 0
@@ -139,12 +140,12 @@ class Simulation:
             if kind in ("process", "ray"):  # they start workers
                 setup(f"executor:{kind}")
             executor = make_executor(kind, scenario.executor, threads=scenario.threads, cores=cores,
-                                     renders=_rolls_out(self.federation), work_flops=self.protocol.work_flops(samples))
+                                     renders=self.federation.renders, work_flops=self.protocol.work_flops(samples))
         self.executor = executor
         if self.executor.name != "inline":
             self.executor.share(self.federation.shards)
         self._evals: deque[tuple[Future[Any], Callable[[Any], None]]] = deque()
-        self._rollouts: dict[tuple[str, str], Future[Any]] = {}  # robot data: rollouts by (suite, weights)
+        self._scoring_jobs: dict[Hashable, Future[Any]] = {}  # JobEvaluation results by key (bounded)
         self._flops: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
         #: Every ``report_clusters`` of the run with its scores: ``{"round", "t", "clusters", "ari", ...}``.
         self.clustering_events: list[dict[str, Any]] = []
@@ -173,10 +174,14 @@ class Simulation:
         nx.freeze(graph)
         servers = tuple(ServerInfo(sid, spec.name, tuple(spec.attached))
                         for sid, spec in zip(self.server_ids, self.topology.servers))
+        model = self.scenario.model
+        own = dataset_info(self.scenario.data.dataset).model  # the model ``auto`` means for this dataset
+        if model.name == "auto" and own is not None:
+            model = model.model_copy(update={"name": own})
         return RunInfo(seed=self.seed, n_devices=self.n_devices, servers=servers, graph=graph,
                        input_shape=tuple(fed.input_shape), num_classes=fed.num_classes, task=fed.task,
-                       dataset=fed.dataset, model=self.scenario.model, training=self.training,
-                       torch_device=self.torch_device, model_hint=getattr(fed, "model_hint", None),
+                       dataset=fed.dataset, model=model, training=self.training,
+                       torch_device=self.torch_device, model_hint=fed.model_hint,
                        true_clusters=tuple(fed.true_clusters))
 
     def _build_network(self) -> Network:
@@ -254,51 +259,42 @@ class Simulation:
         return flops
 
     def evaluate_on(self, device: int, model: nn.Module, round: Optional[int]) -> None:
-        """The metric's score of ``model`` on ``device``'s local test set (accuracy, RMSE or rollout
-        success), recorded for it."""
+        """The run's score of ``model`` for ``device``, recorded for it: as the federation says
+        (``Federation.evaluation``), on the device's local test set or by a job of its own."""
         t0 = time.perf_counter()
-        if _rolls_out(self.federation):
-            self._rollout_on(device, model, round)
-            self.eval_wall_s += time.perf_counter() - t0
-            return None
-        shard = self.federation.shards[device]
-        metric: Literal["accuracy", "rmse"] = "rmse" if self.federation.task == "regression" else "accuracy"
-        future = self.executor.submit(EvalJob(device, model, shard.test_x, shard.test_y, metric,
-                                              threads=self.scenario.threads,
-                                              flops=self.forward_flops(model) * int(shard.test_y.shape[0])))
-        entry = self.recorder.evaluation_later(self.env.now, device, round)
-        self._await(future, lambda score: self.recorder.fill_evaluation(entry, score))
+        forward = self.forward_flops(model)
+        how = self.federation.evaluation(device, model, forward)
+        if isinstance(how, JobEvaluation):
+            self._score_by_job(device, round, how)
+        else:
+            future = self.executor.submit(EvalJob(device, model, how.x, how.y, how.metric, threads=self.scenario.threads,
+                                                  flops=forward * int(how.y.shape[0])))
+            entry = self.recorder.evaluation_later(self.env.now, device, round)
+            self._await(future, lambda score: self.recorder.fill_evaluation(entry, score))
         self.eval_wall_s += time.perf_counter() - t0
-        return None
 
-    def _rollout_on(self, device: int, model: nn.Module, round: Optional[int]) -> None:
-        """Robot data: closed-loop rollouts of ``model`` on ``device``'s suite as a job (another core may run
-        them), memoised by (suite, weights) so a global model scored for many devices rolls out once; the
-        first scoring pays the rollouts' compute. Events are written in their places, completed when done."""
-        fed: Any = self.federation
-        suite = fed.device_suites[device]
-        key = fed.rollout_key(model, suite)
-        future = self._rollouts.get(key)
+    def _score_by_job(self, device: int, round: Optional[int], how: JobEvaluation) -> None:
+        """A federation's own scoring job (e.g. rollouts; another core may run it), memoised by ``how.key`` so
+        a global model scored for many devices runs once; the first scoring pays the job's compute. Events are
+        written in their places, completed when done."""
+        future = self._scoring_jobs.get(how.key)
         cached = future is not None
-        now, rate, forward = self.env.now, self.profiles[device].flops_per_s, self.forward_flops(model)
+        now, rate = self.env.now, self.profiles[device].flops_per_s
         if future is None:
-            fn, args = fed.rollout_call(model, suite)
-            future = self.executor.submit(CallJob(device, fn, args, threads=self.scenario.threads,
-                                                  flops=fed.rollout_flops_bound(suite, forward)))
-            if len(self._rollouts) > 64:
-                self._rollouts.clear()
-            self._rollouts[key] = future
-        charge = None if cached else self.recorder.compute_later(now, device, "rollout")
-        log = self.recorder.log_later(now, device, "rollout_success", round=round, suite=suite, per_task=None,
-                                      cached=cached)
+            future = self.executor.submit(CallJob(device, how.fn, how.args, threads=self.scenario.threads,
+                                                  flops=how.flops))
+            if len(self._scoring_jobs) > 64:
+                self._scoring_jobs.clear()
+            self._scoring_jobs[how.key] = future
+        charge = None if cached else self.recorder.compute_later(now, device, how.what)
+        log = self.recorder.log_later(now, device, how.log, round=round, **how.fields, cached=cached)
         entry = self.recorder.evaluation_later(now, device, round)
 
         def fill(res: Any) -> None:
-            report = fed.report(res, suite, cached, forward)
+            report = how.report(res, cached)
             if charge is not None:
                 self.recorder.fill_compute(charge, report.flops, report.flops / rate)
-            fixed = ("suite", "cached")  # set when the log was opened
-            self.recorder.fill_log(log, report.score, **{k: v for k, v in report.fields.items() if k not in fixed})
+            self.recorder.fill_log(log, report.score, **report.fields)
             self.recorder.fill_evaluation(entry, report.score)
 
         self._await(future, fill)
@@ -524,18 +520,6 @@ def torch_threads(n: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
-
-
-def _rolls_out(federation: Federation) -> bool:
-    """Whether the federation is scored by rollouts in rendered environments (robot suites)."""
-    return getattr(federation, "rollout_call", None) is not None
-
-
-def _metric_of(federation: Federation) -> str:
-    """The score every evaluation reports: rollout success, RMSE (regression) or accuracy."""
-    if _rolls_out(federation):
-        return "success"
-    return "rmse" if federation.task == "regression" else "accuracy"
 
 
 def _slots(capacity_bps: float | None, link_bps: float) -> int:

@@ -188,7 +188,7 @@ def test_proprio_is_standardised_so_open_and_closed_grippers_differ():
 
 
 def test_robot_partition_defaults_to_one_step_history():
-    from p2pfl.data.schema import RobotSuitesPartition
+    from p2pfl.robotics.schema import RobotSuitesPartition
 
     assert RobotSuitesPartition(kind="robot_suites").history == 1  # 2 lets BC copy the last action from proprio
 
@@ -255,16 +255,20 @@ def test_a_suites_shards_do_not_depend_on_its_position_or_companions(tmp_path):
     assert torch.equal(c[("goal", 0)][1], a[("goal", 0)][1])
 
 
-def test_data_builds_no_robot_federation_and_world_dispatches_to_robotics(tmp_path, monkeypatch):
+def test_build_federation_hands_the_plugin_kind_to_robotics(tmp_path, monkeypatch):
+    """``robot_suites`` is a plug-in's partition kind: ``p2pfl.data.build_federation`` (and the kernel's
+    ``build_any_federation``) hand it to robotics' own builder, which checks rendering first."""
     from p2pfl.config import load_dict
     from p2pfl.data import DataSpec, build_federation
     from p2pfl.errors import UserError
+    from p2pfl.robotics.schema import RobotSuitesPartition
     from p2pfl.sim.world import build_any_federation
 
     robot = load_dict(_scenario(tmp_path, {"name": "fedavg", "rounds": 1})).data
-    with pytest.raises(ConfigError, match="build_any_federation"):
+    assert type(robot.partition) is RobotSuitesPartition
+    monkeypatch.setenv("MUJOCO_GL", "bogus")  # the robot builder checks rendering first, on any machine
+    with pytest.raises(UserError, match="MuJoCo rendering needs an OpenGL backend"):
         build_federation(robot, 4, seed=0)
-    monkeypatch.setenv("MUJOCO_GL", "bogus")  # the robot branch checks rendering first, on any machine
     with pytest.raises(UserError, match="MuJoCo rendering needs an OpenGL backend"):
         build_any_federation(robot, 4, 0)
     digits = DataSpec(dataset="digits", partition={"kind": "iid"})

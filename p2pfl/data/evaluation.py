@@ -1,0 +1,61 @@
+"""How a federation scores a model for a device: the answer of ``Federation.evaluation``.
+
+The federation decides, the kernel runs it (``Simulation.evaluate_on``). Two ways:
+
+- :class:`TestSetEvaluation`: the model's ``metric`` (accuracy or RMSE) on the device's local test
+  set, as one evaluation job.
+- :class:`JobEvaluation`: a job of the federation's own whose result the federation turns into the
+  score (robotics: closed-loop rollouts on the device's suite). The job runs once per ``key``: devices
+  scored with the same model reuse its result (``cached``), and only the first pays its compute, which
+  is charged to that device under ``what`` once the result says how much it was. Each scoring is also
+  logged under ``log`` with ``fields``, the result's own fields filled in when it is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+import torch
+
+__all__ = ["Evaluation", "JobEvaluation", "JobReport", "TestSetEvaluation"]
+
+
+@dataclass(frozen=True, eq=False)
+class TestSetEvaluation:
+    """Score on a local test set: inputs ``x``, targets ``y``, in ``metric``."""
+
+    __test__ = False  # not a pytest class, whatever its name
+
+    x: torch.Tensor
+    y: torch.Tensor
+    metric: Literal["accuracy", "rmse"]
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """What a :class:`JobEvaluation`'s result scores: the score, the FLOPs to charge (0 when ``cached``)
+    and the log's fields known only now."""
+
+    score: float
+    flops: int
+    fields: Mapping[str, Any]
+
+
+@dataclass(frozen=True, eq=False)
+class JobEvaluation:
+    """Score by a job: ``fn(*args)`` runs in an executor (picklable), at most ``flops`` FLOPs (its size
+    for the executor's load balance); ``report(result, cached)`` scores its result."""
+
+    key: Hashable
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    flops: int
+    report: Callable[[Any, bool], JobReport]
+    what: str
+    log: str
+    fields: Mapping[str, Any]
+
+
+Evaluation = Union[TestSetEvaluation, JobEvaluation]

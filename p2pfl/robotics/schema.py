@@ -1,0 +1,92 @@
+"""Robotics' YAML: the ``robotics`` dataset and the ``robot_suites`` partition kind, registered as plug-ins.
+
+``p2pfl.plugins.BUILTIN`` names them (``p2pfl.datasets``: ``robotics``, ``p2pfl.partitions``:
+``robot_suites``), as a distribution's entry points would. This module is light (pydantic, no torch,
+no MuJoCo): validating a robot scenario imports it and nothing else of robotics; a run that builds
+the shards imports the partition's ``builder``, ``p2pfl.robotics.federation``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from p2pfl.data.datasets import DatasetInfo
+from p2pfl.data.schema import DataSpec, PluginPartition
+
+__all__ = ["ROBOTICS", "RobotSuitesPartition", "SUITE_NAMES", "LIBERO_HORIZONS"]
+
+#: The ``robotics`` dataset: packed observations (``p2pfl.robotics.policy.ObsLayout``, 6170 wide for the
+#: default layout) and expert actions, built by its partition kind; ``model: auto`` is the robot policy.
+ROBOTICS = DatasetInfo("robot manipulation demos (MuJoCo suites spatial/object/goal by scripted experts, or LIBERO "
+                       "hdf5); partition robot_suites", 0, (6170,), model="robot_policy",
+                       partitions=("robot_suites",))
+
+#: The generated MuJoCo task suites (``p2pfl.robotics.suites.SUITES``).
+SUITE_NAMES = ("spatial", "object", "goal")
+#: LIBERO's suites (``source: libero``) and the control steps an episode gets in the usual LIBERO
+#: evaluation (OpenVLA's ``max_steps``, sized to the longest human demonstration of each suite).
+LIBERO_HORIZONS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520,
+                   "libero_90": 400}
+
+
+class RobotSuitesPartition(PluginPartition):
+    """Robot devices over task suites: Dirichlet(alpha) task skew within a suite (FedDRMan Sec. IV-1).
+
+    Each suite's demos are split among ``reference_clients`` clients by Dirichlet(alpha) over
+    tasks; the first ``clients_per_suite`` of them join the federation (the paper reuses shards
+    of the 5-client partition for cross-suite runs). Device i belongs to suite i // clients_per_suite.
+    """
+
+    datasets: ClassVar[tuple[str, ...] | None] = ("robotics",)
+    builder: ClassVar[str] = "p2pfl.robotics.federation:build_robot_federation"
+
+    kind: Literal["robot_suites"]
+    suites: list[str] = Field(default_factory=lambda: ["object"], min_length=1)
+    clients_per_suite: int = Field(5, ge=1)
+    reference_clients: int = Field(5, ge=1)
+    alpha: float = Field(0.5, gt=0)
+    demos_per_task: int = Field(150, ge=2, description="20 are too few to localise objects on unseen layouts")
+    history: int = Field(1, ge=1, le=8, description="observation steps per sample; 1 by default: with 2, the proprio history reveals the last action and BC learns to copy it (the copycat problem: spatial 10% with 2 steps, 57.5% with 1, same training)")
+    eval_episodes: int = Field(10, ge=1)
+    horizon: int = Field(80, ge=1, description="control steps per episode (generated suites, and suites not in horizons)")
+    horizons: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict,
+                                     description="control steps per episode by suite; source libero fills in "
+                                                 "LIBERO's own (libero_object 280, ...) for suites not given")
+    source: Literal["generated", "libero"] = "generated"
+    libero_tasks: dict[str, list[str]] = Field(default_factory=dict,
+                                               description="libero source: suite -> demo files (relative to data.root)")
+    wrist: bool = Field(False, description="the eye-in-hand camera as a second image modality (the paper's wrist "
+                                           "RGB; libero source: the demos' obs/eye_in_hand_rgb)")
+
+    @field_validator("suites")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"suites must be distinct; got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _suites_of_source(self) -> RobotSuitesPartition:
+        known = SUITE_NAMES if self.source == "generated" else tuple(LIBERO_HORIZONS)
+        bad = [s for s in self.suites if s not in known]
+        if bad:
+            raise ValueError(f"suites: {bad[0]!r} is not a {self.source} suite; valid: {', '.join(known)}")
+        extra = sorted(set(self.libero_tasks) - set(self.suites)) + sorted(set(self.horizons) - set(self.suites))
+        if extra:
+            raise ValueError(f"{extra[0]!r} is not one of the suites {self.suites}")
+        if self.wrist and self.source != "libero":
+            raise ValueError("wrist: true needs source: libero (the generated suites render the agent view only)")
+        if self.source == "libero":
+            object.__setattr__(self, "horizons", {s: self.horizons.get(s, LIBERO_HORIZONS[s]) for s in self.suites})
+        return self
+
+    @property
+    def n_clusters(self) -> int:
+        return len(self.suites)
+
+    def check(self, data: DataSpec) -> None:
+        if data.test_samples_per_client is not None:
+            raise ValueError("test_samples_per_client does not apply to robot_suites (episodes are split by "
+                             "test_fraction); remove it")
