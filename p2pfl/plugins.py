@@ -5,8 +5,9 @@ distribution registers each under an entry-point group of :data:`GROUPS` (in its
 ``[project.entry-points."p2pfl.partitions"] my_split = "mypkg.data:MySplit"``); p2pfl's own plug-in
 domains register in :data:`BUILTIN`, in the same form, and are found by the same code. Robotics is
 one: ``p2pfl.robotics`` adds the ``robotics`` dataset, the ``robot_suites`` partition kind and the
-``robot_policy`` model here, and nothing else in the package imports it. A name is only a string
-until it is first used, so validating a scenario imports the plug-ins it names and no other.
+``robot_policy`` model here, and the core (kernel, data, models, executors) never imports it
+(``tests/architecture/test_robotics_plugin.py``). A name is only a string until it is first used, so
+validating a scenario imports the plug-ins it names and no other.
 
 A leaf module (standard library only), so any package may use it.
 """
