@@ -527,6 +527,8 @@ def write(root: Path, out_dir: Path) -> str:
         "## Decision table", "", *decision_table(table, verdict),
         "## Crossover N", "", *crossover(verdict),
         "## Serverless arms against IFCA", "", *comparisons_table(verdict),
+        "At equal time, '— (0)' means IFCA had no evaluation yet (its first comes after 4 rounds) when the "
+        "serverless arm had finished; the time ratio gives how much sooner that was.", "",
         "## Accuracy, gain, p10 device, ARI, traffic, time to target (Pareto ★)", "",
         *[line for g, arms in table.items() for line in accuracy_table(g, arms)],
         "## Discovery vs training cost (static fleets)", "", *discovery_table(table),
