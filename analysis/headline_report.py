@@ -255,7 +255,7 @@ def comparison(arms: dict[str, list[Row]], name: str) -> Optional[dict[str, Any]
         "end": diffs(None),
         "traffic_ratio": [mine[s]["traffic"] / srv[s]["traffic"] for s in mine],
         "time_ratio": [mine[s]["sim_s"] / srv[s]["sim_s"] for s in mine],
-        "to_target": {s: v for s, v in reach.items()}, "to_target_server": reach_srv,
+        "to_target": reach, "to_target_server": reach_srv,
     }
 
 
@@ -313,7 +313,7 @@ def recommend(c_by_arm: dict[str, tuple[dict[str, Any], str]], fedavg_gain: floa
     holds = [(a, c) for a, (c, v) in c_by_arm.items() if v == "holds"]
     if holds:
         a, c = max(holds, key=lambda ac: float(np.mean(ac[1]["gain"])))
-        fewer = fewer_bytes(float(np.mean([r for r in c["traffic_ratio"]])), 1.0, BYTES_TOL)
+        fewer = _fewer_bytes(c)
         why = (f"matches the server's IFCA at its traffic (gain {fmt_diff(c['equal_traffic'], 1.0, 2)} vs IFCA)"
                + ("; at the end it sent ≥ 10% fewer bytes" if fewer else "") +
                f"; simulated time {np.mean(c['time_ratio']):.2f}x IFCA's")
@@ -368,10 +368,13 @@ def crossover(verdict: dict[tuple[Group, str], tuple[dict[str, Any], str]]) -> l
     return md(["regime", "serverless arm", "N run", "crossover"], rows, "llll")
 
 
+def _fewer_bytes(c: dict[str, Any]) -> bool:
+    """Did the serverless arm end with at least 10% less traffic than IFCA (mean ratio over seeds)?"""
+    return fewer_bytes(float(np.mean(c["traffic_ratio"])), 1.0, BYTES_TOL)
+
+
 def _pays(c: dict[str, Any], v: str) -> bool:
-    cheaper = fewer_bytes(float(np.mean(c["traffic_ratio"])), 1.0, BYTES_TOL)
-    faster = float(np.mean(c["time_ratio"])) < 1.0
-    return v == "holds" and (cheaper or faster)
+    return v == "holds" and (_fewer_bytes(c) or float(np.mean(c["time_ratio"])) < 1.0)
 
 
 def pareto(points: dict[str, tuple[float, float]]) -> list[str]:
