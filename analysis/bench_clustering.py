@@ -5,7 +5,7 @@ The headline fleet (``scenarios/headline/base.yaml``: Fashion-MNIST, 100 samples
 ``scenarios/studies/headline_n*.yaml``. Each row is one ``p2pfl run`` in a fresh process, run from a
 source tree (``--before DIR`` is a checkout of an older commit; the after-tree is this one), with
 nothing else running: wall and build seconds from its ``timing.json``, peak memory of its largest
-process (``wait4``), the modelled discovery FLOPs (``clustering_flops``) and simulated time from
+process (``wait4``, ``p2pfl.metrics.measured``), the modelled discovery FLOPs (``clustering_flops``) and simulated time from
 its ``summary.json``. A run past ``--limit-s`` is stopped and reported as such. ``--profile`` samples
 each run with py-spy at 10 Hz (its processes and their workers) and writes the folded stacks beside it,
 with the largest shares by function (``top_shares``).
@@ -16,16 +16,15 @@ with the largest shares by function (``top_shares``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from p2pfl.metrics.measured import measure
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,28 +63,11 @@ def run_cell(tree: Path, n: int, protocol: str, out: Path, limit_s: float, profi
         cmd = ["py-spy", "record", "--rate", "10", "--subprocesses", "--format", "raw", "--output", str(folded),
                "--", *cmd]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | {"PYTHONPATH": str(tree)}
-    t0 = time.monotonic()
     out.parent.mkdir(parents=True, exist_ok=True)
-    err_file = out.with_name(out.name + ".stderr")
-    with err_file.open("wb") as err:  # a file, not a pipe: a worker left behind by a killed run keeps it open
-        proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-    killed = False
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() - t0 > limit_s:
-            os.killpg(proc.pid, signal.SIGKILL)
-            killed = True
-        time.sleep(0.5)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # workers it left behind (e.g. when it was killed for memory)
-    row: dict[str, Any] = {"n": n, "protocol": protocol, "peak_gb": usage.ru_maxrss * 1024 / 1e9}
-    code = os.waitstatus_to_exitcode(status)
-    if killed or code != 0:
-        err = err_file.read_text(errors="replace").strip().splitlines()
-        row["failed"] = (f"stopped after {limit_s:.0f} s" if killed else
-                         f"killed by signal {-code} (out of memory?)" if code < 0 else (err[-1] if err else f"exit {code}"))
+    m = measure(cmd, timeout_s=limit_s, cwd=tree, env=env)
+    row: dict[str, Any] = {"n": n, "protocol": protocol, "peak_gb": m.peak_rss_mib * 2**20 / 1e9}
+    if m.failure:
+        row["failed"] = m.failure
         return row
     if profile and folded.exists():
         row["profile"] = top_shares(folded)

@@ -1,40 +1,30 @@
-"""Executor benchmark: what each executor costs on workload W against a bare PyTorch loop, and at large N.
+"""Executor benchmark: what each executor costs on workload W against a bare PyTorch loop, and per model family.
 
-    python analysis/bench_executors.py [--quick] [--only w|gossip] [--sizes 1000,10000] [--huge [N]]
-                                       [--gossip-executors inline,process,batched] [--timeout 1800] [--csv PATH]
+    python analysis/bench_executors.py [--quick] [--only w|families] [--w-rows WORDS] [--family-jobs 40]
+                                       [--timeout 1800] [--csv PATH]
 
-Table 1, workload W (``scenarios/bench/workload_w.yaml``: FedAvg, real Fashion-MNIST, 20 devices x 1,000
+Workload W (``scenarios/bench/workload_w.yaml``: FedAvg, real Fashion-MNIST, 20 devices x 1,000
 IID samples, cnn28, SGD lr 0.01 momentum 0.9, batch 64, 1 local epoch, 10 rounds): a bare PyTorch loop
 that trains the way Flower clients do (a DataLoader per device, a fresh SGD per job, then FedAvg of the
 state dicts) on the very shards p2pfl builds, beside p2pfl with each executor. ``x floor`` is a run's
 seconds over the floor = (bare loop, 1 thread, run seconds) / 2, the training alone spread perfectly over 2
 cores; ``x measured floor`` is over the run seconds of 2 bare loops running at once, each on half the
-devices (what 2 cores really give this training).
-
-Table 2, large-N gossip (sync, push_pull; MLP with 64 hidden units; MCDC synthetic logistic data, 16
-samples per device; random geometric neighbourhood): what the simulator costs per device-round outside
-training, ``(run_wall_s - train_wall_s) / (N * rounds)``.
+devices (what 2 cores really give this training). Training throughput per model family: samples per second
+of 40 jobs submitted together, per executor. Large-N runs: ``analysis/bench_scale.py``.
 
 Every configuration runs in its own fresh subprocess (this script with ``--child``), so its wall time
 includes interpreter start, imports and set-up, and its memory is its own: peak memory is the largest sum of
 PSS (proportional set size: a page shared by k processes, such as torch's libraries or the shards in
 shared memory, counts 1/k in each) over the subprocess and all its descendants, sampled every 0.5 s; a sum
-of RSS would count torch's libraries once per worker. A configuration that times out
-or fails becomes a row saying so. ``--quick`` (W on 2 devices x 200 samples for 2 rounds; gossip N=200)
-checks that the script works in about a minute or two; its figures are not the benchmark.
+of RSS would count torch's libraries once per worker (``p2pfl.metrics.measured``). A configuration that
+times out or fails becomes a row saying so. ``--quick`` (W on 2 devices x 200 samples for 2 rounds) checks that the script works in about a minute or two; its figures are not the benchmark.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
-import importlib.metadata
 import json
-import math
-import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -43,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from p2pfl.metrics import measured
+
 ROOT = Path(__file__).resolve().parents[1]
 W_SCENARIO = ROOT / "scenarios" / "bench" / "workload_w.yaml"
-RESULT_TAG = "BENCH_RESULT "
 QUICK_W = ["topology.n=2", "data.samples_per_client=200", "protocol.rounds=2", "protocol.eval_every=2"]
 BATCHED_MODULE = "p2pfl.executors.batched"
-SAMPLE_EVERY_S = 0.5  # reading smaps_rollup takes the process's mmap lock: sampling often slows it down
 FLOOR_CORES = 2
 
 # --- the child: one configuration, measured inside a fresh interpreter ---------------------------------
@@ -64,7 +54,7 @@ def child_main(spec: dict[str, Any]) -> None:
         out = bare_loop(spec["scenario"], spec["overrides"], spec["threads"], spec.get("part", (0, 1)))
     else:
         out = p2pfl_run(spec["scenario"], spec["overrides"])
-    print(RESULT_TAG + json.dumps(out), flush=True)
+    measured.emit(out)
 
 
 def _importable(module: str) -> bool:
@@ -241,101 +231,16 @@ class Outcome:
         return self.status == "ok"
 
 
-def _proc_table() -> list[tuple[int, int, int]]:
-    """``(pid, ppid, session id)`` of every process now."""
-    rows = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        rows.append((int(entry), int(fields[1]), int(fields[3])))
-    return rows
-
-
-def tree_pids(root: int) -> set[int]:
-    """``root``, its descendants by ppid chain, and whatever stayed in its session (orphans reparented)."""
-    table = _proc_table()
-    children: dict[int, list[int]] = {}
-    found = {pid for pid, _, sid in table if sid == root}
-    for pid, ppid, _ in table:
-        children.setdefault(ppid, []).append(pid)
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        found.add(pid)
-        todo.extend(c for c in children.get(pid, ()) if c not in found)
-    return found
-
-
-def _pss_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            for line in fh:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-class RssSampler(threading.Thread):
-    """Keeps the largest summed PSS of a process tree, sampled every ``SAMPLE_EVERY_S``."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid = pid
-        self.peak_kib = 0
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop_event.is_set():
-            self.peak_kib = max(self.peak_kib, sum(_pss_kib(p) for p in tree_pids(self.pid)))
-            self._stop_event.wait(SAMPLE_EVERY_S)
-
-    def stop(self) -> float:
-        """Stop sampling; the peak in MiB."""
-        self._stop_event.set()
-        self.join()
-        return self.peak_kib / 1024
-
-
 def run_child(spec: dict[str, Any], timeout: float) -> Outcome:
-    """Run ``spec`` in a fresh interpreter (its own session), sampling its tree's memory."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    sampler = RssSampler(proc.pid)
-    sampler.start()
-    timed_out = False
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # the session this script started for it
-        out, err = proc.communicate()
-    wall = time.perf_counter() - t0
-    peak = sampler.stop()
-    if timed_out:
-        return Outcome("timeout", wall, peak)
-    return _parse(proc.returncode, out, err, wall, peak)
-
-
-def _parse(rc: int, out: str, err: str, wall: float, peak: float) -> Outcome:
-    tagged = [line[len(RESULT_TAG):] for line in out.splitlines() if line.startswith(RESULT_TAG)]
-    if rc != 0 or not tagged:
-        lines = [line.strip() for line in err.splitlines() if line.strip()]
-        why = lines[-1] if lines else f"exit status {rc}"
-        return Outcome(f"failed: {why[:160]}", wall, peak)
-    data = json.loads(tagged[-1])
+    """Run ``spec`` in a fresh interpreter (its own session), measuring its tree's memory."""
+    m = measured.measure([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)], timeout_s=timeout,
+                cwd=ROOT)
+    data = measured.result_of(m)
+    if m.failure or data is None:
+        return Outcome("timeout" if m.timed_out else f"failed: {m.failure or 'no result'}", m.wall_s, m.peak_pss_mib)
     if "na" in data:
-        return Outcome(f"n/a ({data['na']})", wall, peak)
-    return Outcome("ok", wall, peak, data)
+        return Outcome(f"n/a ({data['na']})", m.wall_s, m.peak_pss_mib)
+    return Outcome("ok", m.wall_s, m.peak_pss_mib, data)
 
 
 def progress(text: str) -> None:
@@ -396,26 +301,6 @@ def print_families(rows: list[dict[str, Any]], k: int) -> None:
     print("\nmlp: 64 inputs, 64 hidden, 40 samples per job, batch 16; cnn28: 200 samples, batch 64; rnd_predictor: "
           "the RND predictor's own fit (Adam), 200 images x 2 epochs; robot_policy: FedDRMan's policy, its GMM loss, "
           "AdamW, 64 samples. batched stacks only jobs with the task loss and SGD (the others run as inline).")
-
-
-def gossip_scenario(n: int, rounds: int, executor: str) -> dict[str, Any]:
-    """Large-N gossip: sync push-pull, MLP(64), synthetic logistic data, a connected geometric neighbourhood."""
-    radius = 1.6 * math.sqrt(math.log(n) / (math.pi * n))  # comfortably above the connectivity threshold
-    sc: dict[str, Any] = {
-        "name": f"bench_executors_gossip_{n}",
-        "seed": 0,
-        "topology": {"kind": "random_geometric", "n": n, "radius": radius},
-        "data": {"dataset": "synthetic_logistic", "samples_per_client": 16,
-                 "partition": {"kind": "parameter_shift", "n_clusters": 1, "n_features": 10}},
-        "model": {"name": "mlp", "hidden": 64},
-        "training": {"epochs": 1, "batch_size": 8, "lr": 0.05, "momentum": 0.0},
-        "protocol": {"name": "gossip", "rounds": rounds, "mode": "sync", "exchange": "push_pull",
-                     "eval_every": rounds},
-        "threads": 1,
-    }
-    if executor != "auto":
-        sc["executor"] = executor
-    return sc
 
 
 def run_together(spec: dict[str, Any], parts: int, timeout: float) -> Outcome:
@@ -494,41 +379,6 @@ def print_w(rows: list[dict[str, Any]], title: str) -> None:
           "the bare loop scores its averaged model the same way). Peak PSS: the whole process tree.")
 
 
-def gossip_rows(sizes: list[tuple[int, int, list[str]]], timeout: float) -> list[dict[str, Any]]:
-    """Measure gossip at each (N, rounds) with each of its executors."""
-    rows = []
-    for n, rounds, executors in sizes:
-        for ex in executors:
-            spec: dict[str, Any] = {"kind": "p2pfl", "scenario": gossip_scenario(n, rounds, ex), "overrides": [],
-                    "needs_module": BATCHED_MODULE if ex == "batched" else None}
-            o = measure(f"gossip N={n} rounds={rounds} executor={ex}", spec, timeout)
-            d = o.data
-            overhead = (d["run_s"] - d["train_s"]) / (n * rounds) * 1000 if o.ok else None
-            rows.append({"table": "gossip", "n": n, "rounds": rounds, "executor": d.get("executor", ex),
-                         "status": o.status, "wall_s": o.wall_s, "build_s": d.get("build_s"), "run_s": d.get("run_s"),
-                         "peak_pss_mib": o.peak_pss_mib, "overhead_ms": overhead})
-            if o.ok:
-                progress(f"  build {d['build_s']:.1f} s, run {d['run_s']:.1f} s, outside training "
-                         f"{overhead:.3f} ms per device-round")
-    return rows
-
-
-def print_gossip(rows: list[dict[str, Any]]) -> None:
-    print("\nLarge-N gossip (sync, push_pull; mlp hidden 64; synthetic_logistic, 16 samples per device; "
-          "random geometric)\n")
-    print("| N | rounds | executor | wall s | build s | run s | peak PSS MiB | overhead outside training ms / device-round |")
-    print("|---:|---:|---|---:|---:|---:|---:|---:|")
-    for r in rows:
-        head = f"| {r['n']} | {r['rounds']} | {r['executor']} |"
-        if r["status"] != "ok":
-            print(f"{head} {_cell(r['status'])} | | | | |")
-            continue
-        print(f"{head} {fmt(r['wall_s'])} | {fmt(r['build_s'])} | {fmt(r['run_s'])} | {fmt(r['peak_pss_mib'], 0)} | "
-              f"{fmt(r['overhead_ms'], 3)} |")
-    print("\noverhead = (run_wall_s - train_wall_s) / (N * rounds); with workers, train_wall_s is the time this "
-          "process spent handing training jobs over and awaiting them.")
-
-
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -543,59 +393,20 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
-# --- header and command line -----------------------------------------------------------------------------
-
-
-def _git(*args: str) -> str:
-    try:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
-def header(quick: bool) -> str:
-    """One line: the commit (``+dirty`` with uncommitted changes), CPUs, torch and Python versions."""
-    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = "+dirty" if _git("status", "--porcelain") else ""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    try:
-        torch_version = importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        torch_version = "not installed"
-    mode = "; QUICK MODE (a check of the script, not the benchmark)" if quick else ""
-    return (f"commit {commit}{dirty}; CPUs {os.cpu_count()} (usable {cores}); torch {torch_version}; "
-            f"python {sys.version.split()[0]}{mode}")
+# --- command line ---------------------------------------------------------------------------------------
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="W on 2 devices x 200 samples, 2 rounds; gossip N=200")
-    ap.add_argument("--only", choices=("w", "gossip", "families"), help="run one table only")
+    ap.add_argument("--quick", action="store_true", help="W on 2 devices x 200 samples, 2 rounds")
+    ap.add_argument("--only", choices=("w", "families"), help="run one table only")
     ap.add_argument("--w-rows", help="W rows whose label contains one of these comma-separated words "
                                      "(the bare 1-thread loop always runs: it is the baseline)")
     ap.add_argument("--family-jobs", type=int, default=40, help="jobs per model-family measurement")
-    ap.add_argument("--sizes", default="1000,10000", help="gossip device counts, 10 rounds each")
-    ap.add_argument("--huge", type=int, nargs="?", const=100_000, default=None,
-                    help="also gossip with this many devices (default 100000), 2 rounds")
-    ap.add_argument("--gossip-executors", default="inline,process,batched",
-                    help="executors for the gossip table (inline, process, ray, batched, auto)")
-    ap.add_argument("--huge-executors", default="batched", help="executors for the --huge size")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per configuration")
     ap.add_argument("--csv", type=Path, help="also write every row to this CSV file")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
-
-
-def gossip_sizes(args: argparse.Namespace) -> list[tuple[int, int, list[str]]]:
-    """(N, rounds, executors) for each gossip size."""
-    def names(text: str) -> list[str]:
-        return [e.strip() for e in text.split(",") if e.strip()]
-
-    executors = names(args.gossip_executors)
-    if args.quick:
-        return [(200, 10, executors)]
-    sizes = [(int(s), 10, executors) for s in args.sizes.split(",") if s.strip()]
-    return sizes + ([(args.huge, 2, names(args.huge_executors))] if args.huge else [])
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -603,7 +414,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.child is not None:
         child_main(json.loads(args.child))
         return
-    print(header(args.quick))
+    print(measured.machine_line(ROOT, "QUICK MODE (a check of the script, not the benchmark)" if args.quick else ""))
     rows: list[dict[str, Any]] = []
     if args.only in (None, "w"):
         configs = w_configs(QUICK_W if args.quick else [])
@@ -614,10 +425,6 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         what = "2 devices x 200 samples, 2 rounds (quick)" if args.quick else "20 devices x 1,000 samples, 10 rounds"
         print_w(w, f"Workload W (FedAvg, Fashion-MNIST, cnn28; {what})")
         rows += w
-    if args.only in (None, "gossip"):
-        g = gossip_rows(gossip_sizes(args), args.timeout)
-        print_gossip(g)
-        rows += g
     if args.only in (None, "families"):
         k = 4 if args.quick else args.family_jobs
         fam = family_rows(k, args.timeout)

@@ -1,0 +1,157 @@
+"""The kernel at scale: gossip, DSGD and FedAvg on random geometric fleets, one fresh process per row.
+
+    python analysis/bench_scale.py [--protocols gossip dsgd fedavg] [--sizes 10000 100000] [--rounds 10]
+                                   [--huge 1000000] [--huge-rounds 2] [--executor batched] [--timeout 3600]
+                                   [--dynamics N] [--heap N] [--csv PATH] [--quick]
+
+Scale table: ``scenarios/bench/scale.yaml`` (gossip), ``scale_dsgd.yaml`` and ``scale_fedavg.yaml`` (MLP with
+64 hidden units on 16 synthetic samples per device) at each N, radius 1.6 sqrt(ln N / (pi N)). Each row is one
+``p2pfl run`` in a fresh process (``p2pfl.metrics.measured``): wall seconds (start-up and set-up included),
+build and run seconds (``timing.json``), peak PSS of the process tree, the time per device-round outside
+training, ``(run_wall_s - train_wall_s) / (N rounds)``, SimPy events per device-round, and peak PSS per device.
+
+``--dynamics N``: gossip at N devices, 5 rounds, inline, with each kind of dynamics (a reply timeout set, as
+dynamics require): none, an empty churn block, 30% churn, link failures, random-waypoint mobility.
+
+``--heap N``: the headline gossip fleet (``scenarios/headline/gossip.yaml``) at N devices with ``malloc_trim``
+once per fleet round (``p2pfl.sim.heap``, the default), glibc's mmap threshold pinned at 64 KiB, and glibc's
+default; the three ``summary.json`` must be the same bits (the table says whether they are).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+from p2pfl.metrics.measured import machine_line, measure
+from p2pfl.metrics.tables import markdown_table
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = {"gossip": "scale.yaml", "dsgd": "scale_dsgd.yaml", "fedavg": "scale_fedavg.yaml"}
+DYNAMICS: dict[str, Optional[dict[str, Any]]] = {
+    "none": None,
+    "empty churn block": {"churn": {"offline": 0.0, "cycle_s": 1.0}},
+    "churn 30%": {"churn": {"offline": 0.3, "cycle_s": 0.1}},
+    "link failures": {"link_failures": {"mean_up_s": 0.2, "mean_down_s": 0.02}},
+    "mobility": {"mobility": {"speed": [0.01, 0.05], "update_s": 0.005}},
+}
+#: ``python -m p2pfl`` without the kernel's malloc_trim (``p2pfl.sim.heap.TRIM``).
+NO_TRIM = ["-c", "import sys, p2pfl.sim.heap as h; h.TRIM = False; from p2pfl.cli import main; sys.exit(main())"]
+
+
+def radius(n: int) -> float:
+    return 1.6 * math.sqrt(math.log(n) / (math.pi * n))
+
+
+def run(scenario: Path, sets: list[str], out: Path, timeout_s: float, trim: bool = True,
+        env: Optional[dict[str, str]] = None) -> dict[str, Any]:
+    """One ``p2pfl run`` in a fresh process: its figures, or ``failed`` saying why."""
+    cmd = [sys.executable, *(["-m", "p2pfl"] if trim else NO_TRIM), "run", str(scenario), "--quiet", "--out", str(out)]
+    for s in sets:
+        cmd += ["--set", s]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    print(f"running {scenario.name} {' '.join(sets)} ...", file=sys.stderr, flush=True)
+    m = measure(cmd, timeout_s=timeout_s, cwd=ROOT, env={**base, **(env or {})})
+    row: dict[str, Any] = {"wall_s": m.wall_s, "peak_pss_gb": m.peak_pss_mib / 1024, "peak_rss_gb": m.peak_rss_mib / 1024}
+    if m.failure:
+        return {**row, "failed": m.failure}
+    timing = json.loads((out / "timing.json").read_text())
+    summary = (out / "summary.json").read_bytes()
+    row.update(build_s=timing["build_wall_s"], run_s=timing["run_wall_s"], train_s=timing["train_wall_s"],
+               events=timing["events"], dropped=json.loads(summary)["messages_dropped"],
+               summary_sha=hashlib.sha256(summary).hexdigest())
+    print(f"  wall {m.wall_s:.1f} s, peak PSS {row['peak_pss_gb']:.2f} GB", file=sys.stderr, flush=True)
+    return row
+
+
+def scale_rows(args: argparse.Namespace, tmp: Path) -> list[list[str]]:
+    sizes = [(n, args.rounds) for n in args.sizes] + ([(args.huge, args.huge_rounds)] if args.huge else [])
+    rows = []
+    for protocol in args.protocols:
+        for n, rounds in sizes:
+            sets = [f"topology.n={n}", f"topology.radius={radius(n):.6f}", f"protocol.rounds={rounds}",
+                    f"protocol.eval_every={rounds}", f"executor={args.executor}"]
+            r = run(ROOT / "scenarios" / "bench" / SCENARIO[protocol], sets, tmp / f"{protocol}-{n}", args.timeout)
+            head = [protocol, f"{n:,}", str(rounds), args.executor, f"{r['wall_s']:.1f}"]
+            if "failed" in r:
+                rows.append([*head, r["failed"], "", f"{r['peak_pss_gb']:.2f}", "", "", ""])
+                continue
+            dr = n * rounds
+            rows.append([*head, f"{r['build_s']:.1f}", f"{r['run_s']:.1f}", f"{r['peak_pss_gb']:.2f}",
+                         f"{(r['run_s'] - r['train_s']) / dr * 1e3:.3f}", f"{r['events'] / dr:.1f}",
+                         f"{r['peak_pss_gb'] * 1e6 / n:.1f}"])
+    return rows
+
+
+def dynamics_rows(n: int, timeout_s: float, tmp: Path) -> list[list[str]]:
+    rows = []
+    for i, (name, dyn) in enumerate(DYNAMICS.items()):
+        sets = [f"topology.n={n}", f"topology.radius={radius(n):.6f}", "protocol.rounds=5", "protocol.eval_every=5",
+                "executor=inline", "protocol.reply_timeout_s=0.05"] + ([f"dynamics={json.dumps(dyn)}"] if dyn else [])
+        r = run(ROOT / "scenarios" / "bench" / "scale.yaml", sets, tmp / f"dyn{i}", timeout_s)
+        if "failed" in r:
+            rows.append([name, r["failed"], "", "", "", "", ""])
+            continue
+        rows.append([name, f"{r['wall_s']:.1f}", f"{r['run_s']:.1f}", f"{(r['run_s'] - r['train_s']) / (5 * n) * 1e3:.3f}",
+                     f"{r['events']:,}", f"{r['dropped']:,}", f"{r['peak_pss_gb']:.2f}"])
+    return rows
+
+
+def heap_rows(n: int, timeout_s: float, tmp: Path) -> tuple[list[list[str]], bool]:
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        raise SystemExit("unset MALLOC_MMAP_THRESHOLD_ first: the baseline is glibc's default")
+    sets = [f"topology.n={n}", f"topology.radius={1.1 * math.sqrt(7 / (math.pi * (n - 1))):.4f}",
+            "topology.allow_disconnected=true"]
+    scenario = ROOT / "scenarios" / "headline" / "gossip.yaml"
+    runs = {"malloc_trim each fleet round (the default)": run(scenario, sets, tmp / "heap0", timeout_s),
+            "MALLOC_MMAP_THRESHOLD_=65536": run(scenario, sets, tmp / "heap1", timeout_s, False,
+                                                {"MALLOC_MMAP_THRESHOLD_": "65536"}),
+            "glibc default": run(scenario, sets, tmp / "heap2", timeout_s, False)}
+    rows = [[k, r.get("failed", f"{r['wall_s']:.1f}"), f"{r['peak_rss_gb']:.2f}"] for k, r in runs.items()]
+    return rows, len({r.get("summary_sha") for r in runs.values()}) == 1
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--protocols", nargs="+", default=list(SCENARIO), choices=list(SCENARIO))
+    ap.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000])
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--huge", type=int, help="also this many devices (e.g. 1000000), --huge-rounds rounds")
+    ap.add_argument("--huge-rounds", type=int, default=2)
+    ap.add_argument("--executor", default="batched")
+    ap.add_argument("--dynamics", type=int, metavar="N", help="the dynamics table at N devices")
+    ap.add_argument("--heap", type=int, metavar="N", help="the heap table at N devices")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per row")
+    ap.add_argument("--quick", action="store_true", help="N = 200 and 2,000, 2 rounds: a check of the script")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.sizes, args.rounds, args.huge = [200, 2000], 2, None
+    print(machine_line(ROOT, "QUICK MODE (a check of the script, not the benchmark)" if args.quick else ""))
+    with tempfile.TemporaryDirectory(prefix="bench_scale-") as tmp:
+        if args.sizes or args.huge:
+            print("\nScale (" + ", ".join(f"{p}: scenarios/bench/{SCENARIO[p]}" for p in args.protocols) + ")\n")
+            print("\n".join(markdown_table(scale_rows(args, Path(tmp)), [
+                "protocol", "N", "rounds", "executor", "wall s", "build s", "run s", "peak PSS GB",
+                "outside training ms / device-round", "events / device-round", "peak PSS kB / device"],
+                align="lrrlrrrrrrr")))
+        if args.dynamics:
+            print(f"\nDynamics: gossip, N = {args.dynamics}, 5 rounds, inline, 1 thread\n")
+            print("\n".join(markdown_table(dynamics_rows(args.dynamics, args.timeout, Path(tmp)), [
+                "dynamics", "wall s", "run s", "outside training ms / device-round", "events", "dropped",
+                "peak PSS GB"], align="lrrrrrr")))
+        if args.heap:
+            rows, same = heap_rows(args.heap, args.timeout, Path(tmp))
+            print(f"\nHeap: scenarios/headline/gossip.yaml, {args.heap} devices (summary.json identical: {same})\n")
+            print("\n".join(markdown_table(rows, ["malloc", "wall s", "peak RSS GB"], align="lrr")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

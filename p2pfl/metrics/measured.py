@@ -1,0 +1,185 @@
+"""Measuring a command in a fresh process, as the benchmarks in ``analysis/`` do.
+
+    measure(cmd, timeout_s=..)   run it in its own session: wall seconds, the peak PSS of its whole
+                                 process tree, its own peak RSS, its output; killed (with everything
+                                 it started) past the timeout
+    emit(result) / result_of(m)  a child's figures as one tagged JSON line on stdout, and back
+    machine_line()               the line a benchmark table starts with: commit, CPUs, torch, Python
+
+Peak memory is the largest sum of PSS (proportional set size: a page shared by k processes, such as
+torch's libraries or shards in shared memory, counts 1/k in each) over the process and every descendant,
+sampled every ``every_s`` seconds; a sum of RSS would count torch's libraries once per worker. Reading
+``smaps_rollup`` takes a process's mmap lock, so sampling often slows it down: 0.5 s by default. Linux
+only (``/proc``); elsewhere the PSS peak reads 0 and the RSS peak still holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+__all__ = ["Measured", "emit", "machine_line", "measure", "result_of", "tree_pids"]
+
+RESULT_TAG = "P2PFL_RESULT "
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One command's run as its parent saw it."""
+
+    returncode: int  # negative: killed by that signal
+    timed_out: bool
+    wall_s: float
+    peak_pss_mib: float  # the whole process tree's, sampled
+    peak_rss_mib: float  # the command's own process (wait4), exact
+    stdout: str
+    stderr: str
+
+    @property
+    def failure(self) -> Optional[str]:
+        """Why the run failed in one line, or None when it exited 0 in time."""
+        if self.timed_out:
+            return f"stopped after {self.wall_s:.0f} s"
+        if self.returncode < 0:
+            return f"killed by signal {-self.returncode} (out of memory?)"
+        if self.returncode:
+            lines = [line.strip() for line in self.stderr.splitlines() if line.strip()]
+            return (lines[-1] if lines else f"exit status {self.returncode}")[:160]
+        return None
+
+
+def _proc_table() -> list[tuple[int, int, int]]:
+    """``(pid, ppid, session id)`` of every process now."""
+    rows = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        rows.append((int(entry), int(fields[1]), int(fields[3])))
+    return rows
+
+
+def tree_pids(root: int) -> set[int]:
+    """``root``, its descendants by ppid chain, and whatever stayed in its session (orphans reparented)."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    found = {pid for pid, _, sid in table if sid == root}
+    for pid, ppid, _ in table:
+        children.setdefault(ppid, []).append(pid)
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        found.add(pid)
+        todo.extend(c for c in children.get(pid, ()) if c not in found)
+    return found
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class _PeakPss(threading.Thread):
+    """Keeps the largest summed PSS of a process tree, sampled every ``every_s``."""
+
+    def __init__(self, pid: int, every_s: float) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.every_s, self.peak_kib = pid, every_s, 0
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            if os.path.isdir("/proc"):
+                self.peak_kib = max(self.peak_kib, sum(_pss_kib(p) for p in tree_pids(self.pid)))
+            self._done.wait(self.every_s)
+
+    def stop(self) -> float:
+        """Stop sampling; the peak in MiB."""
+        self._done.set()
+        self.join()
+        return self.peak_kib / 1024
+
+
+def measure(cmd: Sequence[str], *, timeout_s: float, cwd: Optional[Path] = None,
+            env: Optional[Mapping[str, str]] = None, every_s: float = 0.5) -> Measured:
+    """Run ``cmd`` in a new session; on timeout kill the session. Whatever it left running is killed too.
+
+    Output goes to temporary files, not pipes: a worker left behind by a killed run would keep a pipe open.
+    """
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(list(cmd), cwd=cwd, env=None if env is None else dict(env), stdout=out, stderr=err,
+                                text=True, start_new_session=True)
+        sampler = _PeakPss(proc.pid, every_s)
+        sampler.start()
+        timed_out = False
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if not timed_out and time.perf_counter() - t0 > timeout_s:
+                timed_out = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            time.sleep(0.05)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4: tell Popen
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # workers it left behind
+        peak = sampler.stop()
+        out.seek(0)
+        err.seek(0)
+        return Measured(proc.returncode, timed_out, wall, peak, usage.ru_maxrss / 1024, out.read(), err.read())
+
+
+def emit(result: Mapping[str, Any]) -> None:
+    """Print a child's figures as the one line ``result_of`` reads back."""
+    print(RESULT_TAG + json.dumps(dict(result)), flush=True)
+
+
+def result_of(m: Measured) -> Optional[dict[str, Any]]:
+    """The figures the child emitted last, or None when it emitted none."""
+    tagged = [line[len(RESULT_TAG):] for line in m.stdout.splitlines() if line.startswith(RESULT_TAG)]
+    return json.loads(tagged[-1]) if tagged else None
+
+
+def _git(tree: Path, *args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def machine_line(tree: Path, note: str = "") -> str:
+    """The commit of ``tree`` (``+dirty`` with uncommitted changes), CPUs, torch and Python versions."""
+    commit = _git(tree, "rev-parse", "--short", "HEAD") or "unknown"
+    dirty = "+dirty" if _git(tree, "status", "--porcelain", "--untracked-files=no") else ""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "not installed"
+    return (f"commit {commit}{dirty}; CPUs {os.cpu_count()} (usable {usable}); torch {torch_version}; "
+            f"python {sys.version.split()[0]}{'; ' + note if note else ''}")
