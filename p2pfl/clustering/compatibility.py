@@ -10,10 +10,24 @@ The paper names this "compatibility criterion" but does not define it; the rule
 below is this package's design (reports label it so), step by step:
 
 1. **Directed compatibility.** ``j`` is compatible with ``i`` when ``j``'s
-   predictor explains ``i``'s data about as well as ``i``'s own does::
+   predictor explains ``i``'s data about as well as ``i``'s own does. Two
+   criteria, both ours (the paper gives no formula):
 
-       C[i, j]  <=>  |U[i, j] - U[i, i]| <= alpha * U[i, i]
-               (evaluated as (1 - alpha) U[i, i] <= U[i, j] <= (1 + alpha) U[i, i])
+   * ``band`` (the default): two-sided, relative to the own score::
+
+         C[i, j]  <=>  |U[i, j] - U[i, i]| <= alpha * U[i, i]
+                 (evaluated as (1 - alpha) U[i, i] <= U[i, j] <= (1 + alpha) U[i, i])
+
+   * ``gap``: one-sided and absolute, after the paper's Fig. 2, which plots
+     ``s_ii - s_ij`` and reads a pair as same-group when it is "close to zero"
+     and cross-group when it is larger in size::
+
+         C[i, j]  <=>  U[i, j] - U[i, i] <= gap
+
+     ``gap`` is in the scores' units (the sum over the 64 embedding outputs,
+     as the authors' ``RND_UNCERTAINTY_REDUCTION = "sum"``). A predictor
+     that explains ``i``'s data better than ``i``'s own always passes; the
+     band rejects it below ``(1 - alpha) U[i, i]``.
 
    An unscored pair (``nan``) is *unknown*: never compatible.
 2. **Mutual compatibility.** An edge ``i -- j`` exists only when
@@ -58,18 +72,29 @@ from numbers import Integral, Real
 import numpy as np
 
 __all__ = [
+    "CRITERIA",
     "compatible",
+    "compatible_row",
     "compatibility_graph",
     "compatibility_clusters",
     "label_propagation_clusters",
 ]
 
 
+#: The directed criteria (module docstring, step 1): the relative two-sided band and the absolute one-sided gap.
+CRITERIA = ("band", "gap")
+
 # --------------------------------------------------------------------------- checks
 
 
-def _check_alpha(alpha: object) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, Real) or not (0.0 <= float(alpha) < 1.0):
+def _check_alpha(alpha: object, criterion: object = "band") -> float:
+    """``alpha`` is the criterion's threshold: the band's relative half-width in [0, 1), or the gap >= 0."""
+    if criterion not in CRITERIA:
+        raise ValueError(f"The 'criterion' parameter must be one of {', '.join(CRITERIA)}; got {criterion!r} instead")
+    if criterion == "gap":
+        if isinstance(alpha, bool) or not isinstance(alpha, Real) or not (0.0 <= float(alpha) < float("inf")):
+            raise ValueError(f"The 'alpha' parameter (the gap) must be a finite float >= 0; got {alpha!r} instead")
+    elif isinstance(alpha, bool) or not isinstance(alpha, Real) or not (0.0 <= float(alpha) < 1.0):
         raise ValueError(f"The 'alpha' parameter must be in [0, 1); got {alpha!r} instead")
     return float(alpha)
 
@@ -108,30 +133,44 @@ def _check_adjacency(A: object) -> np.ndarray:
 # --------------------------------------------------------------------------- criterion
 
 
-def compatible(U: np.ndarray, alpha: float) -> np.ndarray:
-    """Directed compatibility ``C[i, j] = (1 - alpha) U_ii <= U_ij <= (1 + alpha) U_ii`` (unscored -> False).
+def compatible(U: np.ndarray, alpha: float, *, criterion: str = "band") -> np.ndarray:
+    """Directed compatibility (unscored -> False); row ``i`` is device ``i``'s verdict on the predictors it
+    scored, the diagonal is True.
 
-    This is ``|U_ij - U_ii| <= alpha * U_ii`` evaluated as a band, so the
-    edges are inclusive in floating point too.
-    Row ``i`` is device ``i``'s verdict on the predictors it scored; the
-    diagonal is True.
+    ``band``: ``C[i, j] = (1 - alpha) U_ii <= U_ij <= (1 + alpha) U_ii``, which is
+    ``|U_ij - U_ii| <= alpha * U_ii`` evaluated as a band, so the edges are inclusive in floating point too.
+    ``gap``: ``C[i, j] = U_ij - U_ii <= alpha``, ``alpha`` then the absolute gap (>= 0). Both ours (module
+    docstring).
     """
     U = _check_novelty(U)
-    alpha = _check_alpha(alpha)
-    return _compatible(U, alpha)
+    alpha = _check_alpha(alpha, criterion)
+    return _compatible(U, alpha, criterion)
 
 
-def _compatible(U: np.ndarray, alpha: float) -> np.ndarray:
-    own = np.diag(U)[:, None]
+def _directed(own: np.ndarray | float, scores: np.ndarray, alpha: float, criterion: str) -> np.ndarray:
     with np.errstate(invalid="ignore"):  # nan compares False: unscored is never compatible
-        C = ((1.0 - alpha) * own <= U) & ((1.0 + alpha) * own >= U)
+        if criterion == "gap":
+            return np.asarray(scores - own <= alpha)
+        return np.asarray(((1.0 - alpha) * own <= scores) & ((1.0 + alpha) * own >= scores))
+
+
+def _compatible(U: np.ndarray, alpha: float, criterion: str = "band") -> np.ndarray:
+    C = _directed(np.diag(U)[:, None], U, alpha, criterion)
     np.fill_diagonal(C, True)
     return C
 
 
-def compatibility_graph(U: np.ndarray, alpha: float) -> np.ndarray:
+def compatible_row(row: np.ndarray, own: int, alpha: float, *, criterion: str = "band") -> np.ndarray:
+    """Device ``own``'s verdicts on its row ``[s_own,1, ..., s_own,N]``: row ``own`` of :func:`compatible`
+    (nan is never compatible), for a device that holds only its own row. Not checked: the fast path."""
+    ok = _directed(row[own], row, alpha, criterion)
+    ok[own] = True
+    return ok
+
+
+def compatibility_graph(U: np.ndarray, alpha: float, *, criterion: str = "band") -> np.ndarray:
     """Symmetric adjacency of mutual compatibility: ``C[i, j] and C[j, i]``, no self-loops."""
-    C = compatible(U, alpha)
+    C = compatible(U, alpha, criterion=criterion)
     A = C & C.T
     np.fill_diagonal(A, False)
     return A
@@ -199,17 +238,17 @@ def _partition(A: np.ndarray, known: np.ndarray) -> list[list[int]]:
     return sorted((sorted(f) for f in out), key=lambda f: f[0])
 
 
-def compatibility_clusters(U: np.ndarray, alpha: float) -> list[list[int]]:
+def compatibility_clusters(U: np.ndarray, alpha: float, *, criterion: str = "band") -> list[list[int]]:
     """Federations from the novelty matrix: mutual-compatibility components, majority-refined.
 
-    See the module docstring for the exact rule. ``nan`` entries of ``U``
-    are unscored pairs (no edge, and not counted in a member's support).
+    See the module docstring for the exact rule (``criterion`` picks step 1's test, ``alpha`` its
+    threshold). ``nan`` entries of ``U`` are unscored pairs (no edge, and not counted in a member's support).
     """
     U = _check_novelty(U)
-    alpha = _check_alpha(alpha)
+    alpha = _check_alpha(alpha, criterion)
     if U.shape[0] == 0:
         return []
-    C = _compatible(U, alpha)
+    C = _compatible(U, alpha, criterion)
     A = C & C.T
     np.fill_diagonal(A, False)
     scored = ~np.isnan(U)

@@ -45,7 +45,7 @@ from p2pfl.data.splitters import (
     quantity_skew_partition,
 )
 from p2pfl.errors import DataError
-from p2pfl.seeding import stream
+from p2pfl.seeding import stream, torch_generator
 
 __all__ = ["PLANS", "Plan", "Transform"]
 
@@ -177,7 +177,9 @@ def plan_label_permutation(spec: DataSpec, n: int, seed: int) -> Plan:
 def plan_feature_skew(spec: DataSpec, n: int, seed: int) -> Plan:
     """RND paper: same label distribution everywhere; group k's inputs get
     Gaussian noise of std noise_levels[k] (fresh per sample, drawn from the
-    device's own stream) or the fixed simplex pattern k, clamped to [0, 1]."""
+    device's own stream), the fixed simplex pattern k (``pattern``: per pixel,
+    unsmoothed; ours) or the authors' smoothed pattern k (``smoothed_pattern``,
+    ``tf.smoothed_patterns`` from the ``data.pattern`` torch stream), clamped to [0, 1]."""
     p, pool = spec.partition_as(FeatureSkewPartition), _pool(spec)
     clusters = assign_clusters(n, p.n_clusters, p.assignment)
     transforms: list[Transform | None]
@@ -185,7 +187,11 @@ def plan_feature_skew(spec: DataSpec, n: int, seed: int) -> Plan:
         levels = tf.noise_levels(p.noise_std, p.n_clusters)
         transforms = [_noise(levels[c], seed, i) for i, c in enumerate(clusters)]
     else:
-        patterns = tf.simplex_patterns(p.n_clusters, pool.input_shape, p.rms, rng=stream(seed, "data.pattern"))
+        if p.mode == "smoothed_pattern":
+            patterns = tf.smoothed_patterns(p.n_clusters, pool.input_shape, p.rms, smooth=p.smooth,
+                                            generator=torch_generator(seed, "data.pattern"))
+        else:
+            patterns = tf.simplex_patterns(p.n_clusters, pool.input_shape, p.rms, rng=stream(seed, "data.pattern"))
         transforms = [_pattern(patterns[c]) for c in clusters]
     return _plan(spec, pool, clusters, _iid(spec, pool, n, seed), transforms=transforms)
 

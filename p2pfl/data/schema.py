@@ -28,6 +28,7 @@ YAML (every field but ``partition.kind`` has a default)::
       # {kind: cross_dataset, others: [mnist], fallback: true}      (E4a)
       # {kind: combined, covariate_clusters: 2}                     (E4b, 2C clusters)
       # {kind: feature_skew, n_clusters: 4, mode: noise, noise_std: 0.3}   (or mode: pattern, rms: 0.1)
+      # {kind: feature_skew, n_clusters: 4, mode: smoothed_pattern, rms: 0.15, smooth: 7}  (the RND authors' code)
       # {kind: parameter_shift, n_clusters: 3, n_features: 10, noise_std: 0.1}  (synthetic_* only)
       # {kind: robot_suites, ...}  (a plug-in's kind: p2pfl.robotics.schema.RobotSuitesPartition)
 
@@ -164,13 +165,26 @@ class CombinedPartition(_Clustered):
 
 
 class FeatureSkewPartition(_Clustered):
-    """RND paper: K groups with the same labels, each with its own input shift."""
+    """RND paper: K groups with the same labels, each with its own input shift.
+
+    ``smoothed_pattern`` is the RND authors' code (``FEATURE_SKEW_RMS = 0.15``, a box-smoothed
+    equidistant mean-shift pattern per group, ``p2pfl.data.transforms.smoothed_patterns``).
+    """
 
     kind: Literal["feature_skew"]
     n_clusters: int = Field(4, ge=1, le=limits.MAX_DEVICES)
-    mode: Literal["noise", "pattern"] = "noise"
+    mode: Literal["noise", "pattern", "smoothed_pattern"] = "noise"
     noise_std: Union[float, list[float]] = 0.3
     rms: float = Field(0.1, ge=0)
+    smooth: int = Field(7, ge=1, le=limits.MAX_COUNT,
+                        description="smoothed_pattern: side of the box filter (odd; the authors' 7)")
+
+    @field_validator("smooth")
+    @classmethod
+    def _odd(cls, v):
+        if v % 2 == 0:
+            raise ValueError(f"smooth must be odd (a box centred on each pixel); got {v}")
+        return v
 
     @field_validator("noise_std")
     @classmethod
@@ -452,10 +466,10 @@ class DataSpec(Strict):
                         f"partition.others: {other!r} has input shape {DATASET_INFO[other].input_shape} but {name!r} has "
                         f"{info.input_shape}; cross_dataset needs one resolution (e.g. fashion_mnist with mnist or digits28)"
                     )
-        if p.kind == "feature_skew" and p.mode == "pattern":
+        if p.kind == "feature_skew" and p.mode in ("pattern", "smoothed_pattern"):
             d = 1
             for s in info.input_shape:
                 d *= s
             if p.n_clusters > d:
-                raise ValueError(f"partition.n_clusters={p.n_clusters} exceeds the {d} pixels of {name!r} for pattern mode")
+                raise ValueError(f"partition.n_clusters={p.n_clusters} exceeds the {d} pixels of {name!r} for {p.mode} mode")
         return self

@@ -15,6 +15,7 @@ from p2pfl.clustering import (
     compatible,
     label_propagation_clusters,
 )
+from p2pfl.clustering.compatibility import compatible_row
 from p2pfl.seeding import stream
 
 
@@ -119,6 +120,41 @@ def test_unscored_pairs_are_unknown_not_incompatible():
 def test_alpha_validation(alpha):
     with pytest.raises(ValueError, match=r"The 'alpha' parameter must be in \[0, 1\); got .* instead"):
         compatibility_clusters(np.eye(2) + 1, alpha)
+
+
+def test_gap_criterion_is_one_sided_and_absolute_where_the_band_is_two_sided_and_relative():
+    # devices 0, 1: each explains the other's data better than its own (s_ij < s_ii): the band's lower edge
+    # rejects the pair, the one-sided gap accepts it. Devices 2, 3: large scores, in-group 20% above the own
+    # score: inside the relative band (alpha 0.3), but 2.0 above it in absolute terms, outside gap 0.5.
+    U = np.array([[1.0, 0.5, 20.0, 20.0],
+                  [0.6, 1.0, 20.0, 20.0],
+                  [20.0, 20.0, 10.0, 12.0],
+                  [20.0, 20.0, 12.0, 10.0]])
+    assert compatibility_clusters(U, 0.3) == [[0], [1], [2, 3]]
+    assert compatibility_clusters(U, 0.5, criterion="gap") == [[0, 1], [2], [3]]
+    assert compatible(U, 0.5, criterion="gap").tolist() == [[True, True, False, False], [True, True, False, False],
+                                                            [False, False, True, False], [False, False, False, True]]
+    assert compatible(np.array([[1.0, 1.5], [2.0, 1.0]]), 0.5, criterion="gap")[0, 1]  # the edge is inclusive
+    assert compatible(U, 2.0, criterion="gap")[2, 3] and not compatible(U, 1.99, criterion="gap")[2, 3]
+    for criterion, threshold in (("band", 0.3), ("gap", 0.5)):  # a device's own row gives its row of verdicts
+        for i in range(4):
+            assert np.array_equal(compatible_row(U[i], i, threshold, criterion=criterion),
+                                  compatible(U, threshold, criterion=criterion)[i])
+    V = U.copy()
+    V[0, 2] = np.nan
+    assert not compatible(V, 100.0, criterion="gap")[0, 2]  # unscored -> never compatible
+
+
+@pytest.mark.parametrize("criterion,alpha,message", [
+    ("gap", -0.1, r"The 'alpha' parameter \(the gap\) must be a finite float >= 0; got -0.1 instead"),
+    ("gap", float("inf"), r"The 'alpha' parameter \(the gap\) must be a finite float >= 0"),
+    ("gap", float("nan"), r"The 'alpha' parameter \(the gap\) must be a finite float >= 0"),
+    ("ratio", 0.3, r"The 'criterion' parameter must be one of band, gap; got 'ratio' instead"),
+])
+def test_criterion_validation(criterion, alpha, message):
+    with pytest.raises(ValueError, match=message):
+        compatibility_clusters(np.eye(2) + 1, alpha, criterion=criterion)
+    assert compatibility_clusters(np.eye(2) + 1, 1.5, criterion="gap") == [[0, 1]]  # a gap may exceed 1
 
 
 def test_novelty_matrix_validation():

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from p2pfl.data import DATASETS, PARTITIONS, DataSpec, Federation, build_federation
 from p2pfl.data import semantic as sem
 from p2pfl.data.datasets import load_dataset
-from p2pfl.data.transforms import noise_levels, rotate, simplex_patterns
+from p2pfl.data.transforms import noise_levels, rotate, simplex_patterns, smoothed_patterns
 from p2pfl.errors import ConfigError
-from p2pfl.seeding import stream
+from p2pfl.seeding import stream, torch_generator
 
 FAST = settings(max_examples=15, deadline=None)
 DIGITS = load_dataset("digits")
@@ -307,6 +307,55 @@ def test_feature_skew_pattern_exact_and_simplex_properties():
         assert torch.equal(s.train_x, (pool_x(s.train_index) + pats[s.true_cluster]).clamp(0, 1))
         assert torch.equal(s.test_x, (pool_x(s.test_index, "test") + pats[s.true_cluster]).clamp(0, 1))
         assert np.array_equal(s.train_y.numpy(), pool_y(s.train_index))  # labels untouched
+
+
+def _hand_smoothed_patterns(k: int, shape: tuple[int, int, int], rms: float, box: int, seed: int) -> np.ndarray:
+    """The RND authors' smoothed equidistant patterns, written out by hand in float64 (loops for the box)."""
+    c, h, w = shape
+    d, r = c * h * w, box // 2
+    draws = torch.randn(d, k - 1, generator=torch_generator(seed, "data.pattern"), dtype=torch.float32)
+    basis = draws.double().numpy()
+    for col in range(k - 1):
+        padded = np.pad(basis[:, col].reshape(c, h, w), ((0, 0), (r, r), (r, r)))  # zeros, counted in the mean
+        boxed = np.array([[[padded[ch, y : y + box, x : x + box].sum() / box**2 for x in range(w)] for y in range(h)]
+                          for ch in range(c)]).ravel()
+        basis[:, col] = boxed - boxed.mean()
+    q, _ = np.linalg.qr(basis)
+    helmert = np.zeros((k, k - 1))
+    for j in range(k - 1):
+        helmert[: j + 1, j] = 1 / np.sqrt((j + 1) * (j + 2))
+        helmert[j + 1, j] = -(j + 1) / np.sqrt((j + 1) * (j + 2))
+    v = helmert @ q.T
+    return v * rms * np.sqrt(d) / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def test_feature_skew_smoothed_pattern_is_the_authors_construction():
+    k, rms, seed = 4, 0.15, 5
+    fed = build({"kind": "feature_skew", "n_clusters": k, "mode": "smoothed_pattern", "rms": rms, "smooth": 7},
+                n=8, seed=seed)
+    pats = smoothed_patterns(k, (1, 8, 8), rms, smooth=7, generator=torch_generator(seed, "data.pattern"))
+    assert pats.dtype == torch.float32 and pats.shape == (k, 1, 8, 8)
+    hand = _hand_smoothed_patterns(k, (1, 8, 8), rms, 7, seed)
+    assert np.allclose(pats.reshape(k, -1).double().numpy(), hand, rtol=0, atol=1e-6)
+    flat = pats.reshape(k, -1).double()
+    assert torch.allclose(flat.pow(2).mean(1).sqrt(), torch.full((k,), rms, dtype=torch.float64), rtol=0, atol=1e-7)
+    d = torch.cdist(flat, flat)[~torch.eye(k, dtype=torch.bool)]
+    assert torch.allclose(d, torch.full_like(d, rms * 8 * (2 * k / (k - 1)) ** 0.5), rtol=1e-6, atol=0)
+    assert torch.allclose(flat.sum(0), torch.zeros(64, dtype=torch.float64), atol=1e-6)  # the rows sum to zero
+    assert torch.allclose(flat.mean(1), torch.zeros(k, dtype=torch.float64), atol=1e-7)  # each pattern centred
+    unsmoothed = simplex_patterns(k, (1, 8, 8), rms, rng=stream(seed, "data.pattern"))
+    neighbour = [float((p[..., 1:, :] * p[..., :-1, :]).mean() / p.pow(2).mean()) for p in (pats, unsmoothed)]
+    assert neighbour[0] > 0.5 > abs(neighbour[1])  # smoothed: neighbouring pixels shift together
+    for s in fed.shards:
+        assert torch.equal(s.train_x, (pool_x(s.train_index) + pats[s.true_cluster]).clamp(0, 1))
+        assert torch.equal(s.test_x, (pool_x(s.test_index, "test") + pats[s.true_cluster]).clamp(0, 1))
+        assert np.array_equal(s.train_y.numpy(), pool_y(s.train_index))
+    # the authors' edge cases: one group or rms 0 gives zeros; an even box (capped at the image) is one less
+    assert not smoothed_patterns(1, (1, 8, 8), rms, generator=torch_generator(0, "x")).any()
+    assert not smoothed_patterns(3, (1, 8, 8), 0.0, generator=torch_generator(0, "x")).any()
+    capped = smoothed_patterns(k, (1, 6, 6), rms, smooth=9, generator=torch_generator(seed, "data.pattern"))
+    assert torch.equal(capped, smoothed_patterns(k, (1, 6, 6), rms, smooth=5,
+                                                 generator=torch_generator(seed, "data.pattern")))
 
 
 def test_feature_skew_noise_levels():

@@ -50,6 +50,11 @@ CASES = {
                         r"train-images-idx3-ubyte"),
     "invalid yaml": ("name: [unclosed\n", r"bad\.yaml: invalid YAML at line"),
     "server protocol without server": (_with(protocol={"name": "fedavg"}), r"protocol 'fedavg' needs a server"),
+    "even smoothing box": (_with(data={"dataset": "digits", "partition": {"kind": "feature_skew", "mode":
+                                                                          "smoothed_pattern", "smooth": 4}}),
+                           r"field 'data\.partition\.smooth': smooth must be odd .*; got 4"),
+    "gap criterion without its threshold": (_with(protocol={"name": "rnd_gossip", "criterion": "gap"}),
+                                            r"criterion: gap needs protocol\.gap"),
 }
 
 

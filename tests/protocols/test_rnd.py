@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import p2pfl
-from p2pfl.clustering import make_predictor
+from p2pfl.clustering import compatibility_clusters, compatibility_graph, label_propagation_clusters, make_predictor
 from p2pfl.errors import UserError
 from p2pfl.learning.models import ModelSpec, build_model
 from p2pfl.protocols.server.rnd import clustering_rounds, federation_index, regroup_weights
@@ -103,6 +103,23 @@ def test_rnd_recovers_feature_skewed_groups_and_trains_one_model_per_federation(
     assert (tmp_path / "run" / "novelty_heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["clusters"] == r.clusters
+
+
+@pytest.mark.parametrize("name", ["rnd", "rnd_gossip"])
+def test_the_gap_criterion_decides_the_federations_of_both_variants(tmp_path, name):
+    protocol = {"name": name, "rounds": 1, "rnd_epochs": 15, "rnd_batch_size": 16}
+    kw: dict = {"servers": True} if name == "rnd" else {"kind": "complete"}
+    p2pfl.run(_skewed(protocol, **kw), out=tmp_path / "band")
+    U = np.load(io.BytesIO((tmp_path / "band" / "novelty.npy").read_bytes()))
+    gaps = U - np.diag(U)[:, None]
+    same = np.equal.outer([0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1])
+    assert gaps[same].max() < gaps[~same].min()
+    for i, gap in enumerate([(gaps[same].max() + gaps[~same].min()) / 2, float(gaps.max())]):
+        r = p2pfl.run(_skewed({**protocol, "criterion": "gap", "gap": gap}, **kw), out=tmp_path / f"gap{i}")
+        assert np.array_equal(np.load(io.BytesIO((tmp_path / f"gap{i}" / "novelty.npy").read_bytes())), U)
+        expected = (compatibility_clusters(U, gap, criterion="gap") if name == "rnd" else  # rnd_gossip: no peeling
+                    label_propagation_clusters(compatibility_graph(U, gap, criterion="gap"))[0])
+        assert r.clusters == expected == ([[0, 1, 2], [3, 4, 5]] if i == 0 else [[0, 1, 2, 3, 4, 5]])
 
 
 def test_rnd_is_deterministic():

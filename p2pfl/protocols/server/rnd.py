@@ -14,8 +14,10 @@ Clustering event (round 1, then every ``recluster_every`` rounds if set):
 3. Device i scores every predictor (its own included) on its training inputs,
    ``s_ij = mean_x ||f_hat_j(x) - f(x)||^2``, and uploads its row (N float64).
 4. The server stacks the rows into the N x N novelty matrix and forms
-   federations with the compatibility criterion (``alpha``), with no number
-   of clusters given (``p2pfl.clustering.compatibility_clusters``).
+   federations with the compatibility criterion (``criterion``: the relative
+   band ``alpha`` or the absolute one-sided ``gap``, both ours; the paper names
+   the criterion without defining it), with no number of clusters given
+   (``p2pfl.clustering.compatibility_clusters``).
 
 Training: FedAvg per federation (McMahan et al.), each device receiving its
 own federation's model and uploading its update with its sample count; the
@@ -34,7 +36,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 
 from p2pfl.clustering import compatibility_clusters
@@ -43,17 +45,43 @@ from p2pfl.errors import ConfigError
 from p2pfl.learning.aggregate import State, clone_state, weighted_average
 from p2pfl.learning.state import load_state_
 from p2pfl.protocols.base import Process, Protocol, ProtocolParams
+from p2pfl.validation import Strict
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.context import DeviceContext, ServerContext
     from p2pfl.sim.network import Message
     from p2pfl.sim.runinfo import RunInfo
 
-__all__ = ["RND", "RNDParams", "clustering_rounds", "federation_index", "regroup_weights"]
+__all__ = ["RND", "RNDParams", "CompatibilityParams", "clustering_rounds", "federation_index", "regroup_weights"]
 
 
-class RNDParams(ProtocolParams):
+class CompatibilityParams(Strict):
+    """The compatibility test's fields, shared by ``rnd`` and ``rnd_gossip``; both criteria are ours
+    (``p2pfl.clustering.compatibility``, step 1)."""
+
+    criterion: Literal["band", "gap"] = Field(
+        "band", description="compatibility test: band, |s_ij - s_ii| <= alpha s_ii; or gap, s_ij - s_ii <= gap "
+                            "(one-sided, absolute, after the paper's Fig. 2); both ours")
     alpha: float = Field(0.3, ge=0, lt=1, description="compatibility band: |s_ij - s_ii| <= alpha s_ii")
+    gap: Optional[float] = Field(None, ge=0, allow_inf_nan=False,
+                                 description="criterion gap: the largest s_ij - s_ii of a compatible pair (novelty "
+                                             "units: the sum over the 64 embedding outputs)")
+
+    @model_validator(mode="after")
+    def _gap_with_its_criterion(self) -> CompatibilityParams:
+        if self.criterion == "gap" and self.gap is None:
+            raise ValueError("criterion: gap needs protocol.gap (the largest s_ij - s_ii of a compatible pair); set it")
+        if self.criterion == "band" and self.gap is not None:
+            raise ValueError("protocol.gap applies to criterion: gap; set protocol.criterion: gap or remove gap")
+        return self
+
+    @property
+    def threshold(self) -> float:
+        """The criterion's threshold, as ``p2pfl.clustering.compatibility_clusters`` takes it (its ``alpha``)."""
+        return self.gap if self.criterion == "gap" and self.gap is not None else self.alpha
+
+
+class RNDParams(CompatibilityParams, ProtocolParams):
     exchange: Literal["direct", "relay"] = "direct"
     recluster_every: Optional[int] = Field(None, ge=1, description="repeat clustering every R rounds (null: once)")
     rnd_epochs: int = Field(10, ge=1, description="predictor training epochs (Adam)")
@@ -219,11 +247,12 @@ class RND(Protocol[RNDParams]):
             U[src] = msg.payload["row"]
         if self.dynamic:
             ctx.log("rnd_rows_missing", n - len(rows), round=r)
+        p = self.params
         if len(rows) == n:
-            clusters = compatibility_clusters(U, self.params.alpha)
+            clusters = compatibility_clusters(U, p.threshold, criterion=p.criterion)
         else:  # under dynamics: cluster the devices whose row came; the others are alone until the next event
             have = sorted(rows)
-            sub = compatibility_clusters(U[np.ix_(have, have)], self.params.alpha) if have else []
+            sub = compatibility_clusters(U[np.ix_(have, have)], p.threshold, criterion=p.criterion) if have else []
             clusters = sorted([[have[i] for i in f] for f in sub] + [[d] for d in range(n) if d not in rows])
         self.matrix = U
         self.found = clusters

@@ -10,8 +10,9 @@ evaluates the predictors of nearby peers". No server anywhere:
    topology (routed, each hop charged) and scores its own and the received
    predictors on its training inputs: its row of the novelty matrix, ``nan``
    for devices out of reach.
-3. Directed compatibility, ``|s_ij - s_ii| <= alpha s_ii`` (the same band as
-   ``p2pfl.clustering.compatible``). Device i sends its verdict on j (8 bytes)
+3. Directed compatibility by ``criterion`` (``p2pfl.clustering.compatible``'s:
+   the band ``|s_ij - s_ii| <= alpha s_ii`` or the one-sided ``s_ij - s_ii <= gap``,
+   both ours). Device i sends its verdict on j (8 bytes)
    to each j in reach, so both ends learn whether the link is *mutually*
    compatible.
 4. Federations: asynchronous min-label propagation over mutually compatible
@@ -63,8 +64,10 @@ import simpy
 from pydantic import Field, model_validator
 
 from p2pfl.clustering import compatibility_clusters
+from p2pfl.clustering.compatibility import compatible_row
 from p2pfl.clustering.novelty import Predictor, RNDProbe
 from p2pfl.protocols.base import Process
+from p2pfl.protocols.server.rnd import CompatibilityParams
 from p2pfl.protocols.serverless.dac import selection_components
 from p2pfl.protocols.serverless.gossip import Gossip, GossipParams
 
@@ -76,8 +79,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["RNDGossip", "RNDGossipParams", "within_hops", "compatible_row", "components_from_labels"]
 
 
-class RNDGossipParams(GossipParams):
-    alpha: float = Field(0.3, ge=0, lt=1, description="compatibility band: |s_ij - s_ii| <= alpha s_ii")
+class RNDGossipParams(CompatibilityParams, GossipParams):
     hops: int = Field(1, ge=1, description="predictors travel to devices within this many hops")
     rnd_epochs: int = Field(10, ge=1)
     rnd_batch_size: int = Field(128, ge=1)
@@ -101,15 +103,6 @@ def within_hops(graph: nx.Graph, node: int, hops: int) -> tuple[int, ...]:
     """Devices at hop distance 1..``hops`` from ``node`` (sorted)."""
     dist = nx.single_source_shortest_path_length(graph, node, cutoff=hops)
     return tuple(sorted(int(v) for v, d in dist.items() if d >= 1))
-
-
-def compatible_row(row: np.ndarray, own: int, alpha: float) -> np.ndarray:
-    """Device ``own``'s verdicts: ``(1 - alpha) s_ii <= s_ij <= (1 + alpha) s_ii``; nan is never compatible."""
-    s_ii = row[own]
-    with np.errstate(invalid="ignore"):
-        ok = ((1.0 - alpha) * s_ii <= row) & (row <= (1.0 + alpha) * s_ii)
-    ok[own] = True
-    return ok
 
 
 def components_from_labels(labels: dict[int, int]) -> list[list[int]]:
@@ -170,7 +163,7 @@ class RNDGossip(Gossip[RNDGossipParams]):
         held = {me: state, **{j: msg.payload["state"] for j, msg in got.items()}}
         row: np.ndarray = yield from self.probe.score(ctx, held, n)
         self.rows[me] = row
-        verdict = compatible_row(row, me, self.params.alpha)
+        verdict = compatible_row(row, me, self.params.threshold, criterion=self.params.criterion)
         for j in reach:
             yield ctx.send(j, "rnd_verdict", {"compatible": bool(verdict[j])}, round=1, routed=True)
         theirs = yield from ctx.collect("rnd_verdict", 1, reach)
@@ -247,7 +240,7 @@ class RNDGossip(Gossip[RNDGossipParams]):
                 if waiting is not None:
                     waiting.succeed()
             # (a predictor sent again means our verdict may have been lost: it is sent again, not rescored)
-            ok = bool(compatible_row(self.rows[me], me, self.params.alpha)[j])
+            ok = bool(compatible_row(self.rows[me], me, self.params.threshold, criterion=self.params.criterion)[j])
             ctx.send(j, "rnd_verdict", {"compatible": ok}, round=1, routed=True)
             self._update_peers(ctx)
             yield from self.offer(ctx, (j,))
@@ -281,7 +274,7 @@ class RNDGossip(Gossip[RNDGossipParams]):
     def _update_peers(self, ctx: DeviceContext) -> None:
         """Peers = mutually compatible devices within live reach now."""
         me = ctx.id
-        ok = compatible_row(self.rows[me], me, self.params.alpha)
+        ok = compatible_row(self.rows[me], me, self.params.threshold, criterion=self.params.criterion)
         theirs = self._theirs[me]
         self.peers[me] = tuple(j for j in ctx.live_within(self.params.hops) if ok[j] and theirs.get(j, False))
 
@@ -329,7 +322,8 @@ class RNDGossip(Gossip[RNDGossipParams]):
             "scored_pairs": int((~np.isnan(self.rows)).sum() - self.run.n_devices),
             "compatible_links": sum(len(p) for p in self.peers.values()) // 2,
             # What the centralized rule would give on the same (partial) matrix, for comparison.
-            "clusters_centralized_rule": compatibility_clusters(self.rows, self.params.alpha),
+            "clusters_centralized_rule": compatibility_clusters(self.rows, self.params.threshold,
+                                                                criterion=self.params.criterion),
         }
 
     def novelty(self) -> Optional[tuple[np.ndarray, str]]:
