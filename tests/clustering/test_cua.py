@@ -38,7 +38,23 @@ def test_cua_does_not_split_off_a_singleton_when_all_updates_are_alike():
     np.fill_diagonal(sim, 1.0)
     assert cua_partition(sim, 2) == [[0, 1], [2, 3]]
     assert partition_score(sim, [[0, 1], [2, 3]]) == pytest.approx(0.05)
-    assert partition_score(sim, [[0, 1, 2], [3]]) == pytest.approx((0.90 + 0.85 + 0.85) / 3 - (0.85 + 0.85 + 0.90) / 3)
+    # Eq. 11's 1/C counts the singleton's empty intra term as 0
+    intra, inter = (0.90 + 0.85 + 0.85) / 3 / 2, (0.85 + 0.85 + 0.90) / 3
+    assert partition_score(sim, [[0, 1, 2], [3]]) == pytest.approx(intra - inter)
+
+
+@pytest.mark.parametrize("pairs", [
+    # S01, S23 (within suites), S02, S03, S12, S13: FedDRMan object+goal, round 1, Omega = temporal, seeds 0-2
+    (0.692, 0.495, 0.517, 0.304, 0.581, 0.282),
+    (0.605, 0.541, 0.473, 0.483, 0.645, 0.614),
+    (0.635, 0.476, 0.556, 0.407, 0.621, 0.486),
+])
+def test_cua_separates_the_suites_on_measured_round_one_updates(pairs):
+    """The similarities CUA saw in round 1 of object+goal (2 clients per suite): the old reading (intra mean
+    over non-singleton groups only) chose a 3-1 split in every seed and kept it; Eq. 11's 1/C picks the suites."""
+    s01, s23, s02, s03, s12, s13 = pairs
+    sim = np.array([[1, s01, s02, s03], [s01, 1, s12, s13], [s02, s12, 1, s23], [s03, s13, s23, 1]])
+    assert cua_partition(sim, 2) == [[0, 1], [2, 3]]
 
 
 def test_cua_local_search_beyond_exhaustive_range_finds_planted_partition():

@@ -38,8 +38,26 @@ def test_subspace_loss_matches_eq6_directly():
     ug = torch.linalg.svd(fg, full_matrices=False)[0][:, :r]
     uk = torch.linalg.svd(fk, full_matrices=False)[0][:, :r]
     pg, pk = ug @ ug.T, uk @ uk.T
-    want = (torch.linalg.norm(pg @ fg - pk @ fk) ** 2 + torch.linalg.norm(pg @ fk - pk @ fg) ** 2) / fg.shape[1]
+    want = torch.linalg.norm(pg @ fg - pk @ fk) ** 2 + torch.linalg.norm(pg @ fk - pk @ fg) ** 2
     assert float(subspace_distillation(fg, fk, rank=r)) == pytest.approx(float(want), rel=1e-10)
+
+
+def test_subspace_loss_has_eq6_scale_a_sum_over_the_n_columns_not_a_mean():
+    """Eq. 6 has no 1/N: on a hand-worked d=2, N=2, r=1 case the loss is the plain sum of squares, N times
+    the per-column mean our first form returned."""
+    fg = torch.tensor([[2.0, 0.0], [0.0, 1.0]], dtype=torch.float64)  # top left singular vector e1: P_g = diag(1, 0)
+    fk = torch.tensor([[0.0, 1.0], [3.0, 0.0]], dtype=torch.float64)  # top left singular vector e2: P_k = diag(0, 1)
+    # P_g F_g = [[2, 0], [0, 0]], P_k F_k = [[0, 0], [3, 0]]: ||.||^2 = 4 + 9 = 13
+    # P_g F_k = [[0, 1], [0, 0]], P_k F_g = [[0, 0], [0, 1]]: ||.||^2 = 1 + 1 = 2
+    loss = float(subspace_distillation(fg, fk, rank=1))
+    assert loss == pytest.approx(15.0, rel=1e-12)
+    assert loss == pytest.approx(fg.shape[1] * 15.0 / 2, rel=1e-12)  # N = 2 times the old per-column value
+    fg, fk = _feats(2, d=64, n=32), _feats(3, d=64, n=32)  # the policy's shape: 64-d features, batch 32
+    ug = torch.linalg.svd(fg, full_matrices=False)[0][:, :16]
+    uk = torch.linalg.svd(fk, full_matrices=False)[0][:, :16]
+    pg, pk = ug @ ug.T, uk @ uk.T
+    old = (((pg @ fg - pk @ fk) ** 2).sum() + ((pg @ fk - pk @ fg) ** 2).sum()) / 32
+    assert float(subspace_distillation(fg, fk, rank=16)) == pytest.approx(32 * float(old), rel=1e-10)
 
 
 def test_projector_is_a_rank_r_orthogonal_projector_and_noise_is_seeded():
