@@ -81,6 +81,11 @@ class Federation:
         shard = self.shards[device]
         return TestSetEvaluation(shard.test_x, shard.test_y, "rmse" if self.metric == "rmse" else "accuracy")
 
+    def score_fields(self, curve: list[dict[str, Any]]) -> dict[str, Any]:
+        """Summary fields of the federation's own, read from the score curve (``<metric>_curve``: the mean
+        device score per evaluated round); placed beside ``<metric>_mean``. None here."""
+        return {}
+
     @property
     def n_clusters(self) -> int:
         return len(set(self.true_clusters))

@@ -11,6 +11,7 @@ The ``energy`` block is the devices' energy account (``p2pfl.metrics.energy``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Optional
 
 import numpy as np
@@ -82,17 +83,21 @@ def round_latency(rec: Recorder) -> dict[str, Any]:
 
 def build_summary(rec: Recorder, *, metric: str, n_devices: int, server_ids: tuple[int, ...],
                   server_names: tuple[str, ...], head: dict[str, Any], sim_time_s: float,
-                  tail: dict[str, Any], energy: EnergyModel) -> dict[str, Any]:
-    """summary.json content: ``head`` (scenario, protocol, seed, ...), counts, scores, the devices'
-    energy (``energy``: their constants), then ``tail``."""
+                  tail: dict[str, Any], energy: EnergyModel,
+                  score_fields: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """summary.json content: ``head`` (scenario, protocol, seed, ...), counts, scores (and after them what
+    ``score_fields`` reads from the score curve: the federation's own), the devices' energy (``energy``: their
+    constants), then ``tail``."""
     n = n_devices
     values = [rec.scores.get(i) for i in range(n)]
+    curve = score_curve(rec.evaluations, metric, rec.traffic_at_round, n)
     out: dict[str, Any] = {
         **head,
         "n_devices": n,
         "n_servers": len(server_ids),
         "sim_time_s": sim_time_s,
         **scores(metric, values, tuple(sorted(d for d in rec.diverged if d < n))),
+        **(score_fields(curve) if score_fields is not None else {}),
         "bytes_total": sum(rec.bytes_sent),
         "messages_total": sum(rec.messages_sent),
         "messages_dropped": rec.messages_dropped,
@@ -111,7 +116,7 @@ def build_summary(rec: Recorder, *, metric: str, n_devices: int, server_ids: tup
         "compute_flops_per_node": rec.compute_flops[:n],
         "energy": energy_summary(energy, bytes_sent=rec.bytes_sent[:n], bytes_received=rec.bytes_received[:n],
                                  bytes_relayed=rec.bytes_relayed[:n], flops=rec.compute_flops[:n]),
-        f"{metric}_curve": score_curve(rec.evaluations, metric, rec.traffic_at_round, n),
+        f"{metric}_curve": curve,
         "round_latency_s": round_latency(rec),
         "logs": {k: [{kk: vv for kk, vv in e.items() if kk != "node"} for e in v] for k, v in sorted(rec.logs.items())},
     }

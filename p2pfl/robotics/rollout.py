@@ -3,7 +3,8 @@ environment reports it, progress: the closest the gripper came to the task's obj
 
 The initial poses of evaluation episodes come from seeds disjoint from the demonstrations', the
 same for every method, so success rates are comparable. The policy acts by the mean of its most
-likely mixture mode (LIBERO's low-noise evaluation).
+likely mixture mode (LIBERO's low-noise evaluation); with ``binarize`` its gripper command (the last
+action dimension) is sent as +1 or -1 (``binarize_gripper``), as LIBERO's policies act.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from torch import nn
 
 from p2pfl.robotics.policy import ObsLayout, pack_samples
 
-__all__ = ["RolloutResult", "rollout_tasks", "run_rollouts", "EVAL_SEED_OFFSET"]
+__all__ = ["RolloutResult", "rollout_tasks", "run_rollouts", "binarize_gripper", "EVAL_SEED_OFFSET"]
 
 EVAL_SEED_OFFSET = 10_000_019  # evaluation layouts never coincide with demonstration layouts
 
@@ -43,11 +44,20 @@ class RolloutResult:
         return float(np.mean(list(self.per_task.values()))) if self.per_task else 0.0
 
 
+def binarize_gripper(actions: np.ndarray) -> np.ndarray:
+    """A copy of ``actions`` (..., A) whose last dimension, the gripper, is +1 where it is > 0 and -1 elsewhere
+    (LIBERO's demos and policies: -1 opens, +1 closes); the other dimensions unchanged."""
+    out = np.array(actions, copy=True)
+    out[..., -1] = np.where(out[..., -1] > 0, 1.0, -1.0)
+    return out
+
+
 @torch.no_grad()
 def rollout_tasks(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], episodes: int, horizon: int, *,
-                  seed: int = 0, make_env: Callable | None = None) -> RolloutResult:
+                  seed: int = 0, make_env: Callable | None = None, binarize: bool = False) -> RolloutResult:
     """Run ``episodes`` episodes of every task: all episodes of a task step together (the policy batched over
-    them), or, when ``make_env.one_env_per_task`` (LIBERO), one after another in one environment."""
+    them), or, when ``make_env.one_env_per_task`` (LIBERO), one after another in one environment. ``binarize``:
+    the gripper command goes out as +1 or -1 (``binarize_gripper``)."""
     if make_env is None:
         from p2pfl.robotics.env import RobotEnv
         from p2pfl.robotics.suites import get_task
@@ -62,11 +72,12 @@ def rollout_tasks(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], epi
             if getattr(make_env, "one_env_per_task", False):  # heavy envs (LIBERO): one, reused, closed
                 env: Any = make_env(tid)
                 try:
-                    ep = np.concatenate([_episodes(model, layout, [env], [s], horizon, out) for s in seeds], axis=1)
+                    ep = np.concatenate([_episodes(model, layout, [env], [s], horizon, out, binarize) for s in seeds],
+                                        axis=1)
                 finally:
                     env.close()
             else:  # all episodes of the task step together, the policy batched over them
-                ep = _episodes(model, layout, [make_env(tid) for _ in range(episodes)], seeds, horizon, out)
+                ep = _episodes(model, layout, [make_env(tid) for _ in range(episodes)], seeds, horizon, out, binarize)
             success, reach, grasp = ep
             out.per_task[tid] = float(success.mean())
             if not np.isnan(reach).any():
@@ -78,7 +89,7 @@ def rollout_tasks(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], epi
 
 
 def _episodes(model: nn.Module, layout: ObsLayout, envs: Sequence, seeds: Sequence[int], horizon: int,
-              out: RolloutResult) -> np.ndarray:
+              out: RolloutResult, binarize: bool = False) -> np.ndarray:
     """One episode in each env (env k reset with ``seeds[k]``), stepped together. Rows per episode: success,
     the closest reach (NaN where the env reports none), whether the object was held at some step."""
     obs = [e.reset(s) for e, s in zip(envs, seeds)]
@@ -94,6 +105,8 @@ def _episodes(model: nn.Module, layout: ObsLayout, envs: Sequence, seeds: Sequen
             break
         x = np.stack([_pack_last(layout, hist[k], instr) for k in live])
         act = model(torch.from_numpy(x)).numpy()
+        if binarize:
+            act = binarize_gripper(act)
         for a, k in zip(act, live):
             o, info = envs[int(k)].step(a)
             out.steps += 1
@@ -107,9 +120,9 @@ def _episodes(model: nn.Module, layout: ObsLayout, envs: Sequence, seeds: Sequen
 
 
 def run_rollouts(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], episodes: int, horizon: int,
-                 seed: int, make_env: Callable | None) -> RolloutResult:
+                 seed: int, make_env: Callable | None, binarize: bool = False) -> RolloutResult:
     """``rollout_tasks`` with positional arguments: an executor job (``CallJob``), in a worker or here."""
-    return rollout_tasks(model, layout, tasks, episodes, horizon, seed=seed, make_env=make_env)
+    return rollout_tasks(model, layout, tasks, episodes, horizon, seed=seed, make_env=make_env, binarize=binarize)
 
 
 def _pack_last(layout: ObsLayout, frames: list[dict], instruction: str) -> np.ndarray:

@@ -49,7 +49,14 @@ class RobotSuitesPartition(PluginPartition):
     alpha: float = Field(0.5, gt=0)
     demos_per_task: int = Field(150, ge=2, description="20 are too few to localise objects on unseen layouts")
     history: int = Field(1, ge=1, le=8, description="observation steps per sample; 1 by default: with 2, the proprio history reveals the last action and BC learns to copy it (the copycat problem: spatial 10% with 2 steps, 57.5% with 1, same training)")
-    eval_episodes: int = Field(10, ge=1)
+    eval_episodes: int = Field(10, ge=1, description="rollouts per task at every evaluation (the paper: 10 for "
+                                                    "checkpoint selection, 20 for the final number)")
+    best_of_last: int = Field(1, ge=1, description="summary's success_best_of_last_k: the best mean success of the "
+                                                   "last k evaluations (the paper's best of 10 checkpoints), beside "
+                                                   "success_last_round")
+    binarize_gripper: bool | None = Field(None, description="the policy's gripper command (last action dim) set to "
+                                                           "+1 if > 0 else -1 at rollout, as LIBERO's policies act; "
+                                                           "default: on for source libero, off for generated")
     horizon: int = Field(80, ge=1, description="control steps per episode (generated suites, and suites not in horizons)")
     horizons: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict,
                                      description="control steps per episode by suite; source libero fills in "
@@ -80,6 +87,8 @@ class RobotSuitesPartition(PluginPartition):
             raise ValueError("wrist: true needs source: libero (the generated suites render the agent view only)")
         if self.source == "libero":
             object.__setattr__(self, "horizons", {s: self.horizons.get(s, LIBERO_HORIZONS[s]) for s in self.suites})
+        if self.binarize_gripper is None:
+            object.__setattr__(self, "binarize_gripper", self.source == "libero")
         return self
 
     @property

@@ -452,7 +452,8 @@ class Simulation:
                              j_per_flop=tuple(p.j_per_flop for p in self.profiles))
         return build_summary(self.recorder, metric=self.metric, n_devices=self.n_devices, server_ids=self.server_ids,
                              server_names=tuple(s.name for s in self.topology.servers), head=head,
-                             sim_time_s=self.env.now, tail=tail, energy=energy)
+                             sim_time_s=self.env.now, tail=tail, energy=energy,
+                             score_fields=self.federation.score_fields)
 
     def dynamics_summary(self) -> dict[str, Any]:
         """``dynamics``: per-device availability (share of the run online), offline periods, link

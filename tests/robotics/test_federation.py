@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -126,6 +127,7 @@ def test_protocols_run_from_yaml_with_rollouts_as_events(tmp_path, protocol):
     assert all(set(e["per_task"]) and 0 <= e["value"] <= 1 for e in rollouts)
     assert not any("reach" in e or "grasp" in e for e in rollouts)  # our suites' envs report no progress
     assert s["metric"] == "success" and "accuracy_per_node" not in s  # scores named by the metric
+    assert s["success_last_round"] == s["success_curve"][-1]["success_mean"] == s["success_best_of_last_k"]  # k = 1
     assert len(s["success_per_node"]) == 4 and all(a is not None for a in s["success_per_node"])
     assert s["partition"]["suite_per_device"] == ["object", "object", "goal", "goal"]
     assert s["compute_flops_total"] > 0
@@ -185,6 +187,66 @@ def test_proprio_is_standardised_so_open_and_closed_grippers_differ():
     assert torch.allclose(out.mean(0), torch.zeros(2), atol=1e-3) and torch.allclose(out.std(0, unbiased=False), torch.ones(2), atol=1e-2)
     assert (out[0] - out[-1]).abs().min() > 1.5  # raw inputs differ by 0.025; standardised by about 2
     assert all(torch.is_floating_point(v) for v in norm.state_dict().values())  # aggregators average every buffer
+
+
+def test_binarize_gripper_sends_plus_or_minus_one_and_leaves_the_other_dims():
+    from p2pfl.robotics.rollout import binarize_gripper
+
+    a = np.array([[0.1, -0.5, 0.7, 0.3], [0.4, 0.2, -0.9, -0.2], [0.0, 0.0, 0.0, 0.0]], dtype=np.float32)
+    out = binarize_gripper(a)
+    assert out[:, -1].tolist() == [1.0, -1.0, -1.0] and np.array_equal(out[:, :-1], a[:, :-1])
+    assert a[0, -1] == np.float32(0.3)  # a copy
+
+
+class _StubEnv:
+    """Records the actions a rollout sends; never succeeds."""
+
+    task = type("T", (), {"instruction": "go"})()
+
+    def __init__(self, sent: list) -> None:
+        self.sent = sent
+
+    def _obs(self) -> dict:
+        return {"agentview_rgb": np.zeros((32, 32, 3), np.uint8), "joint_states": np.zeros(3, np.float32),
+                "gripper_states": np.zeros(2, np.float32)}
+
+    def reset(self, seed: int) -> dict:
+        return self._obs()
+
+    def step(self, a):
+        self.sent.append(np.array(a))
+        return self._obs(), type("I", (), {"success": False})()
+
+
+@pytest.mark.parametrize("binarize", [False, True])
+def test_rollouts_binarize_the_policys_gripper_command_when_asked(binarize):
+    from p2pfl.robotics.rollout import rollout_tasks
+
+    class Fixed(torch.nn.Module):  # a policy whose gripper commands are 0.3 and -0.2
+        def forward(self, x):
+            return torch.tensor([[0.5, -0.1, 0.2, 0.3], [0.6, 0.0, -0.4, -0.2]])[: x.shape[0]]
+
+    sent: list = []
+    rollout_tasks(Fixed(), ObsLayout(history=1), ["t"], episodes=2, horizon=1, make_env=lambda tid: _StubEnv(sent),
+                  binarize=binarize)
+    assert [float(a[-1]) for a in sent] == pytest.approx([1.0, -1.0] if binarize else [0.3, -0.2])
+    assert np.allclose(np.stack(sent)[:, :3], [[0.5, -0.1, 0.2], [0.6, 0.0, -0.4]])  # the other dims as the policy said
+
+
+def test_summary_scores_the_last_round_and_the_best_of_the_last_k_side_by_side():
+    from p2pfl.robotics.federation import RobotFederation
+
+    fed = RobotFederation(dataset="robotics", shards=(), num_classes=0, input_shape=(1,), true_clusters=(),
+                          best_of_last=3)
+    points = ((5, 0.9), (10, 0.4), (15, 0.6), (20, 0.6), (25, 0.5))
+    curve = [{"round": r, "t": 0.0, "success_mean": v} for r, v in points]
+    # round 5's 0.9 is not among the last 3 evaluations; of the tied 0.6s the latest round is named
+    assert fed.score_fields(curve) == {"success_last_round": 0.5, "success_best_of_last_k": 0.6,
+                                       "success_best_round": 20, "best_of_last_k": 3}
+    curve[-1]["success_mean"] = None  # a diverged evaluation is left out
+    assert fed.score_fields(curve)["success_last_round"] == 0.6
+    assert RobotFederation(dataset="robotics", shards=(), num_classes=0, input_shape=(1,),
+                           true_clusters=()).score_fields([]) == {}
 
 
 def test_robot_partition_defaults_to_one_step_history():

@@ -54,6 +54,13 @@ def test_libero_suites_get_liberos_horizons_unless_given(tmp_path):
     assert load_dict(generated).data.partition.horizons == {}  # generated suites keep `horizon`
 
 
+def test_the_gripper_is_binarized_by_default_on_libero_only(tmp_path):
+    assert load_dict(_scenario(tmp_path, {})).data.partition.binarize_gripper is True
+    assert load_dict(_scenario(tmp_path, {"binarize_gripper": False})).data.partition.binarize_gripper is False
+    generated = _scenario(tmp_path, {"source": "generated", "suites": ["object"], "libero_tasks": {}})
+    assert load_dict(generated).data.partition.binarize_gripper is False
+
+
 @needs_libero
 def test_task_names_come_from_the_benchmark():
     names = libero_task_names(SUITE)
