@@ -36,10 +36,10 @@ PAPER_II: dict[str, dict[str, tuple[float, ...]]] = {"object+goal": {"fedavg": (
                                     "feddrman": (75.0, 35.0, 45.0)}}
 PAPER_III: dict[str, tuple[float, float]] = {"BC+CUA": (70.0, 60.0), "BC+act+CUA": (35.0, 55.0), "BC+sub+CUA": (60.0, 50.0),
              "BC+sub+act+CUA": (80.0, 60.0), "full": (85.0, 70.0), "full-CUA": (0.0, 0.0)}
-FEDVLA = ("FedVLA (the paper's sixth baseline) is not run: its own paper (Miao et al., ICCV 2025) is not among "
-          "our sources, and the FedDRMan paper gives it one sentence (a dual-gating mixture-of-experts trunk and "
-          "expert-driven aggregation) without the gating rule, the number of experts or the aggregation weights, "
-          "so anything we built would be our design under its name.")
+FEDVLA = ("FedVLA (the paper's sixth baseline) is not run, not sourced here: its own paper (Miao et al., ICCV 2025) is "
+          "public but not among our sources, and the FedDRMan paper gives it one sentence (a dual-gating mixture-of-"
+          "experts trunk and expert-driven aggregation) without the gating rule, the number of experts or the "
+          "aggregation weights, so anything we built from it alone would be our design under its name.")
 FEDKD = ("FedKD's bytes differ from the paper's row, which lists FedAvg's payload (21.53 MB): ours sends only "
          "the SVD-compressed mentee in both directions (FedKD's design: the mentor never leaves the client); the "
          "paper does not say what its adaptation sends.")
@@ -143,7 +143,7 @@ def claims(groups: Groups) -> list[tuple[str, str, str, str]]:
         diffs = paired(by_seed(groups, "II", "fedavg", [p]), by_seed(groups, "II", "local", [p]))
         verdicts.append(below(diffs))
         ours.append(f"{p} {fmt_diff(diffs, scale=1.0)}")
-    rows.append(("Table II: FedAvg falls below Local cross-suite", "9.3 vs 32.7 (mean); 3 of 4 settings",
+    rows.append(("Table II: FedAvg falls below Local cross-suite", "9.3 vs 32.7 (mean); 4 of 4 settings",
                  "; ".join(ours), combine(verdicts)))
     beats("III", "full", "full-CUA", ["object+goal"], "Table III: removing CUA loses most of FedDRMan's success",
           "85/70 -> 0/0")
@@ -221,7 +221,7 @@ def tables(groups: Groups) -> list[str]:
                *markdown_table(rows, ["method", *SUITES, "mean over suites", "paper mean"])]
     t2 = {k: v for k, v in groups.items() if k[0] == "II"}
     if t2:
-        order = ["local", "fedavg", "fedprox", "fedkd", "feddrman", "feddrman_text"]
+        order = ["local", "fedavg", "fedprox", "fedkd", "feddrman", "feddrman_agent", "feddrman_text"]
         settings = list(dict.fromkeys(k[2] for k in t2))
         key = lambda k: (settings.index(k[2]), order.index(k[1]) if k[1] in order else len(order))
         rows = [[setting, lab, ", ".join(f"{s} {c}" for s, c in zip(g[0]["suites"], _cells(g, g[0]["suites"]))),

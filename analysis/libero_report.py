@@ -22,8 +22,9 @@ from p2pfl.metrics.runs import load_log, load_runs
 from p2pfl.metrics.tables import markdown_table, report_main
 
 STUDY = "libero_object"
-ORDER = ("centralized", "local", "fedavg", "feddrman")
-LABELS = {"centralized": "Centralized BC", "local": "Local BC", "fedavg": "FedAvg", "feddrman": "FedDRMan"}
+ORDER = ("centralized", "local", "fedavg", "feddrman", "fedavg_srb", "feddrman_no_sub", "feddrman_no_act")
+LABELS = {"centralized": "Centralized BC", "local": "Local BC", "fedavg": "FedAvg", "feddrman": "FedDRMan",
+          "fedavg_srb": "FedAvg + SRB", "feddrman_no_sub": "FedDRMan no L_sub", "feddrman_no_act": "FedDRMan no L_act"}
 #: The paper's LIBERO-Object column of Table I (SR %, all 10 tasks, 50 rounds, 3 seeds).
 PAPER_OBJECT = {"centralized": 56.0, "local": 27.2, "fedavg": 75.2, "feddrman": 88.0}
 COMMAND = ("python -m p2pfl.robotics.libero_demos --suite libero_object --tasks 0,3,6 --demos 30 --noise 0.2 "
@@ -129,7 +130,7 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
         per_msg = sum(r["bytes"] / r["messages"] for r in rs if r["messages"]) / len(rs) / 1e6
         cells.append(f"{mb:.1f} ({per_msg:.2f})" if per_msg else "0 (-)")
         cells.append(f"{sum(r['wall_s'] for r in rs) / len(rs) / 60:.1f}")
-        cells.append(f"{PAPER_OBJECT[label]:.1f}")
+        cells.append(f"{PAPER_OBJECT[label]:.1f}" if label in PAPER_OBJECT else "-")
         rows_out.append(cells)
     return markdown_table(rows_out, head)
 
@@ -199,8 +200,8 @@ def write(dirs: list[Path], md: Path) -> None:
         + "a policy of "
         f"{policy_params(b['history'], b['wrist']) / 1e6:.2f} M parameters on 32 px "
         f"{'agent-view and wrist' if b['wrist'] else 'agent-view (no wrist camera)'} images (the paper's 5.38 M, both cameras), "
-        "one evaluation round (no 'best round' column: the round shown is the one evaluated), "
-        "FedProx, FedKD and FedVLA not run (the generated-suite study covers FedProx and FedKD).", "",
+        "the last evaluated round shown (no 'best round' column), FedProx, FedKD and FedVLA not run (the "
+        "generated-suite study covers FedProx and FedKD; FedVLA is not sourced here).", "",
         *table(rows), "",
         *(["Closest reach: per episode, the smallest distance between the end effector and the task's object, "
            "averaged over episodes, tasks and devices. Grasped: the share of episodes in which both fingers held "
