@@ -4,11 +4,12 @@
 
 Needs the ``libero`` extra (``pip install -e '.[libero]'``). One torch thread, one process.
 Prints one table: building an env, resetting it, one control step (25 physics steps and one 128 px
-agent-view render; with the wrist camera too, two renders; the policy's forward timed apart), and the process's resident memory after each
-of ``--episodes`` short episodes in one reused environment (the adapter's way), beside the old way
-(a new environment per episode, never closed) for 3 episodes. The last line gives the control step
-as FLOPs at this core's measured rate for the policy's forward: the figures the cost model charges
-for a LIBERO step (``p2pfl.robotics.federation.LIBERO_STEP_FLOPS``, ``LIBERO_WRIST_STEP_FLOPS``).
+agent-view render; with the wrist camera too, two renders; the policy's forward timed apart), and the
+process's resident memory after each of ``--episodes`` short episodes in one reused environment (the
+adapter's way), beside the old way (a new environment per episode, never closed) for 3 episodes. The last
+line gives the control step as FLOPs at this core's measured rate for the policy's forward: the figures the
+cost model charges for a LIBERO step (``p2pfl.robotics.federation.LIBERO_STEP_FLOPS``,
+``LIBERO_WRIST_STEP_FLOPS``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=10, help="control steps per episode")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
+    from p2pfl.metrics.tables import markdown_table
     from p2pfl.robotics.gl import require_gl
     from p2pfl.robotics.libero import LiberoEnv, libero_available, libero_task_names
     from p2pfl.robotics.policy import ObsLayout, ResNetTPolicy
@@ -111,11 +113,10 @@ def main(argv: list[str] | None = None) -> int:
             e.step(np.zeros(7))
         kept.append(e)
         old.append(rss_mib())
-    rows.append(("RSS after episodes 1, 2, 3 with a new env each, not closed (MiB)", ", ".join(f"{m:.0f}" for m in old)))
+    rows.append(("RSS after episodes 1, 2, 3 with a new env each, not closed (MiB)",
+                 ", ".join(f"{m:.0f}" for m in old)))
     print(f"LIBERO {a.suite}/{task}; torch {torch.__version__}, 1 thread\n")
-    print("| measure | value |\n|---|---:|")
-    for k, v in rows:
-        print(f"| {k} | {v} |")
+    print("\n".join(markdown_table(rows, ["measure", "value"], align="lr")))
     print(f"\nLIBERO_STEP_FLOPS = control step x this core's rate = {step_s * rate:,.0f}")
     print(f"LIBERO_WRIST_STEP_FLOPS = control step with the wrist camera x this core's rate = {wrist_s * rate:,.0f}")
     return 0

@@ -80,6 +80,7 @@ def load(dirs: list[Path]) -> pd.DataFrame:
 
 
 def _ci(values: list[float]) -> str:
+    """'mean ± half-width' of the 95% interval ('–' without values: ARI of a protocol that has none)."""
     mean, _, lo, hi = ci95(values)
     if math.isnan(mean):
         return "–"
@@ -97,7 +98,8 @@ def _cell(runs: pd.DataFrame, protocol: str, setting: str) -> pd.DataFrame:
     """The runs of one protocol and setting, by seed; ``static_*``: the static run of the same seed (NaN: none)."""
     cell = runs[(runs["protocol"] == protocol) & (runs["setting"] == setting)].sort_values("seed", kind="stable")
     static = runs[(runs["protocol"] == protocol) & (runs["setting"] == "static")].set_index("seed")
-    return cell.assign(static_accuracy=cell["seed"].map(static["accuracy"]), static_bytes=cell["seed"].map(static["bytes"]))
+    return cell.assign(static_accuracy=cell["seed"].map(static["accuracy"]),
+                       static_bytes=cell["seed"].map(static["bytes"]))
 
 
 def table(runs: pd.DataFrame) -> list[str]:
@@ -114,13 +116,13 @@ def table(runs: pd.DataFrame) -> list[str]:
             static_mb = paired["static_bytes"].astype("int64").to_numpy()
             dbytes = f"{mb / (np.mean(static_mb) / 1e6) - 1:+.0%}" if len(static_mb) and st != "static" else "–"
             drops = " / ".join(f"{np.mean(cell[f'dropped.{k}'].to_numpy()):.0f}" for k in REASONS)
-            aris = cell["ari"].dropna().tolist()
             rows.append([p, st, len(cell), _ci(cell["accuracy"].tolist()), _ci(diffs) if st != "static" else "–",
                          _ci(cell["worst"].tolist()), f"{mb:.1f}", dbytes, drops,
                          f"{np.mean(cell['availability'].to_numpy()):.2f}", f"{np.mean(cell['degree'].to_numpy()):.1f}",
-                         _ci(aris) if aris else "–", f"{np.mean(cell['sim_time_s'].to_numpy()):.1f}"])
+                         _ci(cell["ari"].dropna().tolist()), f"{np.mean(cell['sim_time_s'].to_numpy()):.1f}"])
     return markdown_table(rows, ["protocol", "setting", "runs", "accuracy (95% CI)", "Δ accuracy vs static (paired)",
-                                 "worst device", "MB sent", "Δ bytes", "dropped: offline / link_down / partition / loss",
+                                 "worst device", "MB sent", "Δ bytes",
+                                 "dropped: offline / link_down / partition / loss",
                                  "availability", "mean degree", "ARI", "sim time s"])
 
 
@@ -154,7 +156,8 @@ def churn_figure(runs: pd.DataFrame, out: Path) -> Path:
 def frames_figure(runs: pd.DataFrame, out: Path) -> Path | None:
     """rnd_gossip's moving neighbourhood at three moments, devices coloured by federation."""
     drawn = runs[(runs["protocol"] == "rnd_gossip") & runs["setting"].str.startswith("mobility")
-                 & runs["federation_labels_log"].map(bool) & runs["path"].map(lambda p: (Path(p) / "positions.npz").is_file())]
+                 & runs["federation_labels_log"].map(bool)
+                 & runs["path"].map(lambda p: (Path(p) / "positions.npz").is_file())]
     if drawn.empty:
         return None
     speed = drawn["setting"].str.split().str[1].astype(float)

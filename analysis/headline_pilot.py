@@ -5,10 +5,10 @@ and the round budget and samples per device the headline studies take from them.
         --archive analysis/cells/headline_pilot
     python analysis/headline_pilot.py analysis/cells/headline_pilot   # -> analysis/results/headline_pilot.md + PNG
 
-Reads run directories (``cell.json``, ``summary.json``). Per (heterogeneity, samples per device, reference)
-over seeds: the mean-device-accuracy curve (every evaluated round), the final mean accuracy and the p10
-device accuracy (the device at the 10th percentile). Headroom is Oracle minus Local at the last round,
-paired by seed. The choices, by the rules the study header states:
+Reads the runs through the results API (``load_runs``, ``load_nodes``, ``load_curves``). Per (heterogeneity,
+samples per device, reference) over seeds: the mean-device-accuracy curve (every evaluated round), the final mean
+accuracy and the p10 device accuracy (the device at the 10th percentile). Headroom is Oracle minus Local at the
+last round, paired by seed. The choices, by the rules the study header states:
 
 - samples per device: the largest size at which Oracle - Local >= ``HEADROOM`` in every heterogeneity but
   the control (``CONTROL``); when none reaches it, the size with the largest smallest headroom, said so;
@@ -19,9 +19,6 @@ paired by seed. The choices, by the rules the study header states:
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,13 +27,10 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from p2pfl.metrics.claims import device_percentile, fmt_ci, fmt_diff, mean_curve, paired
+from p2pfl.metrics.runs import load_curves, load_nodes, load_runs
+from p2pfl.metrics.tables import markdown_table, report_main
 
-from p2pfl.metrics.claims import fmt_ci, fmt_diff, paired  # noqa: E402
-from p2pfl.metrics.runs import find_runs  # noqa: E402
-
-OUT = ROOT / "analysis" / "results"
 COMMAND = ("p2pfl sweep scenarios/studies/headline_pilot.yaml --jobs 2 --out runs/headline_pilot "
            "--archive analysis/cells/headline_pilot\npython analysis/headline_pilot.py analysis/cells/headline_pilot")
 REFERENCES = ("centralized", "oracle", "fedavg", "local")
@@ -45,33 +39,29 @@ HEADROOM = 0.10  # Oracle - Local a heterogeneity must leave, in accuracy (issue
 PLATEAU_TOL = 0.01  # within 1 point of the plateau
 PLATEAU_LAST = 3  # evaluations averaged for the plateau
 
-Curve = list[tuple[int, float]]
+Row = dict[str, Any]
+Curve = Sequence[tuple[float, ...]]  # (round, mean device accuracy) per evaluation
 
 
-def p10(values: Sequence[float]) -> float:
-    """The 10th-percentile device accuracy (linear interpolation)."""
-    return float(np.percentile(np.asarray(values, dtype=float), 10))
+def load(dirs: list[Path]) -> list[Row]:
+    """One row per run: heterogeneity, samples, reference, seed, final accuracy, p10 device, wall seconds, curve."""
+    runs = load_runs(*dirs)
+    p10 = {path: device_percentile(v.tolist()) for path, v in load_nodes(*dirs).groupby("path", sort=False)["value"]}
+    curves = {path: [(int(r), float(a)) for r, a in zip(c["round"], c["value"])]
+              for path, c in load_curves(*dirs).groupby("path", sort=False)}
+    return [{"het": r["scenario.data.partition.kind"], "samples": int(r["grid.data.samples_per_client"]),
+             "ref": r["variant"], "seed": int(r["seed"]), "acc": float(r["accuracy_mean"]), "p10": p10[r["path"]],
+             "wall_s": float(r["timing.wall_s"]), "curve": curves[r["path"]]} for r in runs.to_dict("records")]
 
 
-def load(root: Path) -> list[dict[str, Any]]:
-    """One row per run: heterogeneity, samples, reference, seed, final accuracy, p10, curve."""
-    rows = []
-    for run in find_runs(root):
-        cell = json.loads((run / "cell.json").read_text())
-        s = json.loads((run / "summary.json").read_text())
-        timing = json.loads((run / "timing.json").read_text())
-        grid = cell["grid"]
-        rows.append({"het": grid["data.partition"]["kind"], "samples": int(grid["data.samples_per_client"]),
-                     "ref": cell["variant"], "seed": int(cell["seed"]), "acc": float(s["accuracy_mean"]),
-                     "p10": p10(s["accuracy_per_node"]), "wall_s": float(timing["wall_s"]),
-                     "curve": [(int(p["round"]), float(p["accuracy_mean"])) for p in s["accuracy_curve"]]})
-    return rows
+def runs_of(rows: list[Row], het: str, samples: int, ref: str) -> list[Row]:
+    """The runs (one per seed) of a reference at one heterogeneity and training-set size."""
+    return [r for r in rows if (r["het"], r["samples"], r["ref"]) == (het, samples, ref)]
 
 
-def mean_curve(curves: list[Curve]) -> Curve:
-    """The seeds' mean at every round all of them evaluated."""
-    common = sorted(set.intersection(*(set(r for r, _ in c) for c in curves))) if curves else []
-    return [(r, float(np.mean([dict(c)[r] for c in curves]))) for r in common]
+def seeds_curve(rows: list[Row], het: str, samples: int, ref: str) -> Curve:
+    """The reference's mean curve over its seeds, at every round all of them evaluated."""
+    return mean_curve([r["curve"] for r in runs_of(rows, het, samples, ref)])
 
 
 def plateau_round(curve: Curve, tol: float = PLATEAU_TOL, last: int = PLATEAU_LAST) -> int:
@@ -82,15 +72,13 @@ def plateau_round(curve: Curve, tol: float = PLATEAU_TOL, last: int = PLATEAU_LA
     return next(r for r, a in curve if a >= plateau - tol)
 
 
-def headroom(rows: list[dict[str, Any]], het: str, samples: int) -> list[float]:
+def headroom(rows: list[Row], het: str, samples: int) -> list[float]:
     """Oracle - Local at the last round, paired by seed."""
-    def by_seed(ref: str) -> dict[int, float]:
-        return {r["seed"]: r["acc"] for r in rows if (r["het"], r["samples"], r["ref"]) == (het, samples, ref)}
-
-    return paired(by_seed("oracle"), by_seed("local"))
+    oracle, local = ({r["seed"]: r["acc"] for r in runs_of(rows, het, samples, ref)} for ref in ("oracle", "local"))
+    return paired(oracle, local)
 
 
-def choose(rows: list[dict[str, Any]]) -> tuple[int, int, str]:
+def choose(rows: list[Row]) -> tuple[int, int, str]:
     """(samples per device, round budget R, the reason in words), by the rules in the module docstring."""
     hets = sorted({r["het"] for r in rows} - {CONTROL})
     sizes = sorted({r["samples"] for r in rows})
@@ -106,47 +94,36 @@ def choose(rows: list[dict[str, Any]]) -> tuple[int, int, str]:
         samples = max(sizes, key=lambda s: smallest[s])
         why = (f"no size reaches {100 * HEADROOM:.0f} points of headroom in every heterogeneity; this one has the "
                f"largest smallest headroom ({100 * smallest[samples]:.1f} points)")
-    rounds = {h: plateau_round(mean_curve([r["curve"] for r in rows
-                                           if (r["het"], r["samples"], r["ref"]) == (h, samples, "oracle")]))
-              for h in hets}
+    rounds = {h: plateau_round(seeds_curve(rows, h, samples, "oracle")) for h in hets}
     budget = max(rounds.values())
     why += ("; R = " + ", ".join(f"{h} {r}" for h, r in sorted(rounds.items())) +
             f": the largest, the first round where the Oracle is within {100 * PLATEAU_TOL:.0f} point of its plateau")
     return samples, budget, why
 
 
-def table(rows: list[dict[str, Any]]) -> list[str]:
-    lines = ["| heterogeneity | samples | " + " | ".join(REFERENCES) + " | Oracle - Local (pts) | p10 Oracle | p10 Local |",
-             "|---|---:|" + "---:|" * (len(REFERENCES) + 3)]
+def table(rows: list[Row]) -> list[str]:
+    out = []
     for het in sorted({r["het"] for r in rows}):
         for s in sorted({r["samples"] for r in rows if r["het"] == het}):
-            cell = [r for r in rows if (r["het"], r["samples"]) == (het, s)]
-
-            def acc(ref: str, field: str = "acc", cell: list[dict[str, Any]] = cell) -> list[float]:
-                return [r[field] for r in cell if r["ref"] == ref]
-
-            cells = [fmt_ci(acc(ref)) for ref in REFERENCES]
-            lines.append(f"| {het} | {s} | " + " | ".join(cells) + f" | {fmt_diff(headroom(rows, het, s))} | "
-                         f"{fmt_ci(acc('oracle', 'p10'))} | {fmt_ci(acc('local', 'p10'))} |")
-    return lines
+            acc = {ref: [r["acc"] for r in runs_of(rows, het, s, ref)] for ref in REFERENCES}
+            p10 = {ref: [r["p10"] for r in runs_of(rows, het, s, ref)] for ref in ("oracle", "local")}
+            out.append([het, s, *(fmt_ci(acc[ref]) for ref in REFERENCES), fmt_diff(headroom(rows, het, s)),
+                        fmt_ci(p10["oracle"]), fmt_ci(p10["local"])])
+    return markdown_table(out, ["heterogeneity", "samples", *REFERENCES, "Oracle - Local (pts)", "p10 Oracle",
+                                "p10 Local"], align="lr" + "r" * (len(REFERENCES) + 3))
 
 
-def curve_table(rows: list[dict[str, Any]], samples: int) -> list[str]:
-    hets = sorted({r["het"] for r in rows})
+def curve_table(rows: list[Row], samples: int) -> list[str]:
     out = []
-    for het in hets:
-        curves = {ref: mean_curve([r["curve"] for r in rows if (r["het"], r["samples"], r["ref"]) == (het, samples, ref)])
-                  for ref in REFERENCES}
-        rounds = [r for r, _ in curves["oracle"]]
+    for het in sorted({r["het"] for r in rows}):
+        curves = {ref: dict(seeds_curve(rows, het, samples, ref)) for ref in REFERENCES}
+        lines = [[rd, *(f"{curves[ref].get(rd, float('nan')):.3f}" for ref in REFERENCES)] for rd in curves["oracle"]]
         out += [f"**{het}** (mean over seeds, mean device accuracy)", "",
-                "| round | " + " | ".join(REFERENCES) + " |", "|---:|" + "---:|" * len(REFERENCES)]
-        for rd in rounds:
-            out.append(f"| {rd} | " + " | ".join(f"{dict(curves[ref]).get(rd, float('nan')):.3f}" for ref in REFERENCES) + " |")
-        out.append("")
+                *markdown_table(lines, ["round", *REFERENCES], align="r" * (len(REFERENCES) + 1)), ""]
     return out
 
 
-def figure(rows: list[dict[str, Any]], path: Path) -> None:
+def figure(rows: list[Row], path: Path) -> None:
     hets = sorted({r["het"] for r in rows})
     sizes = sorted({r["samples"] for r in rows})
     fig = Figure(figsize=(3.2 * len(sizes), 2.6 * len(hets)))
@@ -156,7 +133,7 @@ def figure(rows: list[dict[str, Any]], path: Path) -> None:
         for j, s in enumerate(sizes):
             ax = axes[i][j]
             for ref in REFERENCES:
-                c = mean_curve([r["curve"] for r in rows if (r["het"], r["samples"], r["ref"]) == (het, s, ref)])
+                c = seeds_curve(rows, het, s, ref)
                 if c:
                     ax.plot([r for r, _ in c], [a for _, a in c], label=ref)
             ax.set_title(f"{het}, {s} samples", fontsize=8)
@@ -170,7 +147,7 @@ def figure(rows: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def report(rows: list[dict[str, Any]], png: Path) -> str:
+def report(rows: list[Row], png: Path) -> str:
     samples, budget, why = choose(rows)
     n_runs = len(rows)
     seeds = sorted({r["seed"] for r in rows})
@@ -191,21 +168,14 @@ def report(rows: list[dict[str, Any]], png: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("root", type=Path)
-    ap.add_argument("--out", type=Path, default=OUT / "headline_pilot.md")
-    args = ap.parse_args(argv)
-    rows = load(args.root)
-    if not rows:
-        print(f"no runs under {args.root}", file=sys.stderr)
-        return 2
-    png = args.out.with_suffix(".png")
+def write(dirs: list[Path], md: Path) -> None:
+    """The report ``md`` from the pilot's runs in ``dirs``, its figure beside it (the same name, .png)."""
+    rows = load(dirs)
+    png = md.with_suffix(".png")
     figure(rows, png)
-    args.out.write_text(report(rows, png))
-    print(f"wrote {args.out} and {png}")
-    return 0
+    md.write_text(report(rows, png))
+    print(f"wrote {md} and {png}")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(report_main(write, __doc__, Path(__file__).parent / "results" / "headline_pilot.md"))

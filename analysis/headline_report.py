@@ -26,33 +26,32 @@ the group-mobility rows (marked), as is Local's (it sends nothing).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-import yaml
+import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from p2pfl.metrics.claims import (  # noqa: E402
+from p2pfl.errors import UserError
+from p2pfl.metrics.claims import (
     at_least_holm,
+    device_percentile,
     fewer_bytes,
     fmt_ci,
     fmt_diff,
     headroom_gain,
+    mean_curve,
     target_accuracy,
 )
-from p2pfl.metrics.runs import find_runs  # noqa: E402
+from p2pfl.metrics.runs import load_curves, load_nodes, load_runs
+from p2pfl.metrics.tables import markdown_table, report_main
 
-OUT = ROOT / "analysis" / "results"
+ROOT = Path(__file__).resolve().parent.parent
 COMMAND = ("for n in 100 1000; do p2pfl sweep scenarios/studies/headline_n$n.yaml --jobs 2 --out runs/headline/n$n "
            "--archive analysis/cells/headline/n$n; done\n"
            "p2pfl sweep scenarios/studies/headline_n10000.yaml --jobs 1 --out runs/headline/n10000 "
@@ -69,7 +68,6 @@ PROTOCOLS = {
     "gossip": ("serverless", False), "dsgd": ("serverless", False), "local": ("reference", False),
 }
 HETS = ("rotation", "label_permutation", "label_shift", "feature_skew")
-CONTROL = "feature_skew"
 DYNAMICS = ("static", "churn", "mobility")
 MARGIN = 0.10  # headroom gain a serverless arm may trail the server arm by and still "match"
 BYTES_TOL = 0.10  # "fewer bytes" means at least 10% fewer
@@ -82,71 +80,62 @@ Group = tuple[int, str, str]  # (N, heterogeneity, dynamics)
 
 
 # ------------------------------------------------------------------------------------------ runs
-def dynamics_of(scenario: dict[str, Any]) -> str:
+def dynamics_of(run: Row) -> str:
     """static, churn or mobility, from a run's resolved scenario (the static fleet is churn with nobody off)."""
-    dyn = scenario.get("dynamics") or {}
-    if dyn.get("mobility"):
+    if run.get("scenario.dynamics.mobility.model") is not None:
         return "mobility"
-    return "churn" if ((dyn.get("churn") or {}).get("offline") or 0.0) > 0 else "static"
+    return "churn" if (run.get("scenario.dynamics.churn.offline") or 0.0) > 0 else "static"
 
 
-def egress_of(scenario: dict[str, Any]) -> Optional[float]:
+def egress_of(servers: list[dict[str, Any]]) -> Optional[float]:
     """The server's egress (bit/s; its link's bandwidth when not set), None without a server."""
-    servers = scenario["topology"].get("servers") or []
     if not servers:
         return None
     s = servers[0]
     return float(s.get("egress_bps") or (s.get("link") or {}).get("bandwidth_bps") or 0.0)
 
 
-def p10(values: Sequence[Optional[float]]) -> float:
-    """The 10th-percentile device accuracy (linear interpolation; devices never scored left out)."""
-    return float(np.percentile(np.asarray([v for v in values if v is not None], dtype=float), 10))
+def row_of(run: Row, nodes: pd.DataFrame, curve: pd.DataFrame) -> Row:
+    """One run's figures from its ``load_runs`` row (a missing value None), its devices (``load_nodes``) and its
+    evaluations (``load_curves``); traffic is bytes sent by every node per device."""
+    n = int(run["n_devices"])
+    scored = curve[curve["value"].notna()]
+    points = zip(scored["round"], scored["t"], scored["value"], scored["bytes_per_device"], scored["bytes_servers"])
 
+    def summed(prefix: str) -> float:  # a mapping of summary.json, flattened by load_runs into prefix<key> columns
+        return float(sum(v for k, v in run.items() if k.startswith(prefix) and v is not None))
 
-def traffic_curve(summary: dict[str, Any]) -> list[tuple[int, float, float, float]]:
-    """(round, simulated time, mean accuracy, bytes sent by every node per device by then) per evaluation."""
-    n = summary["n_devices"]
-    return [(int(p["round"]), float(p["t"]), float(p["accuracy_mean"]),
-             float(p["bytes_per_device"]) + float(p["bytes_servers"]) / n)
-            for p in summary["accuracy_curve"] if p["accuracy_mean"] is not None]
-
-
-def row_of(path: Path) -> Row:
-    """One run directory's figures."""
-    cell = json.loads((path / "cell.json").read_text())
-    s = json.loads((path / "summary.json").read_text())
-    sc = yaml.safe_load((path / "scenario.yaml").read_text())
-    n = int(s["n_devices"])
-    sent, received = s["bytes_per_node"], s["bytes_received_per_node"]
-    kinds = s.get("bytes_by_kind", {})
-    energy = s["energy"]["j_per_device"]
-    lat = s.get("round_latency_s") or {}
+    energy = "energy.j_per_device."
     return {
-        "path": path, "study": cell["study"], "variant": cell["variant"], "protocol": cell["variant"].removesuffix("_1g"),
-        "egress": egress_of(sc), "seed": int(cell["seed"]), "n": n, "het": sc["data"]["partition"]["kind"],
-        "dyn": dynamics_of(sc), "reused": False, "acc": s["accuracy_mean"], "p10": p10(s["accuracy_per_node"]),
-        "ari": s.get("ari"), "curve": traffic_curve(s), "traffic": s["bytes_total"] / n, "sim_s": s["sim_time_s"],
-        "wan": s.get("bytes_wan", 0) / n, "d2d": s.get("bytes_device_to_device", 0) / n,
-        "server_egress": float(sum(s["bytes_per_server"].values())),
-        "server_ingress": float(sum((s.get("bytes_received_per_server") or {}).values())),
-        "busiest": float(max(a + b for a, b in zip(sent, received))),
-        "lat50": lat.get("p50"), "lat95": lat.get("p95"),
-        "j_radio": energy["radio_mean"], "j_compute": energy["compute_mean"], "j_max": energy["total_max"],
-        "flops": s["compute_flops_total"] / n, "discovery_flops": float(s.get("clustering_flops") or 0) / n,
-        "discovery_bytes": sum(kinds.get(k, 0) for k in DISCOVERY_KINDS) / n,
-        "degree": (s.get("dynamics") or {}).get("mean_radius_degree"),
-        "wall_s": json.loads((path / "timing.json").read_text())["wall_s"],
+        "study": run["study"], "protocol": run["variant"].removesuffix("_1g"), "seed": int(run["seed"]), "n": n,
+        "egress": egress_of(json.loads(run["scenario.topology.servers"])), "het": run["scenario.data.partition.kind"],
+        "dyn": dynamics_of(run), "reused": False, "acc": run["accuracy_mean"], "ari": run.get("ari"),
+        "p10": device_percentile(nodes["value"].tolist()),
+        "curve": [(int(r), float(t), float(a), float(b) + float(s) / n) for r, t, a, b, s in points],
+        "traffic": run["bytes_total"] / n, "sim_s": run["sim_time_s"],
+        "wan": (run.get("bytes_wan") or 0) / n, "d2d": (run.get("bytes_device_to_device") or 0) / n,
+        "server_egress": summed("bytes_per_server."), "server_ingress": summed("bytes_received_per_server."),
+        "busiest": float((nodes["bytes_sent"] + nodes["bytes_received"]).max()),
+        "lat50": run.get("round_latency_s.p50"), "lat95": run.get("round_latency_s.p95"),
+        "j_radio": run[energy + "radio_mean"], "j_compute": run[energy + "compute_mean"],
+        "j_max": run[energy + "total_max"],
+        "flops": run["compute_flops_total"] / n, "discovery_flops": float(run.get("clustering_flops") or 0) / n,
+        "discovery_bytes": sum(run.get(f"bytes_by_kind.{k}") or 0 for k in DISCOVERY_KINDS) / n,
+        "degree": run.get("dynamics.mean_radius_degree"), "wall_s": run["timing.wall_s"],
     }
 
 
-def load(root: Path) -> list[Row]:
-    """One row per run of the headline studies under ``root``."""
-    rows = [row_of(p) for p in find_runs(root)
-            if str(json.loads((p / "cell.json").read_text()).get("study", "")).startswith("headline_n")]
-    if not rows:
-        raise SystemExit(f"{root}: no runs of the headline studies (scenarios/studies/headline_n*.yaml) found")
-    return rows
+def load(dirs: Sequence[Path]) -> list[Row]:
+    """One row per run of the headline studies in ``dirs``."""
+    runs = load_runs(*dirs)
+    runs = runs[runs["study"].astype(str).str.startswith("headline_n")]
+    if runs.empty:
+        raise UserError(f"{', '.join(map(str, dirs))}: no runs of the headline studies "
+                        "(scenarios/studies/headline_n*.yaml) found")
+    nodes = dict(tuple(load_nodes(*dirs).groupby("path", sort=False)))
+    curves = dict(tuple(load_curves(*dirs).groupby("path", sort=False)))
+    return [row_of(run, nodes[run["path"]], curves[run["path"]])
+            for run in runs.astype(object).where(runs.notna(), None).to_dict("records")]
 
 
 def arm(row: Row) -> str:
@@ -168,9 +157,8 @@ def groups(rows: list[Row]) -> dict[Group, dict[str, list[Row]]]:
         for name, runs in out.get((n, het, "static"), {}).items():
             if runs[0]["egress"] is not None or runs[0]["protocol"] == "local":
                 arms.setdefault(name, [{**r, "dyn": "mobility", "reused": True} for r in runs])
-    order = {h: i for i, h in enumerate(HETS)}
     return {k: dict(sorted(v.items(), key=lambda kv: _order(kv[0])))
-            for k, v in sorted(out.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 9), DYNAMICS.index(kv[0][2])))}
+            for k, v in sorted(out.items(), key=lambda kv: (kv[0][0], *_regime_order(kv[0][1], kv[0][2])))}
 
 
 def _order(name: str) -> tuple[int, str]:
@@ -178,11 +166,20 @@ def _order(name: str) -> tuple[int, str]:
     return (list(PROTOCOLS).index(proto) if proto in PROTOCOLS else 99, name)
 
 
+def _regime_order(het: str, dyn: str) -> tuple[int, int]:
+    return (HETS.index(het) if het in HETS else 9, DYNAMICS.index(dyn))
+
+
+def slowest_egress(runs: list[Row]) -> list[Row]:
+    """Those of one protocol's ``runs`` at its slowest server egress (the studies' 50 Mbit/s; all without a server)."""
+    slowest = min((r["egress"] for r in runs if r["egress"] is not None), default=None)
+    return [r for r in runs if r["egress"] == slowest]
+
+
 def reference(arms: dict[str, list[Row]], protocol: str) -> dict[int, float]:
     """Final accuracy per seed of a reference (``local``; ``oracle`` at the slowest server egress)."""
-    runs = [r for name, rs in arms.items() for r in rs if r["protocol"] == protocol]
-    slowest = min((r["egress"] for r in runs if r["egress"] is not None), default=None)
-    return {r["seed"]: r["acc"] for r in runs if r["egress"] == slowest}
+    return {r["seed"]: r["acc"] for r in slowest_egress([r for rs in arms.values() for r in rs
+                                                          if r["protocol"] == protocol])}
 
 
 def server_arm(arms: dict[str, list[Row]], protocol: str = SERVER_ARM) -> Optional[str]:
@@ -225,7 +222,7 @@ def gains(runs: list[Row], local: dict[int, float], oracle: dict[int, float],
 
 def comparison(arms: dict[str, list[Row]], name: str) -> Optional[dict[str, Any]]:
     """The serverless arm ``name`` against the server arm in one group: paired gain differences (serverless -
-    server) at equal traffic, equal time and at the ends; traffic and time ratios; time and traffic to target."""
+    server) at equal traffic, equal time and at the ends; traffic and time ratios."""
     server = server_arm(arms)
     if server is None or name not in arms:
         return None
@@ -242,9 +239,6 @@ def comparison(arms: dict[str, list[Row]], name: str) -> Optional[dict[str, Any]
     def t_equal(r: Row) -> float:  # the earlier of the two ends
         return min(r["sim_s"], srv[r["seed"]]["sim_s"])
 
-    target = {s: target_accuracy(local[s], oracle[s], TARGET) for s in set(local) & set(oracle)}
-    reach = {s: first_reaching(r["curve"], target[s]) for s, r in mine.items() if s in target}
-    reach_srv = {s: first_reaching(r["curve"], target[s]) for s, r in srv.items() if s in target}
     return {
         "server": server, "n_seeds": len(mine),
         "gain_server": list(g_srv.values()), "gain": list(gains(list(mine.values()), local, oracle).values()),
@@ -255,7 +249,6 @@ def comparison(arms: dict[str, list[Row]], name: str) -> Optional[dict[str, Any]
         "end": diffs(None),
         "traffic_ratio": [mine[s]["traffic"] / srv[s]["traffic"] for s in mine],
         "time_ratio": [mine[s]["sim_s"] / srv[s]["sim_s"] for s in mine],
-        "to_target": reach, "to_target_server": reach_srv,
     }
 
 
@@ -264,26 +257,17 @@ def verdicts(table: dict[Group, dict[str, list[Row]]]) -> dict[tuple[Group, str]
     over all of them at the same N (the decision table's family)."""
     out: dict[tuple[Group, str], tuple[dict[str, Any], str]] = {}
     for n in sorted({g[0] for g in table}):
-        keys, comps = [], []
-        for g, arms in table.items():
-            if g[0] != n:
-                continue
-            for name in SERVERLESS_ARMS:
-                c = comparison(arms, name)
-                if c is not None:
-                    keys.append((g, name))
-                    comps.append(c)
-        for key, c, v in zip(keys, comps, at_least_holm([c["equal_traffic"] for c in comps], MARGIN)):
-            out[key] = (c, v)
+        comps = {(g, name): c for g, arms in table.items() if g[0] == n for name in SERVERLESS_ARMS
+                 if (c := comparison(arms, name)) is not None}
+        held = at_least_holm([c["equal_traffic"] for c in comps.values()], MARGIN)
+        out.update({key: (c, v) for (key, c), v in zip(comps.items(), held)})
     return out
 
 
 # ------------------------------------------------------------------------------------------ tables
-def md(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str = "") -> list[str]:
-    """A markdown table (``align``: one of l/r per column, default left for the first, right for the rest)."""
-    align = align or "l" + "r" * (len(header) - 1)
-    sep = "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"
-    return ["| " + " | ".join(header) + " |", sep, *("| " + " | ".join(str(c) for c in r) + " |" for r in rows), ""]
+def md(header: Sequence[str], rows: list[list[Any]], align: str = "") -> list[str]:
+    """``markdown_table`` then a blank line (``align``: default left for the first column, right for the rest)."""
+    return [*markdown_table(rows, header, align=align or "l" + "r" * (len(header) - 1)), ""]
 
 
 def fmt_bytes(b: float) -> str:
@@ -308,7 +292,8 @@ def group_name(g: Group) -> str:
     return f"N = {g[0]:,}, {g[1]}, {g[2]}"
 
 
-def recommend(c_by_arm: dict[str, tuple[dict[str, Any], str]], fedavg_gain: float, server_gain: float) -> tuple[str, str]:
+def recommend(c_by_arm: dict[str, tuple[dict[str, Any], str]], fedavg_gain: float,
+              server_gain: float) -> tuple[str, str]:
     """(what to run, because ...) for one group from the serverless arms' verdicts."""
     holds = [(a, c) for a, (c, v) in c_by_arm.items() if v == "holds"]
     if holds:
@@ -329,6 +314,12 @@ def recommend(c_by_arm: dict[str, tuple[dict[str, Any], str]], fedavg_gain: floa
         a for a, (_, v) in c_by_arm.items() if v != "does not hold")
 
 
+def mean_gain(arms: dict[str, list[Row]], name: Optional[str], local: dict[int, float],
+              oracle: dict[int, float]) -> float:
+    """Arm ``name``'s headroom gain, mean over its seeds (NaN: the arm did not run, or has no gain)."""
+    return float(np.mean(list(gains(arms[name], local, oracle).values()) or [math.nan])) if name else math.nan
+
+
 def decision_table(table: dict[Group, dict[str, list[Row]]],
                    verdict: dict[tuple[Group, str], tuple[dict[str, Any], str]]) -> list[str]:
     rows = []
@@ -336,9 +327,7 @@ def decision_table(table: dict[Group, dict[str, list[Row]]],
         by_arm = {a: verdict[(g, a)] for a in SERVERLESS_ARMS if (g, a) in verdict}
         server = server_arm(arms)
         local, oracle = reference(arms, "local"), reference(arms, "oracle")
-        fa = server_arm(arms, "fedavg")
-        g_srv = float(np.mean(list(gains(arms[server], local, oracle).values()) or [math.nan])) if server else math.nan
-        g_fa = float(np.mean(list(gains(arms[fa], local, oracle).values()) or [math.nan])) if fa else math.nan
+        g_srv, g_fa = (mean_gain(arms, a, local, oracle) for a in (server, server_arm(arms, "fedavg")))
         what, why = recommend(by_arm, g_fa, g_srv)
         cells = [f"{fmt_diff(c['equal_traffic'], 1.0, 2)}: {v.split(' (')[0]}" for c, v in by_arm.values()]
         cells += ["—"] * (len(SERVERLESS_ARMS) - len(cells))
@@ -354,8 +343,7 @@ def decision_table(table: dict[Group, dict[str, list[Row]]],
 def crossover(verdict: dict[tuple[Group, str], tuple[dict[str, Any], str]]) -> list[str]:
     """Per regime (heterogeneity x dynamics) and serverless arm: the smallest N where it matches IFCA at equal
     traffic and, at its end, spent >= 10% fewer bytes or less simulated time."""
-    regimes = sorted({(g[1], g[2]) for g, _ in verdict}, key=lambda r: (HETS.index(r[0]) if r[0] in HETS else 9,
-                                                                       DYNAMICS.index(r[1])))
+    regimes = sorted({(g[1], g[2]) for g, _ in verdict}, key=lambda r: _regime_order(*r))
     rows = []
     for het, dyn in regimes:
         for a in SERVERLESS_ARMS:
@@ -379,8 +367,8 @@ def _pays(c: dict[str, Any], v: str) -> bool:
 
 def pareto(points: dict[str, tuple[float, float]]) -> list[str]:
     """Arms no other arm beats on (accuracy up, traffic down) at once: name -> (accuracy, traffic)."""
-    return [a for a, (acc, b) in points.items()
-            if not any(acc2 >= acc and b2 <= b and (acc2, b2) != (acc, b) for a2, (acc2, b2) in points.items() if a2 != a)]
+    return [a for a, (acc, b) in points.items() if not any(
+        acc2 >= acc and b2 <= b and (acc2, b2) != (acc, b) for a2, (acc2, b2) in points.items() if a2 != a)]
 
 
 def accuracy_table(g: Group, arms: dict[str, list[Row]]) -> list[str]:
@@ -390,31 +378,25 @@ def accuracy_table(g: Group, arms: dict[str, list[Row]]) -> list[str]:
     front = pareto({a: (mean_of(rs, "acc"), mean_of(rs, "traffic")) for a, rs in arms.items()})
     rows = []
     for a, rs in arms.items():
-        hit = [first_reaching(r["curve"], target) for r in rs]
-        times = [h[0] for h in hit if h is not None]
-        ttt = "never" if not times else (fmt_s(float(np.mean(times))) + ("" if len(times) == len(hit)
-                                                                          else f" ({len(times)}/{len(hit)} seeds)"))
+        times = [h[0] for r in rs if (h := first_reaching(r["curve"], target)) is not None]
+        ttt = "never" if not times else fmt_s(float(np.mean(times))) + (
+            "" if len(times) == len(rs) else f" ({len(times)}/{len(rs)} seeds)")
         g_ = list(gains(rs, local, oracle).values())
         ari = [r["ari"] for r in rs if r["ari"] is not None]
-        rows.append([a + (" (static run)" if rs[0]["reused"] else "") + (" ★" if a in front else ""), len(rs),
-                     fmt_ci([r["acc"] for r in rs]), fmt_ci(g_, 1.0, 2) if g_ else "—", fmt_ci([r["p10"] for r in rs]),
-                     fmt_ci(ari, 1.0, 2) if ari else "—", fmt_bytes(mean_of(rs, "traffic")), fmt_s(mean_of(rs, "sim_s")),
-                     ttt])
+        name = a + (" (static run)" if rs[0]["reused"] else "") + (" ★" if a in front else "")
+        rows.append([name, len(rs), fmt_ci([r["acc"] for r in rs]), fmt_ci(g_, 1.0, 2) if g_ else "—",
+                     fmt_ci([r["p10"] for r in rs]), fmt_ci(ari, 1.0, 2) if ari else "—",
+                     fmt_bytes(mean_of(rs, "traffic")), fmt_s(mean_of(rs, "sim_s")), ttt])
     return [f"**{group_name(g)}** (target {target:.3f}; ★ Pareto front of accuracy vs traffic)", "",
             *md(["arm", "seeds", "accuracy", "headroom gain", "p10 device", "ARI", "traffic / device", "sim time",
                  "time to target"], rows)]
 
 
 def cost_table(g: Group, arms: dict[str, list[Row]]) -> list[str]:
-    rows = []
-    for a, rs in arms.items():
-        if rs[0]["reused"]:
-            continue
-        rows.append([a, fmt_bytes(mean_of(rs, "wan")), fmt_bytes(mean_of(rs, "d2d")),
-                     fmt_bytes(mean_of(rs, "server_egress")), fmt_bytes(mean_of(rs, "server_ingress")),
-                     fmt_bytes(mean_of(rs, "busiest")), fmt_s(mean_of(rs, "lat50")), fmt_s(mean_of(rs, "lat95")),
-                     f"{mean_of(rs, 'j_radio'):.2f}", f"{mean_of(rs, 'j_compute'):.2f}", f"{mean_of(rs, 'j_max'):.2f}",
-                     f"{mean_of(rs, 'wall_s'):.0f}"])
+    rows = [[a, *(fmt_bytes(mean_of(rs, k)) for k in ("wan", "d2d", "server_egress", "server_ingress", "busiest")),
+             fmt_s(mean_of(rs, "lat50")), fmt_s(mean_of(rs, "lat95")),
+             *(f"{mean_of(rs, k):.2f}" for k in ("j_radio", "j_compute", "j_max")), f"{mean_of(rs, 'wall_s'):.0f}"]
+            for a, rs in arms.items() if not rs[0]["reused"]]
     return [f"**{group_name(g)}**", "",
             *md(["arm", "WAN / device", "device-device / device", "server egress", "server ingress",
                  "busiest device (sent + received)", "round p50", "round p95", "radio J / device",
@@ -428,8 +410,7 @@ def discovery_table(table: dict[Group, dict[str, list[Row]]]) -> list[str]:
     for n in sorted({g[0] for g in table}):
         runs = [r for g, arms in table.items() if g[0] == n and g[2] == "static" for rs in arms.values() for r in rs]
         for p in [p for p, (_, clusters) in PROTOCOLS.items() if clusters and p != "oracle"]:
-            rs = [r for r in runs if r["protocol"] == p and r["egress"] in (None, min(
-                (x["egress"] for x in runs if x["protocol"] == p and x["egress"] is not None), default=None))]
+            rs = slowest_egress([r for r in runs if r["protocol"] == p])
             if not rs:
                 continue
             d_f, f = mean_of(rs, "discovery_flops"), mean_of(rs, "flops")
@@ -441,13 +422,13 @@ def discovery_table(table: dict[Group, dict[str, list[Row]]]) -> list[str]:
 
 
 def comparisons_table(verdict: dict[tuple[Group, str], tuple[dict[str, Any], str]]) -> list[str]:
-    rows = []
-    for (g, a), (c, v) in verdict.items():
-        rows.append([group_name(g), a, c["n_seeds"], fmt_diff(c["equal_traffic"], 1.0, 2), v,
-                     f"{fmt_diff(c['equal_time'], 1.0, 2)} ({len(c['equal_time'])})", fmt_diff(c["end"], 1.0, 2),
-                     f"{np.mean(c['traffic_ratio']):.2f}", f"{np.mean(c['time_ratio']):.3f}"])
+    rows = [[group_name(g), a, c["n_seeds"], fmt_diff(c["equal_traffic"], 1.0, 2), v,
+             f"{fmt_diff(c['equal_time'], 1.0, 2)} ({len(c['equal_time'])})", fmt_diff(c["end"], 1.0, 2),
+             f"{np.mean(c['traffic_ratio']):.2f}", f"{np.mean(c['time_ratio']):.3f}"]
+            for (g, a), (c, v) in verdict.items()]
     return md(["fleet", "serverless arm", "seeds", "gain − IFCA's at IFCA's traffic", "matches (Holm, margin 0.10)",
-               "at equal time (seeds evaluated by then)", "at the ends", "traffic ratio (end)", "sim time ratio (end)"], rows, "lllrlrrrr")
+               "at equal time (seeds evaluated by then)", "at the ends", "traffic ratio (end)", "sim time ratio (end)"],
+              rows, "lllrlrrrr")
 
 
 # ------------------------------------------------------------------------------------------ figures
@@ -470,7 +451,8 @@ def curves_figure(table: dict[Group, dict[str, list[Row]]], n: int, dyn: str, ou
             for a, rs in table[g].items():
                 if rs[0]["egress"] is not None and a != server_arm(table[g], rs[0]["protocol"]):
                     continue  # the faster egress has the same curve against traffic; its time is in the tables
-                pts = _mean_curve([r["curve"] for r in rs], x)
+                # the seeds' mean (x, accuracy) at the rounds every seed evaluated with x > 0 (a log axis)
+                pts = [(m[x], m[2]) for m in mean_curve([[p for p in r["curve"] if p[x] > 0] for r in rs])]
                 if pts:
                     ax.plot(*zip(*pts), label=rs[0]["protocol"], color=colour(rs[0]["protocol"]), lw=1.2)
             ax.set(xscale="log", xlabel=label, ylabel="mean accuracy", title=f"N = {n:,}, {g[1]}, {dyn}")
@@ -480,14 +462,6 @@ def curves_figure(table: dict[Group, dict[str, list[Row]]], n: int, dyn: str, ou
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     return out
-
-
-def _mean_curve(curves: list[list[tuple[int, float, float, float]]], x: int) -> list[tuple[float, float]]:
-    """Seeds' mean (x, accuracy) at every round all of them evaluated, x their mean."""
-    rounds = set.intersection(*(set(p[0] for p in c) for c in curves)) if curves else set()
-    by = [{p[0]: p for p in c} for c in curves]
-    return [(float(np.mean([b[r][x] for b in by])), float(np.mean([b[r][2] for b in by])))
-            for r in sorted(rounds) if all(b[r][x] > 0 for b in by)]
 
 
 # ------------------------------------------------------------------------------------------ report
@@ -505,10 +479,12 @@ def study_status(rows: list[Row]) -> str:
     return "; ".join(parts)
 
 
-def write(root: Path, out_dir: Path) -> str:
-    rows = load(root)
+def write(dirs: list[Path], report: Path) -> None:
+    """The report from the runs in ``dirs``, its figures beside it."""
+    rows = load(dirs)
     table = groups(rows)
     verdict = verdicts(table)
+    out_dir = report.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     figs = [f for n in sorted({g[0] for g in table}) for dyn in DYNAMICS
             if (f := curves_figure(table, n, dyn, out_dir / f"svs_curves_N{n}_{dyn}.png")) is not None]
@@ -539,18 +515,9 @@ def write(root: Path, out_dir: Path) -> str:
         *[line for g, arms in table.items() for line in cost_table(g, arms)],
         "Plots: " + ", ".join(f"`{f.name}`" for f in figs) + ".", "",
     ])
-    (out_dir / "server_vs_serverless.md").write_text(text + "\n")
-    return text
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("runs", type=Path, help="folder holding the studies' run folders (analysis/cells/headline)")
-    ap.add_argument("--results", type=Path, default=OUT, help="folder for the report and plots")
-    a = ap.parse_args(argv)
-    print(write(a.runs, a.results))
-    return 0
+    report.write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(report_main(write, __doc__, ROOT / "analysis" / "results" / "server_vs_serverless.md"))

@@ -30,7 +30,6 @@ reported from the one measured phase, not re-measured.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -42,6 +41,7 @@ from p2pfl.clustering import fit_predictor, make_predictor, make_target, novelti
 from p2pfl.data import build_federation
 from p2pfl.data.schema import DataSpec
 from p2pfl.learning.train import average_loss
+from p2pfl.metrics.tables import markdown_table
 from p2pfl.seeding import torch_generator
 from p2pfl.sim.cost import forward_flops_per_sample
 
@@ -125,14 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     ifca_wall = (time.perf_counter() - t) * n / timed
 
     R = args.rounds
-    rows = [
+    schedules = [  # (what, RND wall s, IFCA wall s, RND FLOPs, IFCA FLOPs)
         ("one phase (RND once vs one IFCA E-step)", embed_wall + rnd_wall, ifca_wall, rnd_fl, ifca_fl),
         (f"(i) R = {R} rounds, RND once, IFCA every round", embed_wall + rnd_wall, R * ifca_wall, rnd_fl,
          R * ifca_fl),
         (f"(ii) R = {R} rounds, RND every round, IFCA every round", embed_wall + R * rnd_wall, R * ifca_wall,
          embed_fl + R * phase_fl, R * ifca_fl),
     ]
-    head = [
+    rows = [[what, f"{rw:.2f}", f"{iw:.2f}", f"{iw / rw:.1f}", f"{rf / 1e9:.2f}", f"{ifl / 1e9:.1f}", f"{ifl / rf:.1f}"]
+            for what, rw, iw, rf, ifl in schedules]
+    lines = [
         "# Clustering-phase overhead: RND vs IFCA (RND paper Fig. 3), Fashion-MNIST, 4 groups x 3 devices",
         "",
         f"Command: `python analysis/rnd_overhead.py --rounds {R} --ifca-devices {args.ifca_devices} --seed {args.seed}`"
@@ -147,13 +149,10 @@ def main(argv: list[str] | None = None) -> int:
         f"except RND's target embedding, computed once per run ({embed_wall:.2f} s, {embed_fl / 1e9:.2f} GFLOP "
         "of the phase). Wall seconds are noisy on a shared 2-core machine.",
         "",
-        "| schedule | RND wall s | IFCA wall s | IFCA/RND (wall) | RND GFLOP | IFCA GFLOP | IFCA/RND (FLOPs) |",
-        "|---|---|---|---|---|---|---|",
+        *markdown_table(rows, ["schedule", "RND wall s", "IFCA wall s", "IFCA/RND (wall)", "RND GFLOP", "IFCA GFLOP",
+                               "IFCA/RND (FLOPs)"]),
     ]
-    for label, rw, iw, rf, ifl in rows:
-        head.append(f"| {label} | {rw:.2f} | {iw:.2f} | {iw / rw:.1f} | {rf / 1e9:.2f} | {ifl / 1e9:.1f} | "
-                    f"{ifl / rf:.1f} |")
-    text = "\n".join(head) + "\n"
+    text = "\n".join(lines) + "\n"
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
@@ -161,4 +160,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -106,7 +106,7 @@ _EVAL_BATCH = 1024
 #: Tolerance of ``UnfoldConv2d`` against ``nn.Conv2d`` (absolute; it measured 0 on every input tried).
 UNFOLD_ATOL = 1e-5
 #: Predictor fits trained as one stacked model by the batched executor: at most this many (one core, quiet,
-#: 30 epochs of batch 32 on 100 images, analysis/bench_rnd_kernels.py: 302 ms a predictor one by one; stacked
+#: 30 epochs of batch 32 on 100 images, analysis/bench_scoring.py: 302 ms a predictor one by one; stacked
 #: 4 / 8 / 16 / 32 / 64 at a time, 217 / 195 / 150 / 146 / 155 ms; larger groups' maps leave the cache).
 STACK_LIMIT = 16
 #: Tolerance of a stacked fit's weights against ``fitted_predictor``'s (absolute, after 120 Adam steps; tested).

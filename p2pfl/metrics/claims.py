@@ -7,8 +7,9 @@ seeds it is "not run". The reports in ``analysis/`` build their claims tables fr
 
 A table of m such claims is corrected for multiplicity with Holm's step-down procedure (``holm``,
 ``at_least_holm``); ``paired_p`` gives the paired t-test p-values it needs. ``headroom_gain``,
-``target_accuracy`` and ``fewer_bytes`` are the headline report's derived quantities. (The time to reach a
-target on a curve is ``time_to`` in ``analysis/headline_report.py``.)
+``target_accuracy`` and ``fewer_bytes`` are the headline report's derived quantities; ``device_percentile``
+(the p10 device) and ``mean_curve`` (a curve's mean over seeds) are what the headline reports read per run
+and per group of seeds.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, Optional
+
+import numpy as np
 
 from p2pfl.metrics.report import ci95
 
 __all__ = ["interval", "paired", "fmt_ci", "fmt_diff", "at_least", "below", "combine", "holm", "holm_adjusted",
-           "paired_p", "at_least_holm", "headroom_gain", "headroom_gains", "target_accuracy", "fewer_bytes"]
+           "paired_p", "at_least_holm", "headroom_gain", "headroom_gains", "target_accuracy", "fewer_bytes",
+           "device_percentile", "mean_curve"]
 
 
 def interval(values: list[float]) -> tuple[float, float, float]:
@@ -199,3 +203,23 @@ def fewer_bytes(a: float, b: float, tolerance: float = 0.10) -> bool:
     """Whether a counts as fewer bytes than b: a <= (1 - tolerance) b, so differences within the tolerance
     (e.g. 336.57 vs 334.03 MB at 10%) count as neither fewer nor more."""
     return a <= (1.0 - tolerance) * b
+
+
+def device_percentile(values: Sequence[Optional[float]], q: float = 10.0) -> float:
+    """The score of the device at the ``q``-th percentile (numpy's linear interpolation); devices never
+    scored (None or NaN) are left out. ``q = 10``: the p10 device, the fleet's weak tail."""
+    scored = [v for v in values if v is not None and not math.isnan(v)]
+    return float(np.percentile(np.asarray(scored, dtype=float), q))
+
+
+def mean_curve(curves: Sequence[Sequence[Sequence[float]]]) -> list[tuple[float, ...]]:
+    """A curve's mean over seeds: ``(round, mean of each other field)`` at every round all ``curves`` evaluated.
+
+    Each curve is a sequence of points ``(round, value, ...)``, one per evaluation, all with the same fields;
+    each mean is numpy's over the curves, in their order. A round some curve lacks is left out, so dropping
+    a curve's points first (a log axis needs values above 0) drops those rounds for every seed.
+    """
+    by_round = [{p[0]: p for p in c} for c in curves]
+    common = sorted(set.intersection(*(set(b) for b in by_round))) if by_round else []
+    return [(r, *(float(np.mean([b[r][k] for b in by_round])) for k in range(1, len(by_round[0][r]))))
+            for r in common]

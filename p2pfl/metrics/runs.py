@@ -2,7 +2,8 @@
 
     load_runs(*dirs)           one row per run: summary scalars, cell.json fields, scenario.* and
                                timing.* columns, grouping columns
-    load_curves(*dirs)         one row per run and evaluated round: path, metric, round, t, value, bytes
+    load_curves(*dirs)         one row per run and evaluated round: path, metric, round, t, value, bytes, and
+                               the traffic the run recorded by then (bytes_per_device, bytes_servers)
     load_nodes(*dirs)          one row per run and device: path, metric, node, value, bytes, compute, samples
     load_log(*dirs, name=...)  one row per run and entry of a log (logs.<name>): path, t, round, value, ...
 
@@ -125,7 +126,8 @@ def find_runs(*dirs: str | Path) -> list[Path]:
     for d in dirs:
         root = Path(d)
         if not root.is_dir():
-            raise UserError(f"{root}: no such directory; pass a run directory written by 'p2pfl run' or a folder of them")
+            raise UserError(f"{root}: no such directory; pass a run directory written by 'p2pfl run' "
+                            "or a folder of them")
         here: list[Path] = []
         for folder, subdirs, files in os.walk(root):
             if "summary.json" in files:
@@ -264,23 +266,30 @@ def _send_bytes(path: Path) -> Optional[tuple[list[float], list[int]]]:
 def load_curves(*dirs: str | Path) -> pd.DataFrame:
     """Long form of the score curves: one row per run and evaluated round.
 
-    Columns ``path``, ``metric``, ``round``, ``t`` (simulated s), ``value`` (mean device score) and
-    ``bytes`` (bytes the fleet had sent by ``t``, from events.jsonl; missing without that file).
+    Columns ``path``, ``metric``, ``round``, ``t`` (simulated s), ``value`` (mean device score),
+    ``bytes`` (bytes the fleet had sent by ``t``, from events.jsonl; missing without that file), and what
+    the summary's curve point recorded of the traffic by that round (``p2pfl.metrics.summary.score_curve``,
+    so archived cells have it too): ``bytes_per_device`` (the devices' mean bytes sent) and ``bytes_servers``
+    (all servers' bytes sent); missing in runs written before the points carried them.
     """
     import pandas as pd
 
     rows = []
     for path in find_runs(*dirs):
-        score = run_score(_read_json(path / "summary.json"))
+        summary = _read_json(path / "summary.json")
+        score = run_score(summary)
+        points = summary.get(f"{score.metric}_curve") or summary.get("accuracy_curve") or []  # older: accuracy_*
         sends = _send_bytes(path)
         rounds = score.rounds or (None,) * len(score.curve)
-        for r, (t, v) in zip(rounds, score.curve):
+        for r, (t, v), point in zip(rounds, score.curve, points):
             b = None
             if sends is not None:
                 i = bisect_right(sends[0], t)
                 b = sends[1][i - 1] if i else 0
-            rows.append({"path": str(path), "metric": score.metric, "round": r, "t": t, "value": v, "bytes": b})
-    return pd.DataFrame(rows, columns=["path", "metric", "round", "t", "value", "bytes"])
+            rows.append({"path": str(path), "metric": score.metric, "round": r, "t": t, "value": v, "bytes": b,
+                         **{k: point.get(k) for k in ("bytes_per_device", "bytes_servers")}})
+    return pd.DataFrame(rows, columns=["path", "metric", "round", "t", "value", "bytes", "bytes_per_device",
+                                       "bytes_servers"])
 
 
 def load_nodes(*dirs: str | Path) -> pd.DataFrame:

@@ -10,11 +10,13 @@ from scipy.stats import ttest_1samp
 from p2pfl.metrics.claims import (
     at_least,
     at_least_holm,
+    device_percentile,
     fewer_bytes,
     headroom_gain,
     headroom_gains,
     holm,
     holm_adjusted,
+    mean_curve,
     paired_p,
     target_accuracy,
 )
@@ -138,3 +140,21 @@ def test_fewer_bytes_needs_the_tolerance():
     assert fewer_bytes(300.0, 334.03)  # 0.9 x 334.03 = 300.63
     assert fewer_bytes(90.0, 100.0) and not fewer_bytes(90.01, 100.0)
     assert fewer_bytes(334.03, 336.57, tolerance=0.0)
+
+
+def test_device_percentile_interpolates_and_skips_unscored_devices():
+    # 11 devices 0.0, 0.1, ..., 1.0: the 10th percentile sits on the second, 0.1 (position 0.1 x 10 = 1)
+    assert device_percentile([i / 10 for i in range(11)] + [None, math.nan]) == 0.1
+    # 5 devices, sorted 0.5 ... 0.9: position 0.1 x 4 = 0.4, between 0.5 and 0.6: 0.5 + 0.4 x 0.1 = 0.54
+    assert device_percentile([0.9, 0.5, 0.7, 0.8, 0.6]) == 0.54
+    assert device_percentile([0.5, 0.7, 1.0], q=50) == 0.7
+
+
+def test_mean_curve_averages_the_rounds_every_seed_evaluated():
+    a = [(4, 1.0, 0.5), (8, 2.0, 0.75), (12, 3.0, 1.0)]
+    b = [(4, 3.0, 0.25), (8, 4.0, 0.25)]  # never reached round 12
+    assert mean_curve([a, b]) == [(4, 2.0, 0.375), (8, 3.0, 0.5)]
+    assert mean_curve([a]) == a
+    assert mean_curve([[(4, 0.5)], [(4, 1.0), (8, 1.0)]]) == [(4, 0.75)]
+    assert mean_curve([a, [p for p in b if p[1] > 3.0]]) == [(8, 3.0, 0.5)]  # a point dropped: its round too
+    assert mean_curve([]) == []

@@ -120,7 +120,7 @@ def test_a_grid_value_that_is_a_mapping_is_a_json_cell(tree, tmp_path):
 
 def test_load_curves_is_the_long_form_of_the_score_curves(tree):
     c = p2pfl.load_curves(tree / "plain", tree / "reg")
-    assert list(c.columns) == ["path", "metric", "round", "t", "value", "bytes"]
+    assert list(c.columns) == ["path", "metric", "round", "t", "value", "bytes", "bytes_per_device", "bytes_servers"]
     expected = 0
     for path, sub in c.groupby("path"):
         s = summary(Path(path))
@@ -131,6 +131,8 @@ def test_load_curves_is_the_long_form_of_the_score_curves(tree):
         assert sub["t"].tolist() == [p["t"] for p in curve]
         assert sub["value"].tolist() == [p[f"{s['metric']}_mean"] for p in curve]
         assert sub["bytes"].tolist() == [_bytes_by(Path(path), p["t"]) for p in curve]
+        assert sub["bytes_per_device"].tolist() == [p["bytes_per_device"] for p in curve]
+        assert sub["bytes_servers"].tolist() == [p["bytes_servers"] for p in curve]
     assert len(c) == expected
     assert pd.api.types.is_integer_dtype(c["round"]) and pd.api.types.is_integer_dtype(c["bytes"])
     assert (c.loc[c["path"].str.endswith("local-s1"), "bytes"] == 0).all()

@@ -23,6 +23,16 @@ def test_the_dynamics_report_regenerates_from_its_archive(tmp_path, monkeypatch)
         "dynamics_ari.png", "dynamics_churn.png", "dynamics_mobility_frames.png"]
 
 
+@pytest.mark.slow
+def test_the_headline_pilot_report_regenerates_from_its_archive(tmp_path):
+    pilot = analysis_module("headline_pilot")
+    md = tmp_path / "headline_pilot.md"
+    assert pilot.report_main(pilot.write, pilot.__doc__, "unused.md",
+                             [str(ROOT / "analysis/cells/headline_pilot"), "--md", str(md)]) == 0
+    assert md.read_bytes() == (ROOT / "analysis/results/headline_pilot.md").read_bytes()
+    assert [p.name for p in tmp_path.glob("*.png")] == ["headline_pilot.png"]
+
+
 def test_an_archive_keeps_positions_only_where_a_report_draws_them():
     """The dynamics report draws one run's positions (rnd_gossip, mobility 0.2, seed 0); the other cells
     of analysis/cells/dynamics keep none (a positions.npz there costs 0.1 MB in every clone)."""

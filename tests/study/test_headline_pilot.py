@@ -49,8 +49,3 @@ def test_choice_takes_the_largest_size_with_headroom_and_the_oracles_slowest_pla
     rows = [{**r, "acc": r["acc"] + 0.05} if r["ref"] == "local" else r for r in rows]
     samples, _, why = pilot.choose(rows)  # now no size has 10 points: the one with the largest smallest headroom
     assert samples == 100 and "no size reaches 10 points" in why
-
-
-def test_p10_is_the_tenth_percentile_device() -> None:
-    pilot = analysis_module("headline_pilot")
-    assert pilot.p10([float(i) for i in range(11)]) == pytest.approx(1.0)

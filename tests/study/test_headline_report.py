@@ -3,7 +3,6 @@ reuse of static server cells under mobility, the decision and the crossover."""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 import pytest
@@ -37,13 +36,14 @@ def _group(ifca: list[float], arm: list[float], *, arm_traffic: float = 2e6, arm
 
 
 def test_dynamics_egress_and_arm_names_come_from_the_resolved_scenario() -> None:
-    assert rep.dynamics_of({"dynamics": {"churn": {"offline": 0.0}}}) == "static"
-    assert rep.dynamics_of({"dynamics": {"churn": {"offline": 0.3}}}) == "churn"
-    assert rep.dynamics_of({"dynamics": {"mobility": {"model": "group"}}}) == "mobility"
-    server = {"name": "server", "link": {"bandwidth_bps": 5.0e7}}
-    assert rep.egress_of({"topology": {"servers": [server]}}) == 5.0e7  # unset: one transfer at the link's rate
-    assert rep.egress_of({"topology": {"servers": [{**server, "egress_bps": 1e9}]}}) == 1e9
-    assert rep.egress_of({"topology": {}}) is None
+    # a load_runs row: the resolved scenario flattened into scenario.* columns, a missing value None
+    assert rep.dynamics_of({"scenario.dynamics.churn.offline": 0.0, "scenario.dynamics.mobility": None}) == "static"
+    assert rep.dynamics_of({"scenario.dynamics.churn.offline": 0.3}) == "churn"
+    assert rep.dynamics_of({"scenario.dynamics.churn": None, "scenario.dynamics.mobility.model": "group"}) == "mobility"
+    server = {"name": "server", "link": {"bandwidth_bps": 5.0e7}, "egress_bps": None}
+    assert rep.egress_of([server]) == 5.0e7  # unset: one transfer at the link's rate
+    assert rep.egress_of([{**server, "egress_bps": 1e9}]) == 1e9
+    assert rep.egress_of([]) is None
     assert rep.arm(_run("ifca", 0, 0.5, 1, 1, egress=1e9)) == "ifca @1 Gbit/s"
     assert rep.arm(_run("ifca", 0, 0.5, 1, 1, egress=5e7)) == "ifca @50 Mbit/s"
     assert rep.arm(_run("gossip", 0, 0.5, 1, 1)) == "gossip"
@@ -69,8 +69,6 @@ def test_headroom_gain_and_the_readings_are_recomputed_from_the_rows() -> None:
     # equal time: the arm ended at 5 s, IFCA at 100 s (first evaluated at 50 s): no seed has both
     assert c["equal_time"] == []
     assert c["traffic_ratio"] == pytest.approx([2.0] * 3) and c["time_ratio"] == pytest.approx([0.05] * 3)
-    # time to target: local + 0.9 x 0.20 = 0.78 + s/100; the arm never reaches it, IFCA neither
-    assert all(v is None for v in c["to_target"].values())
     late = rep.groups(_group([0.75] * 3, [0.72, 0.74, 0.76], arm_time=60.0))
     c = rep.comparison(late[(100, "rotation", "static")], "rnd_gossip_h1")
     # at 60 s the arm has ended (0.72 + ...) and IFCA has its half-way point (0.65 + s/100)
@@ -122,4 +120,28 @@ def test_pareto_keeps_only_undominated_arms() -> None:
     front = rep.pareto({"ifca": (0.8, 5e6), "gossip": (0.7, 1e6), "dsgd": (0.7, 3e6), "local": (0.6, 0.0),
                         "worse": (0.5, 1e6)})
     assert front == ["ifca", "gossip", "local"]
-    assert math.isclose(rep.p10([0.1 * i for i in range(11)] + [None]), 0.1)
+
+
+def test_a_runs_figures_come_from_its_results_api_rows() -> None:
+    import pandas as pd
+
+    run = {"study": "headline_n100", "variant": "ifca_1g", "seed": 2, "n_devices": 4, "accuracy_mean": 0.7,
+           "ari": None, "scenario.topology.servers": '[{"egress_bps": 1e9, "link": {"bandwidth_bps": 5e7}}]',
+           "scenario.data.partition.kind": "rotation", "scenario.dynamics.churn.offline": 0.3,
+           "bytes_total": 1000, "sim_time_s": 9.0, "bytes_wan": 800, "bytes_device_to_device": None,
+           "bytes_per_server.server": 600, "bytes_received_per_server.server": 200,
+           "bytes_by_kind.rnd_row": 40.0, "bytes_by_kind.models": 960, "clustering_flops": None,
+           "compute_flops_total": 4e9, "round_latency_s.p50": 1.5, "energy.j_per_device.radio_mean": 1.0,
+           "energy.j_per_device.compute_mean": 2.0, "energy.j_per_device.total_max": 4.0, "timing.wall_s": 3.0}
+    nodes = pd.DataFrame({"value": [0.5, 0.6, None, 0.9], "bytes_sent": [10, 50, 20, 0],
+                          "bytes_received": [100, 70, 130, 0]})
+    curve = pd.DataFrame({"round": [4, 8, 12], "t": [3.0, 6.0, 9.0], "value": [0.4, None, 0.7],
+                          "bytes_per_device": [10.0, 20.0, 30.0], "bytes_servers": [400, 500, 600]})
+    r = rep.row_of(run, nodes, curve)
+    assert (r["protocol"], r["egress"], r["het"], r["dyn"]) == ("ifca", 1e9, "rotation", "churn")
+    assert (r["seed"], r["n"], r["acc"], r["ari"]) == (2, 4, 0.7, None)
+    assert r["curve"] == [(4, 3.0, 0.4, 110.0), (12, 9.0, 0.7, 180.0)]  # bytes per device + servers' / N
+    assert (r["traffic"], r["wan"], r["d2d"], r["discovery_bytes"]) == (250.0, 200.0, 0.0, 10.0)
+    assert (r["server_egress"], r["server_ingress"], r["busiest"]) == (600.0, 200.0, 150.0)
+    assert (r["flops"], r["discovery_flops"], r["lat50"], r["lat95"], r["degree"]) == (1e9, 0.0, 1.5, None, None)
+    assert r["p10"] == 0.52  # of 0.5, 0.6, 0.9 (device 2 never scored): 0.5 + 0.2 x 0.1
