@@ -8,7 +8,8 @@ Scale table: ``scenarios/bench/scale.yaml`` (gossip), ``scale_dsgd.yaml`` and ``
 64 hidden units on 16 synthetic samples per device) at each N, radius 1.6 sqrt(ln N / (pi N)). Each row is one
 ``p2pfl run`` in a fresh process (``p2pfl.metrics.measured``): wall seconds (start-up and set-up included),
 build and run seconds (``timing.json``), peak PSS of the process tree, the time per device-round outside
-training, ``(run_wall_s - train_wall_s) / (N rounds)``, SimPy events per device-round, and peak PSS per device.
+training, ``(run_wall_s - train_wall_s) / (N rounds)``, SimPy events per device-round (``timing.json``'s
+``sim_events``; absent before it was recorded), and peak PSS per device.
 
 ``--dynamics N``: gossip at N devices, 5 rounds, inline, with each kind of dynamics (a reply timeout set, as
 dynamics require): none, an empty churn block, 30% churn, link failures, random-waypoint mobility.
@@ -59,13 +60,15 @@ def run(scenario: Path, sets: list[str], out: Path, timeout_s: float, trim: bool
     base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     print(f"running {scenario.name} {' '.join(sets)} ...", file=sys.stderr, flush=True)
     m = measure(cmd, timeout_s=timeout_s, cwd=ROOT, env={**base, **(env or {})})
-    row: dict[str, Any] = {"wall_s": m.wall_s, "peak_pss_gb": m.peak_pss_mib / 1024, "peak_rss_gb": m.peak_rss_mib / 1024}
+    row: dict[str, Any] = {"wall_s": m.wall_s, "peak_pss_gb": m.peak_pss_mib / 1024,
+                           "peak_rss_gb": m.peak_rss_mib / 1024}
     if m.failure:
         return {**row, "failed": m.failure}
     timing = json.loads((out / "timing.json").read_text())
     summary = (out / "summary.json").read_bytes()
     row.update(build_s=timing["build_wall_s"], run_s=timing["run_wall_s"], train_s=timing["train_wall_s"],
-               events=timing["events"], dropped=json.loads(summary)["messages_dropped"],
+               events=timing["events"], sim_events=timing.get("sim_events"),
+               dropped=json.loads(summary)["messages_dropped"],
                summary_sha=hashlib.sha256(summary).hexdigest())
     print(f"  wall {m.wall_s:.1f} s, peak PSS {row['peak_pss_gb']:.2f} GB", file=sys.stderr, flush=True)
     return row
@@ -84,8 +87,9 @@ def scale_rows(args: argparse.Namespace, tmp: Path) -> list[list[str]]:
                 rows.append([*head, r["failed"], "", f"{r['peak_pss_gb']:.2f}", "", "", ""])
                 continue
             dr = n * rounds
+            events = "" if r["sim_events"] is None else f"{r['sim_events'] / dr:.1f}"
             rows.append([*head, f"{r['build_s']:.1f}", f"{r['run_s']:.1f}", f"{r['peak_pss_gb']:.2f}",
-                         f"{(r['run_s'] - r['train_s']) / dr * 1e3:.3f}", f"{r['events'] / dr:.1f}",
+                         f"{(r['run_s'] - r['train_s']) / dr * 1e3:.3f}", events,
                          f"{r['peak_pss_gb'] * 1e6 / n:.1f}"])
     return rows
 
@@ -99,7 +103,8 @@ def dynamics_rows(n: int, timeout_s: float, tmp: Path) -> list[list[str]]:
         if "failed" in r:
             rows.append([name, r["failed"], "", "", "", "", ""])
             continue
-        rows.append([name, f"{r['wall_s']:.1f}", f"{r['run_s']:.1f}", f"{(r['run_s'] - r['train_s']) / (5 * n) * 1e3:.3f}",
+        per = (r["run_s"] - r["train_s"]) / (5 * n) * 1e3
+        rows.append([name, f"{r['wall_s']:.1f}", f"{r['run_s']:.1f}", f"{per:.3f}",
                      f"{r['events']:,}", f"{r['dropped']:,}", f"{r['peak_pss_gb']:.2f}"])
     return rows
 
@@ -139,7 +144,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             print("\nScale (" + ", ".join(f"{p}: scenarios/bench/{SCENARIO[p]}" for p in args.protocols) + ")\n")
             print("\n".join(markdown_table(scale_rows(args, Path(tmp)), [
                 "protocol", "N", "rounds", "executor", "wall s", "build s", "run s", "peak PSS GB",
-                "outside training ms / device-round", "events / device-round", "peak PSS kB / device"],
+                "outside training ms / device-round", "SimPy events / device-round", "peak PSS kB / device"],
                 align="lrrlrrrrrrr")))
         if args.dynamics:
             print(f"\nDynamics: gossip, N = {args.dynamics}, 5 rounds, inline, 1 thread\n")

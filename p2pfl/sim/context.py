@@ -107,6 +107,8 @@ class NodeContext:
         self.neighbors = neighbors
         self.rng = rng
         self.torch_gen = torch_gen
+        self._timer: Optional[simpy.Timeout] = None  # the last deadline's timer (``recv(until=)``)
+        self._timer_until = 0.0
 
     @property
     def now(self) -> float:
@@ -135,14 +137,22 @@ class NodeContext:
         With a deadline, ``until`` (a simulated time) or ``timeout`` (seconds from now), the value is
         None if none came by then; a deadline already past still takes a message that is waiting.
         """
-        if until is not None:
-            if timeout is not None:
-                raise TypeError("recv: give a timeout or a deadline (until), not both")
-            timeout = max(until - self.now, 0.0)
+        if until is not None and timeout is not None:
+            raise TypeError("recv: give a timeout or a deadline (until), not both")
         get = self._sim.network.inbox(self.id, kind).get()
-        if timeout is None:
+        if (timeout is None and until is None) or get.triggered:  # no deadline, or a message is waiting: take it
             return get
-        return self._env.process(self._recv_until(get, timeout))
+        if until is None:
+            assert timeout is not None
+            return self._first_of(get, self._env.timeout(timeout))
+        timer = self._timer
+        if timer is None or self._timer_until != until:  # one timer per deadline, for every recv until it
+            timer = self._timer = self._env.timeout(max(until - self.now, 0.0))
+            self._timer_until = until
+        if timer.processed:  # the deadline has passed and nothing is waiting
+            get.cancel()
+            return self._env.event().succeed(None)
+        return self._first_of(get, timer)
 
     @overload
     def deadline(self, seconds: float) -> float: ...
@@ -216,12 +226,23 @@ class NodeContext:
             msg = store.items.pop(0)
         return msg
 
-    def _recv_until(self, get: simpy.resources.store.StoreGet, timeout: float) -> Generator[Any, Any, Any]:
-        result = yield get | self._env.timeout(timeout)
-        if get in result:
-            return result[get]
-        get.cancel()
-        return None
+    def _first_of(self, get: simpy.resources.store.StoreGet, timer: simpy.Timeout) -> simpy.Event:
+        """An event with the message ``get`` takes, or None when ``timer`` fires first (the get is then
+        withdrawn: a later message stays in the inbox). No helper process: two callbacks."""
+        done = self._env.event()
+
+        def got(event: simpy.Event) -> None:
+            if not done.triggered:
+                done.succeed(event.value)
+
+        def expired(_: simpy.Event) -> None:
+            if not done.triggered:
+                get.cancel()
+                done.succeed(None)
+
+        get.callbacks.append(got)
+        timer.callbacks.append(expired)
+        return done
 
     def sleep(self, seconds: Optional[float] = None, *, until: Optional[float] = None) -> simpy.Event:
         """Idle for ``seconds`` of simulated time, or until the simulated time ``until`` (now, if it is

@@ -499,7 +499,14 @@ class Simulation:
             "eval_wall_s": self.eval_wall_s,
             "kernel_wall_s": max(run - self.train_wall_s - self.eval_wall_s, 0.0),
             "events": self.recorder.n_events,
+            "sim_events": self.sim_events,
         }
+
+    @property
+    def sim_events(self) -> int:
+        """SimPy events scheduled so far (the environment numbers each one it queues)."""
+        count = self.env._eid  # an itertools.count: its repr holds the next number, read without taking it
+        return int(repr(count)[6:-1])
 
 
 def build_only(scenario: Scenario) -> Simulation:

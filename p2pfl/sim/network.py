@@ -20,10 +20,17 @@ the message was on it), ``partition`` (the hop crosses a partition, or did while
 that is down when its turn on the uplink comes is dropped without being transmitted (no bytes);
 a sender that is offline holds its messages until it is back. A transmission under way when its
 sender goes offline is finished (its bytes are spent).
+
+In a static fleet whose downlinks are not serialized, a node's uplink is a FIFO queue whose every
+transfer's length is known when it is queued, so its start is computed, not waited for: each hop is two
+timed events (the uplink released, the message arrived) instead of two processes, a resource request
+and release and their timeouts (about 10 events). The times are the same floats; the order of events
+at one simulated time follows the rule every run keeps: the earlier scheduled first (SimPy's queue).
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -39,6 +46,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.topology import Link
 
 __all__ = ["Message", "Network"]
+
+
+def void(_: Any) -> None:
+    """Drop a value (an event's callback returns nothing)."""
 
 
 @dataclass
@@ -74,7 +85,10 @@ class Network:
         fleet: Optional[Fleet] = None,
         egress_slots: Optional[dict[int, int]] = None,
         ingress_slots: Optional[dict[int, int]] = None,
+        computed: Optional[bool] = None,
     ) -> None:
+        """``computed``: each uplink a computed queue (default: in a static fleet with parallel downlinks, the
+        only case where it can be) or SimPy resources (False; the same times, more events: for tests)."""
         self.env = env
         self._links = links
         self._up = uplink_bps
@@ -83,9 +97,16 @@ class Network:
         self._loss_rngs: dict[int, np.random.Generator] = {}
         self._on_event = on_event
         slots = egress_slots or {}
-        self._uplinks = {n: simpy.Resource(env, capacity=slots.get(n, 1)) for n in uplink_bps}
         #: serialized ingress: the nodes whose downlink is a resource (a node not listed receives in parallel)
         self._downlinks = {n: simpy.Resource(env, capacity=k) for n, k in (ingress_slots or {}).items()}
+        #: static fleet, parallel downlinks: each uplink is its slots' free-at times (a heap), not a resource
+        self._computed = fleet is None and not self._downlinks if computed is None else computed
+        if self._computed and (fleet is not None or self._downlinks):
+            raise ValueError("a computed uplink queue needs a static fleet with parallel downlinks")
+        self._uplinks = {} if self._computed else {
+            n: simpy.Resource(env, capacity=slots.get(n, 1)) for n in uplink_bps}
+        self._free_at: dict[int, list[float]] = {n: [0.0] * slots.get(n, 1) for n in uplink_bps} \
+            if self._computed else {}
         self._inboxes: dict[tuple[int, str], simpy.Store] = {}
         self._seq = 0
         self._adj: dict[int, list[int]] | None = None
@@ -143,7 +164,7 @@ class Network:
             self._inboxes[key] = simpy.Store(self.env)
         return self._inboxes[key]
 
-    def send(self, src: int, dst: int, kind: str, payload: Any, round: int = 0, routed: bool = False) -> simpy.Process:
+    def send(self, src: int, dst: int, kind: str, payload: Any, round: int = 0, routed: bool = False) -> simpy.Event:
         """Start a transfer; the returned event fires when the sender's uplink is released.
 
         ``kind`` and ``round`` travel in the fixed header (see ``cost.HEADER_BYTES``).
@@ -161,7 +182,47 @@ class Network:
         self._seq += 1
         msg = Message(src, dst, kind, payload, message_bytes(payload), round=round, seq=self._seq)
         self.in_flight[msg.seq] = msg
+        if self._computed:
+            assert path is not None
+            return self._computed_hop(msg, path, 0)
         return self.env.process(self._transmit(msg, path, 0))
+
+    # --- a static fleet with parallel downlinks: every hop computed ---------------------------------
+
+    def _at(self, t: float, event: simpy.Event) -> simpy.Event:
+        """``event`` fired at the simulated time ``t`` exactly (a Timeout's ``now + delay`` may round away from
+        the time the resource path reaches by adding up the same durations)."""
+        env = self.env
+        event._ok, event._value = True, None
+        heapq.heappush(env._queue, (t, simpy.core.NORMAL, next(env._eid), event))
+        return event
+
+    def _computed_hop(self, msg: Message, path: list[int], hop: int) -> simpy.Event:
+        """Hop ``hop``: queued on the sender's uplink now; the returned event fires when it is sent."""
+        u, v = path[hop], path[hop + 1]
+        link, bandwidth = self._hop(u, v)
+        free = self._free_at[u]
+        start = max(self.env.now, heapq.heappop(free))
+        end = start + tx_time_s(msg.size_bytes, bandwidth)
+        heapq.heappush(free, end)
+        if hop == 0:
+            msg.sent_t = start
+        sent = self._at(end, simpy.Event(self.env))
+        sent.callbacks.append(lambda _: self._computed_sent(msg, path, hop, link, start))
+        return sent
+
+    def _computed_sent(self, msg: Message, path: list[int], hop: int, link: Link, start: float) -> None:
+        u, v = path[hop], path[hop + 1]
+        lost = link.loss > 0 and self._loss_stream(u).random() < link.loss
+        self._on_event("send", msg, u, v, t_start=start)
+        if lost:
+            self._drop(msg, u, v, "loss")
+            return
+        arrived = self._at(self.env.now + link.latency_s, simpy.Event(self.env))
+        if hop + 2 == len(path):
+            arrived.callbacks.append(lambda _: self._deliver(msg, u, v))
+        else:
+            arrived.callbacks.append(lambda _: void(self._computed_hop(msg, path, hop + 1)))
 
     def route(self, src: int, dst: int) -> list[int]:
         """A shortest path src -> dst in hops (deterministic: BFS over sorted neighbours).

@@ -31,7 +31,8 @@ def test_failures_say_why_in_one_line() -> None:
 
 
 def test_a_run_past_its_timeout_is_killed_with_its_children() -> None:
-    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
+    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+            "time.sleep(600)")
     m = measure([PY, "-c", code], timeout_s=1.0)
     assert m.timed_out and m.failure is not None and m.failure.startswith("stopped after")
     assert m.returncode == -9

@@ -126,6 +126,21 @@ def test_recv_until_a_deadline_gives_none_when_it_passes() -> None:
     assert out["at"] == out["arrived"][next(iter(out["arrived"]))]
 
 
+def test_recvs_until_one_deadline_end_there_and_a_later_message_waits_in_the_inbox() -> None:
+    def receive(ctx: DeviceContext, out: dict[str, Any]) -> Process:
+        got = []
+        for _ in range(3):  # the first takes device 1's message, the second ends at 3.0, the third at once
+            msg = yield ctx.recv("m", until=3.0)
+            got.append((None if msg is None else msg.src, ctx.now))
+        msg = yield ctx.recv("m")  # device 2's, sent after the deadline: it waited in the inbox
+        got.append((msg.src, ctx.now))
+        return got
+
+    out = _script({1: [(1.0, 1)], 2: [(5.0, 1)]}, receive)
+    arrived = {src: t for (src, _), t in out["arrived"].items()}
+    assert out["value"] == [(1, arrived[1]), (None, 3.0), (None, 3.0), (2, arrived[2])]
+
+
 class _Reporter(Protocol[ProtocolParams]):
     """Device 0 reports two groupings; the final one is ``clusters()``."""
 

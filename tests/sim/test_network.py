@@ -276,3 +276,43 @@ def test_ingress_and_egress_slots_carry_that_many_transfers_at_once(env, slots, 
     env.run()
     assert [t for t, _ in up[9]] == expected
     assert sorted(t for d in range(4) for t, _ in down[d]) == [10.0 + t for t in expected]
+
+
+def _traffic(computed: bool) -> list[tuple]:
+    """Random sends (sizes, routes, lossy links, a 3-slot uplink) on a static 6-node ring with a chord: every
+    hop's (time, what, message, u, v, fields) as the network reports it."""
+    env = __import__("simpy").Environment()
+    links = {(i, (i + 1) % 6): Link(0.01 * (i + 1), 8 * MB * (1 + i % 3), 0.1 * (i % 2)) for i in range(6)}
+    links[(0, 3)] = Link(0.005, 80 * MB, 0.0)
+    log: list = []
+    net = Network(env, links, {n: float("inf") for n in range(6)}, {n: 4 * MB * 8 for n in range(6)},
+                  lambda n: np.random.default_rng(n), lambda *a, **kw: log.append((env.now, a[0], a[1].seq, *a[2:], kw)),
+                  egress_slots={0: 3}, computed=computed)
+    rng = np.random.default_rng(7)
+
+    def sender(node: int):
+        for _ in range(40):
+            yield env.timeout(float(rng.choice([0.0, 0.05, 0.013])))  # ties at 0 and on a grid
+            dst = int(rng.integers(6))
+            if dst == node:
+                continue
+            routed = (min(node, dst), max(node, dst)) not in links and (dst, node) not in links
+            yield net.send(node, dst, "m", _payload(int(rng.integers(HEADER_BYTES + 1, MB))), routed=routed)
+
+    for node in range(6):
+        env.process(sender(node))
+    env.run()
+    assert not net.in_flight
+    return log
+
+
+def test_a_computed_uplink_queue_gives_the_resource_queue_s_times_and_losses_exactly():
+    computed, resources = _traffic(True), _traffic(False)
+    assert len(computed) == len(resources) > 300
+    assert sorted(computed, key=lambda e: (e[0], e[2], e[1])) == sorted(resources, key=lambda e: (e[0], e[2], e[1]))
+
+
+def test_a_computed_queue_is_refused_where_a_downlink_is_a_resource(env):
+    with pytest.raises(ValueError, match="static fleet with parallel downlinks"):
+        Network(env, {(0, 1): Link(0.0, 1.0, 0.0)}, {0: 1.0, 1: 1.0}, {0: 1.0, 1: 1.0}, lambda n: None,
+                lambda *a, **kw: None, ingress_slots={1: 1}, computed=True)
