@@ -2,7 +2,7 @@
 
     python analysis/bench_scale.py [--protocols gossip dsgd fedavg] [--sizes 10000 100000] [--rounds 10]
                                    [--huge 1000000] [--huge-rounds 2] [--executor batched] [--timeout 3600]
-                                   [--dynamics N] [--heap N] [--csv PATH] [--quick]
+                                   [--dynamics N] [--heap N] [--budget N] [--quick]
 
 Scale table: ``scenarios/bench/scale.yaml`` (gossip), ``scale_dsgd.yaml`` and ``scale_fedavg.yaml`` (MLP with
 64 hidden units on 16 synthetic samples per device) at each N, radius 1.6 sqrt(ln N / (pi N)). Each row is one
@@ -17,6 +17,11 @@ dynamics require): none, an empty churn block, 30% churn, link failures, random-
 ``--heap N``: the headline gossip fleet (``scenarios/headline/gossip.yaml``) at N devices with ``malloc_trim``
 once per fleet round (``p2pfl.sim.heap``, the default), glibc's mmap threshold pinned at 64 KiB, and glibc's
 default; the three ``summary.json`` must be the same bits (the table says whether they are).
+
+``--budget N``: memory per device of gossip at N devices after one round (inline executor): what the
+process's resident memory grew by (a fresh process), and in a second one under ``tracemalloc`` the Python
+objects by the part of the code that made them (the file of the allocating frame); beside them the model's
+own bytes and a torch generator's state (one per device); the rest is tensor storage and allocator slack.
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ import math
 import os
 import sys
 import tempfile
+import tracemalloc
 from pathlib import Path
 from typing import Any, Optional
 
-from p2pfl.metrics.measured import machine_line, measure
+from p2pfl.metrics.measured import emit, machine_line, measure, result_of
 from p2pfl.metrics.tables import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,6 +129,66 @@ def heap_rows(n: int, timeout_s: float, tmp: Path) -> tuple[list[list[str]], boo
     return rows, len({r.get("summary_sha") for r in runs.values()}) == 1
 
 
+#: Where a Python allocation's file belongs, first match wins (``--budget``).
+PARTS = [("models: nn.Module objects", ("learning/", "torch/nn/", "torch/_tensor", "torch/__init__")),
+         ("topology: networkx graph and links", ("networkx/", "topology/")),
+         ("data shards", ("data/",)),
+         ("network: messages, inboxes, SimPy", ("sim/network", "simpy/")),
+         ("kernel: contexts, profiles, seeds", ("sim/", "seeding")),
+         ("recorder", ("metrics/",)),
+         ("protocol state", ("protocols/",))]
+
+
+def budget_child(n: int, trace: bool) -> None:
+    """Run gossip at ``n`` devices for one round; emit the resident memory it grew by and (``trace``, under
+    tracemalloc, whose own records take memory too) the Python objects' bytes by part."""
+    import torch
+
+    from p2pfl.api import resolve
+    from p2pfl.sim.kernel import Simulation
+
+    def rss() -> int:
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS"))
+
+    sc = resolve(ROOT / "scenarios" / "bench" / "scale.yaml", overrides=[
+        f"topology.n={n}", f"topology.radius={radius(n):.6f}", "protocol.rounds=1", "protocol.eval_every=1",
+        "executor=inline"])
+    before = rss()
+    if trace:
+        tracemalloc.start()
+        start = tracemalloc.take_snapshot()
+    sim = Simulation(sc)
+    sim.run()
+    grown = rss() - before
+    parts: dict[str, int] = {}
+    for stat in tracemalloc.take_snapshot().compare_to(start, "filename") if trace else []:
+        name = stat.traceback[0].filename
+        part = next((p for p, keys in PARTS if any(k in name for k in keys)), "other Python objects")
+        parts[part] = parts.get(part, 0) + stat.size_diff
+    model = sim.new_model()
+    model_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    gen_bytes = torch.Generator().get_state().numel()  # one torch generator's state, per device
+    emit({"n": n, "model": model_bytes, "parts": parts, "generators": gen_bytes, "rss": grown})
+
+
+def budget_rows(n: int, timeout_s: float) -> list[list[str]]:
+    print(f"running the budget at N = {n} ...", file=sys.stderr, flush=True)
+    runs = [measure([sys.executable, __file__, "--budget-child", str(n), *t], timeout_s=timeout_s, cwd=ROOT)
+            for t in ([], ["--trace"])]
+    r, traced = (result_of(m) for m in runs)
+    if r is None or traced is None:
+        return [["failed", next((m.failure for m in runs if m.failure), None) or "no result"]]
+    per = {k: v / n for k, v in traced["parts"].items()}
+    python = sum(per.values())
+    rows = [["the model's parameters", f"{r['model']:,}"],
+            *[[k, f"{v:,.0f}"] for k, v in sorted(per.items(), key=lambda kv: -kv[1])],
+            ["a torch generator's state (C++, one per device)", f"{r['generators']:,}"],
+            ["rest of resident memory (tensor storage, allocator)", f"{r['rss'] / n - python - r['generators']:,.0f}"],
+            ["resident memory grown, all told", f"{r['rss'] / n:,.0f}"]]
+    return rows
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--protocols", nargs="+", default=list(SCENARIO), choices=list(SCENARIO))
@@ -133,9 +199,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--executor", default="batched")
     ap.add_argument("--dynamics", type=int, metavar="N", help="the dynamics table at N devices")
     ap.add_argument("--heap", type=int, metavar="N", help="the heap table at N devices")
+    ap.add_argument("--budget", type=int, metavar="N", help="the memory budget per device at N devices")
+    ap.add_argument("--budget-child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per row")
     ap.add_argument("--quick", action="store_true", help="N = 200 and 2,000, 2 rounds: a check of the script")
     args = ap.parse_args(argv)
+    if args.budget_child:
+        budget_child(args.budget_child, args.trace)
+        return 0
     if args.quick:
         args.sizes, args.rounds, args.huge = [200, 2000], 2, None
     print(machine_line(ROOT, "QUICK MODE (a check of the script, not the benchmark)" if args.quick else ""))
@@ -155,6 +227,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             rows, same = heap_rows(args.heap, args.timeout, Path(tmp))
             print(f"\nHeap: scenarios/headline/gossip.yaml, {args.heap} devices (summary.json identical: {same})\n")
             print("\n".join(markdown_table(rows, ["malloc", "wall s", "peak RSS GB"], align="lrr")))
+        if args.budget:
+            print(f"\nMemory per device: gossip, N = {args.budget}, after one round (inline executor)\n")
+            print("\n".join(markdown_table(budget_rows(args.budget, args.timeout), ["part", "bytes / device"],
+                                            align="lr")))
     return 0
 
 
