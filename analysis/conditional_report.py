@@ -21,7 +21,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from p2pfl.metrics.claims import at_least, below, combine, fmt_ci, fmt_diff, interval, paired
+from p2pfl.metrics.claims import (
+    DOES_NOT_HOLD,
+    NOT_RESOLVED,
+    at_least,
+    below,
+    cannot_test,
+    combine,
+    downgrade,
+    fmt_ci,
+    fmt_diff,
+    interval,
+    paired,
+)
 from p2pfl.metrics.runs import load_nodes, load_runs
 from p2pfl.metrics.tables import markdown_table, report_main
 
@@ -87,6 +99,21 @@ SPARSE_NOTE = ("At very_sparse and super_sparse a client holds fewer samples tha
                "paper's are about 10x more, 300 ... 6000 per client): one local SGD step per round, 20 in all, "
                "against 1880 for a pooled model (table below). The federated rows' fall there is largely this "
                "step budget, not only the data per client; pooled and federated rows are not comparable.")
+
+
+#: How our experiments differ from the paper's, for the claims table (``downgrade``). The common budget (the
+#: "Budget" paragraph) turns a 'does not hold' on a paper claim: a failure with a smaller model on a tenth of the
+#: data says nothing of the paper's setting.
+BUDGET_DIFFERS = "an MLP on 6,000 training samples here, the paper's cnn28 on the whole training set"
+#: Sparsity sweeps: Conditional's statistics come from a tenth of the paper's samples (SPARSE_NOTE); a 'holds'
+#: (flat all the same) stands.
+SPARSE_DIFFERS = ("30 samples a client at super sparse here, about 300 in the paper: Conditional's statistics come "
+                  "from a tenth of the data")
+#: ... and a federated client takes one local SGD step per round, so a fall there is largely the step budget.
+STEPS_DIFFER = ("30 samples a client at super sparse here, about 300 in the paper: one local SGD step per round, so "
+                "the fall is largely the step budget (note under E1 sparsity)")
+MCDC_DIFFERS = ("the workshop conditioned on the first PCA eigenvector (here eigenvalues), had 100 clients per cluster "
+                "(here 10) and a far weaker global model (RMSE 14.9 and 17.7; here the same MLP without s)")
 
 
 def _k(row: Any) -> str:
@@ -181,41 +208,49 @@ def claims(runs: Any, memo: Any) -> list[str]:
             verdicts.append(at_least(d, margin) if margin is not None else below(d))
         return "; ".join(parts), combine(verdicts)
 
+    def paper(verdict: str) -> str:
+        """A row checking a claim the paper makes, at our budget."""
+        return downgrade(verdict, BUDGET_DIFFERS, turns=(DOES_NOT_HOLD,))
+
     ours, v = per_col("e1", "Cond-pooled", "Oracle", 0.01)
     rows.append(("E1: pooled Conditional matches the pooled Oracle at every K (within 1 point; pooled vs pooled)",
-                 "Table X: Cond - Oracle -0.1, -0.3, +0.2, 0.0", ours, v))
+                 "Table X: Cond - Oracle -0.1, -0.3, +0.2, 0.0", ours, paper(v)))
     ours, v = per_col("e1", "Cond", "Oracle-fed", 0.01)
     rows.append(("E1: federated Conditional matches the federated Oracle at every K (within 1 point)",
                  "not in the paper (its Conditional is pooled only; Sec. VI)", ours, v))
     fed2, fed10 = scores(runs, "e1", "FedAvg", "K=2"), scores(runs, "e1", "FedAvg", "K=10")
     d = paired(fed10, fed2)
     rows.append(("E1: FedAvg collapses as K grows (K=10 below K=2)", "Table X: .902 -> .412 (-49.0)",
-                 f"{fmt_ci(list(fed2.values()))} -> {fmt_ci(list(fed10.values()))} ({fmt_diff(d)})", below(d)))
+                 f"{fmt_ci(list(fed2.values()))} -> {fmt_ci(list(fed10.values()))} ({fmt_diff(d)})", paper(below(d))))
     for exp, name, table in (("e1s", "E1", "XI"), ("e2as", "E2a", "XIV"), ("e3a", "E3a", "XVI"), ("e3bs", "E3b", "XVIII")):
         for variant in ("Cond-pooled", "Oracle", "Cond"):
             d = paired(scores(runs, exp, variant, "super_sparse"), scores(runs, exp, variant, "rich"))
             ref = PAPER[exp].get(PAPER_ROW.get(variant, ""))
-            paper = f"Table {table}: {ref[0]:.3f} -> {ref[-1]:.3f}" if ref else "not in the paper (federated)"
-            rows.append((f"{name} sparsity: {variant} stays flat from rich to super sparse (within 2 points)", paper,
-                         fmt_diff(d), at_least(d, 0.02)))
+            v = at_least(d, 0.02)
+            if ref and variant == "Cond-pooled":  # the Oracle pools each cluster's 3000 samples at every level
+                v = downgrade(v, SPARSE_DIFFERS, turns=(DOES_NOT_HOLD, NOT_RESOLVED))
+            rows.append((f"{name} sparsity: {variant} stays flat from rich to super sparse (within 2 points)",
+                         f"Table {table}: {ref[0]:.3f} -> {ref[-1]:.3f}" if ref else "not in the paper (federated)",
+                         fmt_diff(d), paper(v) if ref else v))
     for variant in ("Local", "FedAvg", "Gossip", "Ditto", "IFCA", "DAC"):
         d = paired(scores(runs, "e1s", variant, "super_sparse"), scores(runs, "e1s", variant, "rich"))
         p = PAPER["e1s"][variant]
         rows.append((f"E1 sparsity: {variant} degrades from rich to super sparse (there: one local step per round)",
-                     f"Table XI: {p[0]:.3f} -> {p[-1]:.3f} ({100 * (p[-1] - p[0]):+.1f})", fmt_diff(d), below(d)))
+                     f"Table XI: {p[0]:.3f} -> {p[-1]:.3f} ({100 * (p[-1] - p[0]):+.1f})", fmt_diff(d),
+                     downgrade(below(d), STEPS_DIFFER)))
     ours, v = per_col("e3b", "Cond-pooled", "Oracle", 0.0)
     rows.append(("E3b: pooled Conditional exceeds (or equals) the pooled Oracle at every K",
-                 "Table XVII: +0.2, +1.0, +1.2, +1.6", ours, v))
+                 "Table XVII: +0.2, +1.0, +1.2, +1.6", ours, paper(v)))
     d = paired(scores(runs, "e3b", "FedAvg", "K=5"), scores(runs, "e3b", "FedAvg", "K=2"))
     rows.append(("E3b: FedAvg collapses as K grows (K=5 below K=2)", "Table XVII: .454 -> .257 (-19.7)",
-                 fmt_diff(d), below(d)))
+                 fmt_diff(d), paper(below(d))))
     for exp, name in (("e1", "E1"), ("e2b", "E2b"), ("e3b", "E3b")):
         ours, v = per_col(exp, "Cond-pooled", "Cond-pooled-none", 0.0)
         rows.append((f"{name}: the statistics add accuracy to pooled training (Cond-pooled minus the same model, "
                      "data and steps with s = 0; scored on the clients it trained on)", "implied (Sec. V); not measured", ours, v))
     ours, v = per_col("e2b", "Cond-pooled", "Oracle", 0.01)
     rows.append(("E2b: pooled Conditional matches the pooled Oracle on every rotation configuration (within 1 "
-                 "point)", "Table XV: +0.1, -0.5, -0.5, +0.4", ours, v))
+                 "point)", "Table XV: +0.1, -0.5, -0.5, +0.4", ours, paper(v)))
     rows += mcdc_claims(runs)
     if memo is not None:
         for part, name in (("label_shift", "E1"), ("label_permutation", "E3b")):
@@ -236,10 +271,15 @@ def claims(runs: Any, memo: Any) -> list[str]:
             rows.append((f"{name}: Cond-pooled scores lower on held-out clients than on its training clients "
                          "(held-out minus training)", "not tested in the paper", "; ".join(parts), combine(verdicts)))
     rows += [
+        ("E4a: Conditional matches Oracle on cross-dataset domain shift (MNIST clients beside Fashion-MNIST clients)",
+         "Table XIX: .955 vs .957 (rich) ... .959 vs .959 (very sparse)", "—",
+         cannot_test("no real MNIST on this machine (no Debian package ships it; its IDX loader is tested on format "
+                     "fixtures, and cross_dataset's offline stand-in, scikit-learn digits upsampled to 28x28, is not "
+                     "MNIST)")),
         ("E4b: Conditional beats Oracle on combined heterogeneity", "Table III (CIFAR-10): +1.5 ... +2.9",
-         "—", "cannot be tested here (no real CIFAR-10 on this machine; CIFAR is tested on format fixtures)"),
+         "—", cannot_test("no real CIFAR-10 on this machine; CIFAR is tested on format fixtures")),
         ("MNIST, CIFAR-10 and CIFAR-100 columns of every table", "Tables X-XVII", "—",
-         "cannot be tested here (only Fashion-MNIST is installed as real data)"),
+         cannot_test("only Fashion-MNIST is installed as real data")),
     ]
     return markdown_table([(c, p, o, f"**{v}**") for c, p, o, v in rows],
                           ["claim", "paper", "ours (95% interval over seeds)", "verdict"])
@@ -259,7 +299,7 @@ def mcdc_claims(runs: Any) -> list[tuple[str, str, str, str]]:
     rows.append(("MCDC: the conditioned MLP closes at least 90% of the gap between the global and the cluster "
                  "models (pooled: Centralized, Cond-pooled, Oracle)",
                  "Tables VI/VII: " + ", ".join(f"{v:.1f}%" for v in paper), "; ".join(parts),
-                 combine(verdicts)))
+                 downgrade(combine(verdicts), MCDC_DIFFERS)))
     parts, verdicts = [], []
     for task, sign in (("linreg RMSE", 1.0), ("logreg acc", -1.0)):
         d = paired(scores(runs, "mcdc", "Centralized", f"{task} K=3"), scores(runs, "mcdc", "Centralized", f"{task} K=8"))
@@ -267,8 +307,10 @@ def mcdc_claims(runs: Any) -> list[tuple[str, str, str, str]]:
         change = [-sign * x for x in d]  # K=8 minus K=3, in the metric's units
         parts.append(f"{task}: {fmt_diff(change) if sign < 0 else fmt_diff(change, 1.0, 3)}")
         verdicts.append(below(d))
+    # a stronger global model than the workshop's that still gets worse: a 'holds' stands
     rows.append(("MCDC: the global model gets worse with 8 clusters than with 3", "Tables VI/VII: RMSE 14.90 -> "
-                 "17.66, accuracy .700 -> .621", "; ".join(parts) + " (8 minus 3)", combine(verdicts)))
+                 "17.66, accuracy .700 -> .621", "; ".join(parts) + " (8 minus 3)",
+                 downgrade(combine(verdicts), MCDC_DIFFERS, turns=(DOES_NOT_HOLD, NOT_RESOLVED))))
     return rows
 
 
@@ -488,7 +530,11 @@ def write(dirs: list[Path], md: Path, no_statistics: bool = False) -> None:
         "## Claims",
         "",
         "Verdicts come from the 95% interval of the paired difference: a claim 'a >= b - margin' holds when the whole "
-        "interval is above -margin, does not hold when it is wholly below, and is not resolved otherwise.",
+        "interval is above -margin, does not hold when it is wholly below, and is not resolved otherwise ('a < b' has "
+        "margin 0). A row whose experiment differs from the paper's in a way that can change the answer is not "
+        "comparable here and says how: the budget above turns a 'does not hold' on a claim the paper makes; the "
+        "sparse clients and the MCDC setup turn any verdict they can change (a 'holds' that they only make harder "
+        "stands). Cannot be tested here: the data is not on this machine.",
         "",
         *claims(runs, memo),
         "",

@@ -14,13 +14,15 @@ seed by seed (same seed: same demos, split and initial weights) with ``p2pfl.met
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-from p2pfl.metrics.claims import below, combine, fmt_ci, fmt_diff, paired
+from p2pfl.metrics.claims import NOT_RUN, below, cannot_test, combine, downgrade, fmt_ci, fmt_diff, holds_if, paired
 from p2pfl.metrics.runs import load_log, load_nodes, load_runs
 from p2pfl.metrics.tables import markdown_table, report_main
 
+ROOT = Path(__file__).resolve().parent.parent
 TABLES = {"feddrman_table1": "I", "feddrman_table1_feddrman": "I", "feddrman_table2": "II",
           "feddrman_table2_feddrman": "II", "feddrman_table3": "III"}
 COMMAND = ("for f in scenarios/studies/feddrman/*.yaml; do p2pfl sweep $f --jobs 2 --out runs/feddrman/$(basename $f .yaml); done\n"
@@ -36,10 +38,13 @@ PAPER_II: dict[str, dict[str, tuple[float, ...]]] = {"object+goal": {"fedavg": (
                                     "feddrman": (75.0, 35.0, 45.0)}}
 PAPER_III: dict[str, tuple[float, float]] = {"BC+CUA": (70.0, 60.0), "BC+act+CUA": (35.0, 55.0), "BC+sub+CUA": (60.0, 50.0),
              "BC+sub+act+CUA": (80.0, 60.0), "full": (85.0, 70.0), "full-CUA": (0.0, 0.0)}
-FEDVLA = ("FedVLA (the paper's sixth baseline) is not run, not sourced here: its own paper (Miao et al., ICCV 2025) is "
-          "public but not among our sources, and the FedDRMan paper gives it one sentence (a dual-gating mixture-of-"
-          "experts trunk and expert-driven aggregation) without the gating rule, the number of experts or the "
-          "aggregation weights, so anything we built from it alone would be our design under its name.")
+FEDVLA = ("FedVLA (the paper's sixth baseline) is not run, " + cannot_test(
+    "its own paper (Miao et al., ICCV 2025) is public but not among the sources available offline, and the FedDRMan "
+    "paper gives it one sentence (a dual-gating mixture-of-experts trunk and expert-driven aggregation) without the "
+    "gating rule, the number of experts or the aggregation weights, so anything we built from it alone would be our "
+    "design under its name") + ".")
+#: Fixes to FedDRMan after which earlier runs do not run the paper's method: (commit, what the runs before it did).
+FIXES = (("63664ba", "Eq. 6 divided by N and CUA's Eq. 11 without its 1/C, which split off a singleton for free"),)
 FEDKD = ("FedKD's bytes differ from the paper's row, which lists FedAvg's payload (21.53 MB): ours sends only "
          "the SVD-compressed mentee in both directions (FedKD's design: the mentor never leaves the client); the "
          "paper does not say what its adaptation sends.")
@@ -69,6 +74,7 @@ def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, An
                   "lr": sc["training.lr"], "clients": sc["data.partition.clients_per_suite"]}
         curve = per_suite_curve(logs["rollout_success"].get(path, []))
         rows.append({"study": r["study"], "table": TABLES[r["study"]], "label": r["variant"], "seed": int(r["seed"]),
+                     "protocol": sc["protocol.name"], "revision": r["git_revision"],
                      "suites": json.loads(sc["data.partition.suites"]), "final": {s: c[max(c)] for s, c in curve.items()},
                      "curve": curve, "cua_groups": [[e["round"], e["value"]] for e in logs["cua_groups"].get(path, [])],
                      "wall_s": r["timing.wall_s"], "bytes_total": r["bytes_total"], "samples": samples[path],
@@ -101,34 +107,73 @@ def by_seed(groups: Groups, table: str, label: str, settings: list[str]) -> dict
 
 
 # ------------------------------------------------------------------------------------------ claims
-def claims(groups: Groups) -> list[tuple[str, str, str, str]]:
-    """(claim, paper, ours, verdict) rows."""
+def _includes(revision: Optional[str], commit: str) -> Optional[bool]:
+    """Whether the code a run ran (its git revision) includes ``commit``, asked of git in this repository; None
+    when git cannot tell (no revision, no git, a revision this history does not have)."""
+    if not isinstance(revision, str) or not revision:
+        return None
+    try:
+        rc = subprocess.run(["git", "merge-base", "--is-ancestor", commit, revision], cwd=ROOT,
+                            capture_output=True).returncode
+    except OSError:
+        return None
+    return {0: True, 1: False}.get(rc)
+
+
+def method_differs(rows: list[dict[str, Any]]) -> Optional[str]:
+    """How the FedDRMan runs differ from the paper's method: the ``FIXES`` some of them predate (None: none)."""
+    revisions = {r["revision"] for r in rows if r["protocol"] == "feddrman"}
+    missed = [(c, what) for c, what in FIXES if any(_includes(rev, c) is False for rev in revisions)]
+    return "; ".join(f"these runs predate commit {c} ({what})" for c, what in missed) or None
+
+
+def cua_separates(runs: list[dict[str, Any]]) -> bool:
+    """Whether CUA put each suite's clients apart from the others' (every group within one suite) in at least one
+    (round, seed) of these runs; False when it never did or logged no groups."""
+    return any(all(len({d // r["per_suite"] for d in g}) == 1 for g in groups)
+               for r in runs for _, groups in r["cua_groups"])
+
+
+def claims(groups: Groups, differs: Optional[str] = None) -> list[tuple[str, str, str, str]]:
+    """(claim, paper, ours, verdict) rows. ``differs``: how the FedDRMan runs differ from the paper's method
+    (``method_differs``); it turns every verdict that FedDRMan's success or CUA's groups decide."""
     t1 = [s for s in SUITES if ("I", "fedavg", s) in groups]
     pairs = [k[2] for k in groups if k[0] == "II" and k[1] == "fedavg"]
     rows: list[tuple[str, str, str, str]] = []
+    full = groups.get(("III", "full", "object+goal"), [])
+    degenerate = (None if not full or cua_separates(full) else
+                  "CUA never separated object from goal in these runs (no round of any seed), so Table III compares "
+                  "against a degenerate CUA")
 
-    def beats(table: str, a: str, b: str, settings: list[str], claim: str, paper: str) -> None:
+    def beats(table: str, a: str, b: str, settings: list[str], claim: str, paper: str,
+              difference: Optional[str] = None) -> None:
         diffs = paired(by_seed(groups, table, a, settings), by_seed(groups, table, b, settings))
         rows.append((claim, paper, f"{a} - {b}: {fmt_diff(diffs, scale=1.0)} pts",
-                     below([-d for d in diffs])))
+                     downgrade(below([-d for d in diffs]), difference)))
 
     beats("I", "feddrman", "fedavg", t1, "Table I: FedDRMan's mean success beats FedAvg's",
-          f"{PAPER_I['feddrman']} vs {PAPER_I['fedavg']}")
+          f"{PAPER_I['feddrman']} vs {PAPER_I['fedavg']}", differs)
     verdicts, ours = [], []
     for b in ("fedavg", "fedprox", "fedkd"):
         diffs = paired(by_seed(groups, "I", "feddrman", t1), by_seed(groups, "I", b, t1))
         verdicts.append(below([-d for d in diffs]))
         ours.append(f"{b} {fmt_diff(diffs, scale=1.0)}")
     rows.append(("Table I: FedDRMan is the best federated method (mean over suites)",
-                 f"{PAPER_I['feddrman']} vs ≤ {PAPER_I['fedavg']}", "; ".join(ours), combine(verdicts)))
+                 f"{PAPER_I['feddrman']} vs ≤ {PAPER_I['fedavg']}", "; ".join(ours),
+                 downgrade(combine(verdicts), differs)))
+    rows.append(("Table I: FedVLA, the paper's sixth baseline, is below FedDRMan",
+                 f"{PAPER_I['fedvla']} vs {PAPER_I['feddrman']}", "—",
+                 cannot_test("FedVLA's method is not among the sources available offline (Not run here, below)")))
     verdicts, ours = [], []
-    for a in ("fedavg", "fedprox", "feddrman"):
+    for a in ("fedavg", "fedprox"):
         diffs = paired(by_seed(groups, "I", a, t1), by_seed(groups, "I", "local", t1))
         verdicts.append(below([-d for d in diffs]))
         ours.append(f"{a} {fmt_diff(diffs, scale=1.0)}")
-    rows.append(("Table I: collaboration beats Local (FedAvg, FedProx, FedDRMan each)",
-                 f"{PAPER_I['fedavg']}, {PAPER_I['fedprox']}, {PAPER_I['feddrman']} vs {PAPER_I['local']}",
-                 "; ".join(ours), combine(verdicts)))
+    rows.append(("Table I: collaboration beats Local (FedAvg, FedProx each)",
+                 f"{PAPER_I['fedavg']}, {PAPER_I['fedprox']} vs {PAPER_I['local']}", "; ".join(ours),
+                 combine(verdicts)))
+    beats("I", "feddrman", "local", t1, "Table I: FedDRMan beats Local", f"{PAPER_I['feddrman']} vs {PAPER_I['local']}",
+          differs)
     beats("I", "fedavg", "centralized", t1, "Table I: Centralized BC is below FedAvg",
           f"{PAPER_I['centralized']} vs {PAPER_I['fedavg']}")
     verdicts, ours = [], []
@@ -137,7 +182,7 @@ def claims(groups: Groups) -> list[tuple[str, str, str, str]]:
         verdicts.append(below([-d for d in diffs]))
         ours.append(f"{p} {fmt_diff(diffs, scale=1.0)}")
     rows.append(("Table II: FedDRMan beats FedAvg on every cross-suite federation (mean over its suites)",
-                 "63.3 vs 9.3 (mean); every setting", "; ".join(ours), combine(verdicts)))
+                 "63.3 vs 9.3 (mean); every setting", "; ".join(ours), downgrade(combine(verdicts), differs)))
     verdicts, ours = [], []
     for p in pairs:
         diffs = paired(by_seed(groups, "II", "fedavg", [p]), by_seed(groups, "II", "local", [p]))
@@ -145,26 +190,27 @@ def claims(groups: Groups) -> list[tuple[str, str, str, str]]:
         ours.append(f"{p} {fmt_diff(diffs, scale=1.0)}")
     rows.append(("Table II: FedAvg falls below Local cross-suite", "9.3 vs 32.7 (mean); 4 of 4 settings",
                  "; ".join(ours), combine(verdicts)))
+    ablation = "; ".join(d for d in (differs, degenerate) if d) or None
     beats("III", "full", "full-CUA", ["object+goal"], "Table III: removing CUA loses most of FedDRMan's success",
-          "85/70 -> 0/0")
+          "85/70 -> 0/0", ablation)
     verdicts, ours = [], []
     for lab in ("BC+CUA", "BC+act+CUA", "BC+sub+CUA", "BC+sub+act+CUA"):
         diffs = paired(by_seed(groups, "III", "full", ["object+goal"]), by_seed(groups, "III", lab, ["object+goal"]))
         verdicts.append(below([-d for d in diffs]))
         ours.append(f"{lab} {fmt_diff(diffs, scale=1.0)}")
     rows.append(("Table III: the full method (with SRB) beats every partial configuration", "85/70 vs ≤ 80/60",
-                 "full - " + "; ".join(ours), combine(verdicts)))
+                 "full - " + "; ".join(ours), downgrade(combine(verdicts), ablation)))
     same, cross = co_clustering_rates([r for k, g in groups.items() if k[0] == "II" and k[1] == "feddrman" for r in g])
     if same is not None and cross is not None:
         rows.append(("Fig. 5a: CUA groups clients of one suite together and never across suites",
                      "same-suite pairs together, cross-suite apart", f"same-suite {same:.0f}%, cross-suite {cross:.0f}% "
-                     "of (round, seed) pairs", "holds" if same == 100 and cross == 0 else "does not hold"))
+                     "of (round, seed) pairs", downgrade(holds_if(same == 100 and cross == 0), differs)))
     fa, fd = groups.get(("I", "fedavg", "object"), []), groups.get(("I", "feddrman", "object"), [])
-    if fa and fd:
+    if fa and fd:  # the fixes change no payload: this row stands whatever the runs predate
         same_bytes = {r["bytes_total"] for r in fa} == {r["bytes_total"] for r in fd}
         rows.append(("FedDRMan sends FedAvg's bytes", "21.53 MB each",
                      f"object: FedAvg {fa[0]['bytes_total'] / 1e6:.1f} MB, FedDRMan {fd[0]['bytes_total'] / 1e6:.1f} MB",
-                     "holds" if same_bytes else "does not hold"))
+                     holds_if(same_bytes)))
     return rows
 
 
@@ -308,7 +354,7 @@ def _coverage(rows: list[dict[str, Any]]) -> list[str]:
     line = "Runs per study: " + ", ".join(f"{s} {n}" for s, n in per.items()) + "."
     if missing:
         line += (f" Not run yet: {', '.join(missing)} (the command above resumes); claims on their tables read "
-                 "'not run'.")
+                 f"'{NOT_RUN}'.")
     return [line, ""]
 
 
@@ -327,10 +373,12 @@ def write(dirs: list[Path], md_path: Path) -> None:
           "Cells: final-round success (%), mean over seeds ± the half-width of the 95% t-interval (per-seed values).",
           "", *_coverage(rows), "## Claims", "",
           "Verdicts come from the 95% interval of the per-seed paired difference: a claim 'a beats b' holds when the "
-          "whole interval is above 0, does not hold when it is wholly below, and is not resolved otherwise. The "
-          "paper's numbers are on LIBERO at its budget; ours on our suites at the budget above, so only the direction "
-          "of each comparison is checked.", "",
-          *markdown_table(claims(groups), ["claim", "paper", "ours (paired difference, points)", "verdict"])]
+          "whole interval is above 0, does not hold when it is wholly below, and is not resolved otherwise (the "
+          "interval spans the margin, 0). The paper's numbers are on LIBERO at its budget; ours on our suites at the "
+          "budget above, so only the direction of each comparison is checked. A row whose runs differ from the "
+          "paper's method in a way that can change the answer is not comparable here and says how.", "",
+          *markdown_table(claims(groups, method_differs(rows)),
+                          ["claim", "paper", "ours (paired difference, points)", "verdict"])]
     md += ["", *tables(groups), *data_and_groups(groups), *figures(groups, md_path.parent), "", "## Not run here", "", f"* {FEDVLA}", f"* {FEDKD}"]
     md_path.write_text("\n".join(md) + "\n")
     print(f"wrote {md_path}")

@@ -39,6 +39,9 @@ from matplotlib.figure import Figure
 
 from p2pfl.errors import UserError
 from p2pfl.metrics.claims import (
+    DOES_NOT_HOLD,
+    HOLDS,
+    NOT_RESOLVED,
     at_least_holm,
     device_percentile,
     fewer_bytes,
@@ -46,6 +49,7 @@ from p2pfl.metrics.claims import (
     fmt_diff,
     headroom_gain,
     mean_curve,
+    short,
     target_accuracy,
 )
 from p2pfl.metrics.runs import load_curves, load_nodes, load_runs
@@ -295,7 +299,7 @@ def group_name(g: Group) -> str:
 def recommend(c_by_arm: dict[str, tuple[dict[str, Any], str]], fedavg_gain: float,
               server_gain: float) -> tuple[str, str]:
     """(what to run, because ...) for one group from the serverless arms' verdicts."""
-    holds = [(a, c) for a, (c, v) in c_by_arm.items() if v == "holds"]
+    holds = [(a, c) for a, (c, v) in c_by_arm.items() if v == HOLDS]
     if holds:
         a, c = max(holds, key=lambda ac: float(np.mean(ac[1]["gain"])))
         fewer = _fewer_bytes(c)
@@ -303,15 +307,15 @@ def recommend(c_by_arm: dict[str, tuple[dict[str, Any], str]], fedavg_gain: floa
                + ("; at the end it sent ≥ 10% fewer bytes" if fewer else "") +
                f"; simulated time {np.mean(c['time_ratio']):.2f}x IFCA's")
         return f"drop the server: {a}", why
-    if c_by_arm and all(v == "does not hold" for _, v in c_by_arm.values()):
+    if c_by_arm and all(v == DOES_NOT_HOLD for _, v in c_by_arm.values()):
         why = "every serverless arm trails IFCA by more than 10% of the headroom at IFCA's traffic"
         if not math.isnan(fedavg_gain) and fedavg_gain >= server_gain:
             return "keep a server: FedAvg", why + f"; FedAvg's gain {fedavg_gain:.2f} ≥ IFCA's {server_gain:.2f}"
         return "keep the server: IFCA", why
     if not c_by_arm:
         return "—", "the arms have not run here yet"
-    return "not resolved at this budget", "the Holm-corrected interval spans the margin for " + ", ".join(
-        a for a, (_, v) in c_by_arm.items() if v != "does not hold")
+    return f"{short(NOT_RESOLVED)} at this budget", "the Holm-corrected interval spans the margin for " + ", ".join(
+        a for a, (_, v) in c_by_arm.items() if v != DOES_NOT_HOLD)
 
 
 def mean_gain(arms: dict[str, list[Row]], name: Optional[str], local: dict[int, float],
@@ -329,7 +333,7 @@ def decision_table(table: dict[Group, dict[str, list[Row]]],
         local, oracle = reference(arms, "local"), reference(arms, "oracle")
         g_srv, g_fa = (mean_gain(arms, a, local, oracle) for a in (server, server_arm(arms, "fedavg")))
         what, why = recommend(by_arm, g_fa, g_srv)
-        cells = [f"{fmt_diff(c['equal_traffic'], 1.0, 2)}: {v.split(' (')[0]}" for c, v in by_arm.values()]
+        cells = [f"{fmt_diff(c['equal_traffic'], 1.0, 2)}: {short(v)}" for c, v in by_arm.values()]
         cells += ["—"] * (len(SERVERLESS_ARMS) - len(cells))
         head = 100 * (float(np.mean(list(oracle.values()))) - float(np.mean(list(local.values())))) \
             if local and oracle else math.nan
@@ -362,7 +366,7 @@ def _fewer_bytes(c: dict[str, Any]) -> bool:
 
 
 def _pays(c: dict[str, Any], v: str) -> bool:
-    return v == "holds" and (_fewer_bytes(c) or float(np.mean(c["time_ratio"])) < 1.0)
+    return v == HOLDS and (_fewer_bytes(c) or float(np.mean(c["time_ratio"])) < 1.0)
 
 
 def pareto(points: dict[str, tuple[float, float]]) -> list[str]:

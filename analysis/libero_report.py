@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from p2pfl.metrics.claims import fmt_ci
+from p2pfl.metrics.claims import cannot_test, fmt_ci
 from p2pfl.metrics.runs import load_log, load_runs
 from p2pfl.metrics.tables import markdown_table, report_main
 
@@ -201,7 +201,8 @@ def write(dirs: list[Path], md: Path) -> None:
         f"{policy_params(b['history'], b['wrist']) / 1e6:.2f} M parameters on 32 px "
         f"{'agent-view and wrist' if b['wrist'] else 'agent-view (no wrist camera)'} images (the paper's 5.38 M, both cameras), "
         "the last evaluated round shown (no 'best round' column), FedProx, FedKD and FedVLA not run (the "
-        "generated-suite study covers FedProx and FedKD; FedVLA is not sourced here).", "",
+        "generated-suite study covers FedProx and FedKD; FedVLA "
+        + cannot_test("its method is not among the sources available offline") + ").", "",
         *table(rows), "",
         *(["Closest reach: per episode, the smallest distance between the end effector and the task's object, "
            "averaged over episodes, tasks and devices. Grasped: the share of episodes in which both fingers held "

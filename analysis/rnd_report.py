@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from p2pfl.metrics.claims import DOES_NOT_HOLD, NOT_RESOLVED, NOT_RUN, downgrade, holds_if
 from p2pfl.metrics.report import ci95
 from p2pfl.metrics.runs import load_runs
 from p2pfl.metrics.tables import markdown_table, report_main
@@ -24,9 +25,17 @@ from p2pfl.metrics.tables import markdown_table, report_main
 VARIANTS = {"rnd_server": "rnd, a server (direct predictor exchange)",
             "rnd_gossip_grouped": "rnd_gossip, 1 hop, each group's devices neighbours",
             "rnd_gossip_scattered": "rnd_gossip, 2 hops, groups scattered over a random neighbourhood"}
-#: the skew level the issue names as the authors' (noise kind; the paper's text gives no number)
+#: the skew level issue 14 filed as the authors' (noise kind, the paper's wording; the paper's text gives no number)
 AUTHORS = ("noise", 0.15)
 EXACT_OK = 0.9  # a setting "recovers the groups" when at least 90% of its seeds give ARI = 1
+#: how the rnd_recovery study differs from the authors' experiment (the paper on CIFAR-10, its code's skew)
+AUTHORS_DIFFER = ("the authors' 0.15 is the per-pixel RMS of a 7x7-smoothed mean-shift pattern per group (their "
+                  "code) on CIFAR-10 with about 4,167 images a device; here unsmoothed Gaussian noise on Fashion-MNIST "
+                  "with 300 a device (scenarios/studies/rnd_authors_skew.yaml tests theirs)")
+#: what still differs in rnd_authors_skew.yaml; a recovery there shows the novelty matrix carries the groups, a
+#: failure of one of our criteria does not refute the paper
+AUTHORS_CODE_DIFFER = ("Fashion-MNIST here, CIFAR-10 in the paper, and the compatibility criterion is ours (the "
+                       "paper names one without a formula)")
 
 
 def cells(runs: Any) -> Any:
@@ -79,7 +88,7 @@ def heatmap(table: Any, skews: list[tuple[str, float]], alphas: list[float], pat
 def _best(table: Any, variant: str, kind: str, level: float) -> str:
     """The band with the most exact recoveries at one skew: 'k/n at alpha a'."""
     if (variant, kind, level) not in table.index.droplevel("alpha"):
-        return "not run"
+        return NOT_RUN
     found = table.loc[(variant, kind, level)]
     a = max(found.index, key=lambda a: (found.loc[a, "exact"], -a))
     return f"{found.loc[a, 'exact']}/{found.loc[a, 'n']} at alpha {a:g}"
@@ -90,7 +99,8 @@ def authors_code(runs: Any) -> list[tuple[str, ...]]:
     t = runs.groupby(["variant", "grid.protocol.criterion"]).ari.agg(n="size", exact=lambda a: int((a == 1.0).sum()))
     return [(f"... at the authors' code's skew (7x7-smoothed pattern, RMS 0.15, 4,167 images a device), {v}, "
              f"criterion {c}", "4 groups found", f"{r.exact}/{r.n} seeds exact",
-             "holds" if r.exact >= EXACT_OK * r.n else "does not hold") for (v, c), r in t.iterrows()]
+             downgrade(holds_if(r.exact >= EXACT_OK * r.n), AUTHORS_CODE_DIFFER, turns=(DOES_NOT_HOLD,)))
+            for (v, c), r in t.iterrows()]
 
 
 def claims(table: Any, recovered: list[tuple[str, str, float]], skews: list[tuple[str, float]],
@@ -100,24 +110,29 @@ def claims(table: Any, recovered: list[tuple[str, str, float]], skews: list[tupl
     at_authors = [r for r in recovered if r[0] == "rnd_server" and r[1] == f"{kind} {level:g}"]
     server_ok = {(s, a) for v, s, a in recovered if v == "rnd_server"}
     rows = [("Federations emerge from the novelty matrix without K (Sec. IV, Fig. 2's block structure), at "
-             f"the authors' skew ({kind} {level:g})", "4 groups found",
+             f"the skew filed as the authors' ({kind} {level:g})", "4 groups found",
              f"rnd_server best {_best(table, 'rnd_server', kind, level)}",
-             "holds" if at_authors else "does not hold")]
+             downgrade(holds_if(bool(at_authors)), AUTHORS_DIFFER))]
     for k in sorted({k for k, _ in skews}):
         top = max(lv for kk, lv in skews if kk == k)
+        # a stronger skew than the authors' on other data: a recovery shows the groups can emerge, a failure
+        # says nothing of the authors' setting
         rows.append((f"... at the study's strongest {k} skew ({k} {top:g})", "—",
                      f"rnd_server best {_best(table, 'rnd_server', k, top)}",
-                     "holds" if any(s == f"{k} {top:g}" for s, _ in server_ok) else "does not hold"))
+                     downgrade(holds_if(any(s == f"{k} {top:g}" for s, _ in server_ok)),
+                               f"{k} {top:g} on Fashion-MNIST with 300 images a device, not the authors' setting",
+                               turns=(DOES_NOT_HOLD, NOT_RESOLVED))))
     for variant in ("rnd_gossip_grouped", "rnd_gossip_scattered"):
         mine = {(s, a) for v, s, a in recovered if v == variant}
         both = len(server_ok & mine)
         rows.append((f"A decentralized version over neighbourhoods ({variant}) finds the groups where the server "
                      "version does (Sec. VI proposes it; the paper does not evaluate it)", "not evaluated",
                      f"recovers {both} of the {len(server_ok)} settings rnd_server recovers ({len(mine)} in all)",
-                     "not run" if variant not in table.index.get_level_values("variant") else
-                     "holds" if server_ok and both == len(server_ok) else "does not hold"))
+                     NOT_RUN if variant not in table.index.get_level_values("variant") else
+                     holds_if(bool(server_ok) and both == len(server_ok))))
     return ["## Claims", "", f"Recovery: at least {EXACT_OK:.0%} of the {n_seeds} seeds give ARI = 1. The overhead "
-            "claim (Fig. 3) is checked in `rnd_overhead.md`.", "",
+            "claim (Fig. 3) is checked in `rnd_overhead.md`. A row whose experiment differs from the paper's in a way "
+            "that can change the answer reads 'not comparable here' and says how.", "",
             *markdown_table(rows + extra, ["claim", "paper", "ours", "verdict"]), ""]
 
 
@@ -143,8 +158,10 @@ def write(dirs: list[Path], md: Path) -> None:
         "Fashion-MNIST, 4 feature-skew groups x 3 devices (the paper's k = 4, N = 12), 300 samples each, RND "
         "predictors of 30 epochs (batch 32, Adam 1e-3), one training round (the study measures discovery). "
         "`pattern`: each group adds its own fixed zero-sum pattern of that per-pixel RMS; `noise`: Gaussian noise "
-        "per pixel whose std grows over the groups from 0 (group 0 clean) to that value, the paper's kind of skew "
-        "(Sec. V, via ProFed). alpha: the compatibility band |s_ij - s_ii| <= alpha s_ii.",
+        "per pixel whose std grows over the groups from 0 (group 0 clean) to that value, the kind the paper's text "
+        "describes (Sec. V, via ProFed: \"a different Gaussian noise distribution\" per group); the authors' code "
+        "instead shifts each group by a 7x7-smoothed pattern (`scenarios/studies/rnd_authors_skew.yaml`). alpha: the "
+        "compatibility band |s_ij - s_ii| <= alpha s_ii.",
         "",
         "**The compatibility rule is this package's design, not the paper's text.** The paper says federations "
         "come from the novelty matrix \"through the compatibility criterion\" without defining it; ours "
@@ -158,8 +175,9 @@ def write(dirs: list[Path], md: Path) -> None:
         "",
         f"Cells: exact recoveries (ARI = 1) out of {n_seeds} seeds · mean ARI ± half-width of the 95% interval · "
         f"mean number of federations (4 is right). A setting recovers the groups when at least "
-        f"{EXACT_OK:.0%} of its seeds are exact. The row marked * is the authors' skew level ({AUTHORS[0]} "
-        f"{AUTHORS[1]:g}, as filed in issue 14; the paper's text gives no number).",
+        f"{EXACT_OK:.0%} of its seeds are exact. The row marked * is the level issue 14 filed as the authors' "
+        f"({AUTHORS[0]} {AUTHORS[1]:g}; the paper's text gives no number, and the authors' code's 0.15 is the RMS of a "
+        "smoothed pattern, not noise).",
         "",
     ]
     verdicts = [(v, f"{k} {lv:g}", a) for v in VARIANTS for k, lv in skews for a in alphas
@@ -175,7 +193,7 @@ def write(dirs: list[Path], md: Path) -> None:
         ok = [f"{s}, alpha {a:g}" for v, s, a in verdicts if v == variant]
         lines.append(f"- `{variant}`: " + ("; ".join(ok) if ok else "none"))
     authors = [f"`{v}` alpha {a:g}" for v, s, a in verdicts if s == f"{AUTHORS[0]} {AUTHORS[1]:g}"]
-    lines += ["", f"At the authors' level ({AUTHORS[0]} {AUTHORS[1]:g}): "
+    lines += ["", f"At the level filed as the authors' ({AUTHORS[0]} {AUTHORS[1]:g}): "
               + ("recovered by " + ", ".join(authors) if authors else "no variant and band recovers the groups") + ".",
               "", f"![exact recovery]({png.name})", ""]
     md.write_text("\n".join(lines) + "\n")

@@ -1,9 +1,23 @@
 """Verdicts on a paper's claims from paired differences over seeds, decided by the 95% t-interval.
 
+Every claims table in ``analysis/`` speaks one vocabulary of five verdicts (issue 34), built here and
+nowhere else:
+
+- ``HOLDS`` "holds", ``DOES_NOT_HOLD`` "does not hold": decided by the interval (or, for a count or an
+  equality, by ``holds_if``);
+- ``NOT_RESOLVED`` "not resolved (interval spans the margin)": the interval straddles the claim's
+  margin (0 for a plain "a beats b");
+- ``not_comparable(reason)`` "not comparable here: <reason>": our experiment differs from the paper's
+  in a way that can change the answer, and the reason says which; ``downgrade`` turns a computed
+  verdict into it when a listed difference applies to the row;
+- ``cannot_test(reason)`` "cannot be tested here: <reason>": the data or code is not available offline.
+
 A claim such as "method a beats method b" is checked on the per-seed differences a - b (the same seed:
 the same data and initial weights). It holds when the whole interval lies on the claimed side, does not
-hold when the whole interval lies on the other side, and is not resolved otherwise; with fewer than two
-seeds it is "not run". The reports in ``analysis/`` build their claims tables from these.
+hold when the whole interval lies on the other side, and is not resolved otherwise. With fewer than two
+seeds there is no interval: ``NOT_RUN`` ("not run") marks a row whose runs are missing; it is not a
+verdict, and a complete report has none. ``kind`` names which of the five a verdict is (``ValueError``
+for anything else), ``short`` its label without the parenthesis or reason.
 
 A table of m such claims is corrected for multiplicity with Holm's step-down procedure (``holm``,
 ``at_least_holm``); ``paired_p`` gives the paired t-test p-values it needs. ``headroom_gain``,
@@ -23,9 +37,78 @@ import numpy as np
 
 from p2pfl.metrics.report import ci95
 
-__all__ = ["interval", "paired", "fmt_ci", "fmt_diff", "at_least", "below", "combine", "holm", "holm_adjusted",
+__all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_COMPARABLE", "CANNOT_TEST", "VERDICTS", "NOT_RUN",
+           "not_comparable", "cannot_test", "downgrade", "holds_if", "kind", "short", "interval", "paired", "fmt_ci",
+           "fmt_diff", "at_least", "below", "combine", "holm", "holm_adjusted",
            "paired_p", "at_least_holm", "headroom_gain", "headroom_gains", "target_accuracy", "fewer_bytes",
            "device_percentile", "mean_curve"]
+
+# ------------------------------------------------------------------------------ the five verdicts
+HOLDS = "holds"
+DOES_NOT_HOLD = "does not hold"
+NOT_RESOLVED = "not resolved (interval spans the margin)"
+NOT_COMPARABLE = "not comparable here"
+CANNOT_TEST = "cannot be tested here"
+#: the five verdicts; the last two always carry ": <reason>"
+VERDICTS = (HOLDS, DOES_NOT_HOLD, NOT_RESOLVED, NOT_COMPARABLE, CANNOT_TEST)
+#: not a verdict: the claim's runs are missing (fewer than two seeds)
+NOT_RUN = "not run"
+_DECIDED = (HOLDS, DOES_NOT_HOLD, NOT_RESOLVED)
+
+
+def _with_reason(label: str, reason: str) -> str:
+    reason = reason.strip()
+    if not reason or "|" in reason or "\n" in reason:
+        raise ValueError(f"a '{label}' verdict needs a one-line reason without '|' (it is a table cell); got {reason!r}")
+    return f"{label}: {reason}"
+
+
+def not_comparable(reason: str) -> str:
+    """'not comparable here: <reason>': the experiment differs from the paper's in a way that can change the
+    answer; ``reason`` says how (ours, then the paper's)."""
+    return _with_reason(NOT_COMPARABLE, reason)
+
+
+def cannot_test(reason: str) -> str:
+    """'cannot be tested here: <reason>': the data or code the claim needs is not available offline; ``reason``
+    says which."""
+    return _with_reason(CANNOT_TEST, reason)
+
+
+def downgrade(verdict: str, difference: Optional[str], *, turns: Sequence[str] = _DECIDED) -> str:
+    """The verdict a row shows: ``not_comparable(difference)`` when a difference from the paper's experiment
+    applies to the row (``difference`` given) and ``verdict`` is one it can turn, else ``verdict`` unchanged.
+
+    ``turns``: the computed verdicts the difference can change (default: holds, does not hold, not resolved).
+    Leave ``HOLDS`` out where the difference can only make the claim harder to meet here (less data, a
+    stronger baseline) or where the claim is that something can happen: a success here is earned all the
+    same, while a failure says nothing about the paper's setting. ``NOT_RUN`` always stays.
+    """
+    if any(t not in _DECIDED for t in turns):
+        raise ValueError(f"turns must be among {list(_DECIDED)}; got {list(turns)}")
+    return not_comparable(difference) if difference and verdict in turns else verdict
+
+
+def holds_if(ok: bool) -> str:
+    """``HOLDS`` or ``DOES_NOT_HOLD`` for a claim decided without an interval (a count, an equality)."""
+    return HOLDS if ok else DOES_NOT_HOLD
+
+
+def kind(verdict: str) -> str:
+    """Which of the five verdicts ``verdict`` is (one of ``VERDICTS``): the exact string, or a label that takes a
+    reason followed by ': <reason>'. Raises ``ValueError`` for anything else (``NOT_RUN`` included)."""
+    if verdict in _DECIDED:
+        return verdict
+    for label in (NOT_COMPARABLE, CANNOT_TEST):
+        if verdict.startswith(label + ": ") and verdict[len(label) + 2:].strip():
+            return label
+    raise ValueError(f"not one of the five verdicts {list(VERDICTS)} (the last two with ': <reason>'): {verdict!r}")
+
+
+def short(verdict: str) -> str:
+    """A verdict's label without its parenthesis or reason: 'not resolved', 'not comparable here', ...;
+    ``NOT_RUN`` as it is."""
+    return verdict if verdict == NOT_RUN else kind(verdict).split(" (")[0]
 
 
 def interval(values: list[float]) -> tuple[float, float, float]:
@@ -62,36 +145,39 @@ def fmt_diff(values: list[float], scale: float = 100.0, digits: int = 1) -> str:
 def at_least(diffs: list[float], margin: float) -> str:
     """Verdict on 'a >= b - margin' from the paired differences a - b."""
     if len(diffs) < 2:
-        return "not run"
+        return NOT_RUN
     _, lo, hi = interval(diffs)
     if lo >= -margin:
-        return "holds"
+        return HOLDS
     if hi < -margin:
-        return "does not hold"
-    return "not resolved (interval spans the margin)"
+        return DOES_NOT_HOLD
+    return NOT_RESOLVED
 
 
 def below(diffs: list[float]) -> str:
-    """Verdict on 'a < b' from the paired differences a - b."""
+    """Verdict on 'a < b' from the paired differences a - b (the margin is 0)."""
     if len(diffs) < 2:
-        return "not run"
+        return NOT_RUN
     _, lo, hi = interval(diffs)
     if hi < 0:
-        return "holds"
+        return HOLDS
     if lo >= 0:
-        return "does not hold"
-    return "not resolved (interval spans 0)"
+        return DOES_NOT_HOLD
+    return NOT_RESOLVED
 
 
 def combine(verdicts: list[str]) -> str:
-    """One verdict for a claim checked in several cells: holds only where it holds in every one."""
-    if not verdicts or "not run" in verdicts:
-        return "not run"
-    if all(v == "holds" for v in verdicts):
-        return "holds"
-    if any(v == "does not hold" for v in verdicts):
-        return "does not hold"
-    return "not resolved"
+    """One verdict for a claim checked in several cells (each from ``at_least`` or ``below``): holds only where it
+    holds in every one, does not hold where it fails in one, else not resolved; not run if a cell was not."""
+    if not verdicts or NOT_RUN in verdicts:
+        return NOT_RUN
+    if any(v not in _DECIDED for v in verdicts):
+        raise ValueError(f"combine takes interval verdicts {list(_DECIDED)}; got {verdicts}")
+    if all(v == HOLDS for v in verdicts):
+        return HOLDS
+    if any(v == DOES_NOT_HOLD for v in verdicts):
+        return DOES_NOT_HOLD
+    return NOT_RESOLVED
 
 
 # ------------------------------------------------------------------------------ multiple comparisons
@@ -169,12 +255,12 @@ def at_least_holm(diffs_list: Sequence[Sequence[float]], margin: float, alpha: f
     tested = [k for k, d in enumerate(diffs_list) if len(d) >= 2]
     p = [min(1.0, 2 * min(paired_p(diffs_list[k], -margin, "greater"), paired_p(diffs_list[k], -margin, "less")))
          for k in tested]
-    out = ["not run"] * len(diffs_list)
+    out = [NOT_RUN] * len(diffs_list)
     for k, rejected in zip(tested, holm(p, alpha)):
         if not rejected:
-            out[k] = "not resolved (interval spans the margin)"
+            out[k] = NOT_RESOLVED
         else:
-            out[k] = "holds" if statistics.mean(diffs_list[k]) > -margin else "does not hold"
+            out[k] = HOLDS if statistics.mean(diffs_list[k]) > -margin else DOES_NOT_HOLD
     return out
 
 

@@ -210,6 +210,8 @@ def _run_row(path: Path) -> dict[str, Any]:
     timing = _read_json(path / "timing.json") if (path / "timing.json").is_file() else None
     row.update(_scalars(sc if isinstance(sc, dict) else {}, "scenario.", lists=True))
     row.update(_scalars(timing if isinstance(timing, dict) else {}, "timing."))
+    man = _read_json(path / "manifest.json") if (path / "manifest.json").is_file() else None
+    row["git_revision"] = man.get("git_revision") if isinstance(man, dict) else None
     score = run_score(summary)
     dataset = (summary.get("partition") or {}).get("dataset")
     shash = _hash(sc) if has_sc else None
@@ -234,9 +236,10 @@ def load_runs(*dirs: str | Path) -> pd.DataFrame:
     fields (per-node values, curves, logs: ``load_nodes``, ``load_curves``, ``load_log``) are left out;
     ``scenario.<key>`` per field of the resolved scenario.yaml (``scenario.protocol.rounds``; a list as
     compact JSON text, as a grid value) and ``timing.<key>`` per field of timing.json (``timing.wall_s``),
-    missing without the file. Then ``metric`` (as ``run_score`` reads it),
-    ``score`` and ``score_worst`` (the final ``<metric>_mean`` / ``<metric>_worst``), ``t90_s``
-    (``time_to_fraction``), ``scenario_hash`` and ``group`` (runs that differ only by seed share it).
+    missing without the file; ``git_revision``, the code the run ran (manifest.json; None without it). Then
+    ``metric`` (as ``run_score`` reads it), ``score`` and ``score_worst`` (the final ``<metric>_mean`` /
+    ``<metric>_worst``), ``t90_s`` (``time_to_fraction``), ``scenario_hash`` and ``group`` (runs that differ only
+    by seed share it).
     """
     import pandas as pd
 

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from p2pfl.metrics.claims import at_least, below, combine, fmt_ci, fmt_diff, paired
+from p2pfl.metrics.claims import (
+    DOES_NOT_HOLD,
+    HOLDS,
+    NOT_RESOLVED,
+    NOT_RUN,
+    at_least,
+    below,
+    combine,
+    fmt_ci,
+    fmt_diff,
+    not_comparable,
+    paired,
+)
 
 
 def test_paired_differences_use_the_seeds_both_sides_have():
@@ -14,7 +26,7 @@ def test_paired_differences_use_the_seeds_both_sides_have():
 @pytest.mark.parametrize(("diffs", "verdict"), [
     ([-0.10, -0.12, -0.11], "holds"),  # wholly below 0
     ([0.10, 0.12, 0.11], "does not hold"),  # wholly above
-    ([-0.2, 0.1, -0.05], "not resolved (interval spans 0)"),
+    ([-0.2, 0.1, -0.05], "not resolved (interval spans the margin)"),  # the margin of 'a < b' is 0
     ([-0.1], "not run"),  # one seed has no interval
 ])
 def test_below(diffs, verdict):
@@ -25,15 +37,20 @@ def test_at_least_allows_the_margin():
     diffs = [-0.010, -0.012, -0.011]  # a is about 1.1 points below b
     assert at_least(diffs, margin=0.02) == "holds"
     assert at_least(diffs, margin=0.005) == "does not hold"
-    assert at_least([-0.02, 0.01, -0.01], margin=0.005).startswith("not resolved")
+    assert at_least([-0.02, 0.01, -0.01], margin=0.005) == "not resolved (interval spans the margin)"
 
 
 def test_combine_holds_only_where_every_cell_holds():
-    assert combine(["holds", "holds"]) == "holds"
-    assert combine(["holds", "does not hold"]) == "does not hold"
-    assert combine(["holds", "not resolved (interval spans 0)"]) == "not resolved"
-    assert combine(["holds", "not run"]) == "not run"
+    assert combine([HOLDS, HOLDS]) == "holds"
+    assert combine([HOLDS, DOES_NOT_HOLD]) == "does not hold"
+    assert combine([HOLDS, NOT_RESOLVED]) == "not resolved (interval spans the margin)"
+    assert combine([HOLDS, NOT_RUN]) == "not run"
     assert combine([]) == "not run"
+
+
+def test_combine_takes_only_interval_verdicts():
+    with pytest.raises(ValueError, match="combine takes interval verdicts"):
+        combine([HOLDS, not_comparable("another dataset")])
 
 
 def test_formats():

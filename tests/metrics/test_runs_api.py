@@ -48,6 +48,16 @@ def test_every_scenario_and_timing_field_is_a_column(tree):
     assert df["scenario_hash"].tolist() == [scenario_hash(p) for p in df["path"]]
 
 
+def test_git_revision_is_the_manifests(tree, tmp_path):
+    df = load_runs(tree / "plain")
+    for _, row in df.iterrows():
+        manifest = json.loads((Path(row["path"]) / "manifest.json").read_text(encoding="utf-8"))
+        assert row["git_revision"] == manifest["git_revision"]
+    shutil.copytree(tree / "plain" / "gossip-s1", tmp_path / "bare")
+    (tmp_path / "bare" / "manifest.json").unlink()
+    assert load_runs(tmp_path)["git_revision"].tolist() == [None]
+
+
 def test_a_run_without_scenario_or_timing_file_has_those_columns_missing(tree, tmp_path):
     shutil.copytree(tree / "plain" / "gossip-s1", tmp_path / "bare")
     (tmp_path / "bare" / "scenario.yaml").unlink()
