@@ -14,7 +14,7 @@ YAML layout (every block but ``topology``, ``data`` and ``protocol`` has default
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import Field, SerializeAsAny, field_validator, model_validator
 
@@ -46,6 +46,10 @@ class Scenario(Strict):
     executor: ExecutorSpec = ExecutorSpec()
     torch_device: str = "cpu"
     threads: int = Field(1, ge=1, description="torch intra-op threads for the real compute")
+    events: Literal["all", "no_messages"] = Field(
+        "all", description="what events.jsonl holds: every event, or all but each message hop's send, deliver "
+                           "and drop (counted all the same: the summary is unchanged; for fleets of 10^5 devices "
+                           "and more, where those lines are most of the file and of the kernel's time)")
     dynamics: Optional[DynamicsSpec] = Field(None, description="churn, link failures, partitions, mobility, "
                                                                 "stragglers (absent: a static fleet)")
 

@@ -75,9 +75,13 @@ class FlatState(Mapping[str, torch.Tensor]):
         return (FlatState, (self.vector, self.layout))
 
 
+#: Every layout laid out so far, each once (a fleet's models share one object).
+_LAYOUTS: dict[Layout, Layout] = {}
+
+
 def as_flat(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> Optional[tuple[FlatState, FlatState]]:
     """``(a, b)`` when both are flat states of one layout, else None."""
-    if isinstance(a, FlatState) and isinstance(b, FlatState) and a.layout == b.layout:
+    if isinstance(a, FlatState) and isinstance(b, FlatState) and (a.layout is b.layout or a.layout == b.layout):
         return a, b
     return None
 
@@ -99,6 +103,7 @@ def flatten_(model: nn.Module) -> Optional[FlatState]:
     for v in values:
         offsets.append(offsets[-1] + v.numel())
     layout = Layout(names, shapes, tuple(offsets), values[0].dtype)
+    layout = _LAYOUTS.setdefault(layout, layout)  # one object per layout: compared by identity, held once
     vector = layout.pack(state)
     views = layout.views(vector)
     with torch.no_grad():

@@ -33,8 +33,10 @@ class Recorder:
     """
 
     def __init__(self, n_nodes: int, metric: str = "accuracy", on_round: Optional[Callable[[], None]] = None,
-                 sink: Optional[TextIO] = None, n_devices: Optional[int] = None) -> None:
+                 sink: Optional[TextIO] = None, n_devices: Optional[int] = None, messages: bool = True) -> None:
         self.n_nodes = n_nodes
+        #: log each message hop (send, deliver, drop) as an event; counted either way
+        self.messages = messages
         #: nodes 0..n_devices-1 are devices, the rest servers
         self.n_devices = n_nodes if n_devices is None else n_devices
         #: bytes sent so far by all devices / all servers, and their values at each round's latest evaluation
@@ -106,13 +108,15 @@ class Recorder:
     def message(self, what: str, msg: Any, u: int, v: int, t: float, reason: str = "", transmitted: bool = True,
                 t_start: float = 0.0) -> None:
         """Count one hop u->v of a message: transmitted (``send``, its bytes counted here and only
-        here), arrived at its destination (``deliver``) or dropped (``drop``, with a ``reason``).
+        here), arrived at its destination (``deliver``) or dropped (``drop``, with a ``reason``); logged as an
+        event unless ``messages`` is off.
         Events carry the message's ``id`` (its sequence number), so a message can be followed hop by hop.
         A hop that leaves a relay (``u`` is not the message's source), transmitted or dropped before
         it is, counts the message as received by that relay (``bytes_relayed``)."""
         if what == "deliver":
             self.bytes_received[v] += msg.size_bytes
-            self.event(t, "deliver", src=msg.src, dst=msg.dst, msg=msg.kind, bytes=msg.size_bytes, id=msg.seq)
+            if self.messages:
+                self.event(t, "deliver", src=msg.src, dst=msg.dst, msg=msg.kind, bytes=msg.size_bytes, id=msg.seq)
             return
         relayed = {"origin": msg.src, "target": msg.dst} if (u, v) != (msg.src, msg.dst) else {}
         if u != msg.src and (what == "send" or not transmitted):
@@ -127,14 +131,16 @@ class Recorder:
                 self.wan_bytes += msg.size_bytes
             self.messages_sent[u] += 1
             self.bytes_by_kind[msg.kind] += msg.size_bytes
-            self.event(t, "send", src=u, dst=v, msg=msg.kind, bytes=msg.size_bytes, t_start=t_start, id=msg.seq,
-                       **relayed)
+            if self.messages:
+                self.event(t, "send", src=u, dst=v, msg=msg.kind, bytes=msg.size_bytes, t_start=t_start, id=msg.seq,
+                           **relayed)
             return
         self.messages_dropped += 1
         self.dropped_by_reason[reason] += 1
         self.bytes_dropped_by_reason[reason] += msg.size_bytes
-        self.event(t, "drop", src=u, dst=v, msg=msg.kind, bytes=msg.size_bytes, reason=reason,
-                   transmitted=transmitted, id=msg.seq, **relayed)
+        if self.messages:
+            self.event(t, "drop", src=u, dst=v, msg=msg.kind, bytes=msg.size_bytes, reason=reason,
+                       transmitted=transmitted, id=msg.seq, **relayed)
 
     def compute(self, t: float, node: int, flops: int, sim_s: float, what: str) -> None:
         """Count modelled compute charged to ``node``."""

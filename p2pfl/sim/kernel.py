@@ -115,7 +115,8 @@ class Simulation:
         self.env = simpy.Environment()
         self._on_round = on_round
         self._rounds_done = 0
-        self.recorder = Recorder(n + len(self.server_ids), metric=self.metric, on_round=self._round_done, n_devices=n)
+        self.recorder = Recorder(n + len(self.server_ids), metric=self.metric, on_round=self._round_done, n_devices=n,
+                                 messages=scenario.events == "all")
         setup("network")
         self.profiles = draw_profiles(scenario.devices, n, stream(seed, "profiles"))
         self.fleet = self._build_fleet()

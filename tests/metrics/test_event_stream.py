@@ -299,3 +299,17 @@ def test_the_score_curve_says_the_bytes_sent_up_to_each_point():
         assert p["bytes_per_device"] == sum(e["bytes"] for e in before if e["src"] < 4) / 4
         assert p["bytes_servers"] == sum(e["bytes"] for e in before if e["src"] >= 4)
     assert 0 < curve[0]["bytes_servers"] < curve[-1]["bytes_servers"] <= summary["bytes_per_server"]["server"]
+
+
+def test_events_without_messages_drop_only_the_message_lines(tmp_path):
+    """``events: no_messages`` writes every other event in the same order and the same summary."""
+    full = tmp_path / "full"
+    lean = tmp_path / "lean"
+    p2pfl.run(GOSSIP, out=full)
+    p2pfl.run({**GOSSIP, "events": "no_messages"}, out=lean)
+    assert (lean / "summary.json").read_bytes() == (full / "summary.json").read_bytes()
+    kept = [line for line in (full / "events.jsonl").read_text().splitlines()
+            if json.loads(line)["kind"] not in ("send", "deliver", "drop")]
+    lines = (lean / "events.jsonl").read_text().splitlines()
+    assert lines == kept and len(kept) < len((full / "events.jsonl").read_text().splitlines())
+    assert json.loads((lean / "timing.json").read_text())["events"] == len(kept)
