@@ -49,6 +49,7 @@ from p2pfl.executors.jobs import CallJob, Job, TrainJob, TrainOutcome, stacking_
 from p2pfl.learning.aggregate import clone_state
 from p2pfl.learning.clone import clone_module, is_plain
 from p2pfl.learning.flat import FlatState, Layout
+from p2pfl.learning.rows import RowModel
 from p2pfl.learning.state import live_state
 from p2pfl.learning.train import TrainResult, task_loss
 
@@ -83,6 +84,8 @@ def _job_stacks(job: TrainJob) -> bool:
 
 
 def _model_stacks(model: nn.Module) -> bool:
+    if isinstance(model, RowModel):
+        model = model.table.template
     return (not callable(getattr(model, "loss", None)) and is_plain(model)
             and not any(isinstance(m, _NO_STACK) for m in model.modules()))
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from p2pfl.learning.flat import as_flat, flatten_
+from p2pfl.learning.rows import RowModel
 
 __all__ = ["live_state", "add_delta_", "load_state_", "flatten_live_"]
 
@@ -21,6 +22,8 @@ def live_state(model: nn.Module) -> Mapping[str, torch.Tensor]:
     Valid as long as parameters are updated in place (as everything here does);
     building a state dict anew costs more than averaging a small model.
     """
+    if isinstance(model, RowModel):
+        return model.flat
     state = _LIVE.get(model)
     if state is None:
         state = _LIVE[model] = model.state_dict()

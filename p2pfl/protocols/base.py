@@ -60,6 +60,9 @@ class Protocol(ABC, Generic[P]):
     #: ``clusters``, ``ari``, ``misclassification_rate``, ``n_federations``, and ``clustering_events`` (every
     #: ``ctx.report_clusters`` of the run with its scores).
     cluster_fields: ClassVar[tuple[str, ...]] = ("clusters", "ari")
+    #: Its models may be rows of one table (``p2pfl.learning.rows``): it uses a model only through
+    #: ``live_state``, the state maths, ``ctx.train`` and ``ctx.evaluate``, and calls it, nothing else.
+    model_rows: ClassVar[bool] = False
 
     def __init__(self, params: P, run: RunInfo) -> None:
         self.params = params

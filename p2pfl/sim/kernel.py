@@ -17,7 +17,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import networkx as nx
 import numpy as np
@@ -32,6 +32,8 @@ from p2pfl.executors.base import Done, Executor, Future
 from p2pfl.executors.jobs import CallJob, EvalJob
 from p2pfl.executors.select import make_executor, resolve_kind
 from p2pfl.learning.clone import clone_module
+from p2pfl.learning.flat import FlatState
+from p2pfl.learning.rows import ModelTable, RowModel, table_for
 from p2pfl.learning.state import flatten_live_
 from p2pfl.metrics.energy import EnergyModel
 from p2pfl.metrics.recorder import Recorder
@@ -132,6 +134,8 @@ class Simulation:
         self.interrupted_training = "resumed" if scenario.dynamics is None else scenario.dynamics.interrupted_training
         self.left_fleet: tuple[int, ...] = ()  # devices offline for good when the run ended (dynamics)
         self._common: Optional[nn.Module] = None
+        self._table: Optional[ModelTable | Literal[False]] = None  # False: models of their own
+        self._common_flat: FlatState
         self._owns_executor = executor is None
         if executor is None:
             model = self._common_model()  # built now for the estimate, copied for every device later
@@ -238,6 +242,12 @@ class Simulation:
         the common model's architecture, so its FLOPs per sample are counted once, on the common model.
         """
         common = self._common_model()
+        table = self._model_table()
+        if table is not None:  # a row of the fleet's table (p2pfl.learning.rows): the same values, the same bits
+            if node is None:
+                return table.add(self._common_flat.vector)
+            own = self.run_info.build_model(child_seed(self.seed, "init", node))
+            return table.add(table.layout.pack(own.state_dict()))
         if node is not None:
             model = self.run_info.build_model(child_seed(self.seed, "init", node))
         else:
@@ -245,6 +255,18 @@ class Simulation:
         flatten_live_(model)  # state maths in one operation per model (the same bits)
         self._flops[model] = self.forward_flops(common)
         return model
+
+    def _model_table(self) -> Optional[ModelTable]:
+        """The table the protocol's models are rows of, when it takes rows and the model can be one."""
+        if self._table is None:
+            common = self._common_model()
+            table = table_for(common, chunk=self.n_devices + len(self.server_ids)) if (
+                self.protocol.model_rows and self.torch_device.type == "cpu") else None
+            self._table = table or False
+            if table is not None:
+                self._common_flat = FlatState(table.layout.pack(common.state_dict()), table.layout)
+                self._flops[table.template] = self.forward_flops(common)
+        return self._table if self._table is not False else None
 
     def _common_model(self) -> nn.Module:
         """The common initial model, built once (``new_model`` hands out copies)."""
@@ -254,6 +276,8 @@ class Simulation:
 
     def forward_flops(self, model: nn.Module) -> int:
         """Forward FLOPs per sample of ``model`` (cached by architecture)."""
+        if isinstance(model, RowModel):
+            model = model.table.template
         flops = self._flops.get(model)
         if flops is None:
             flops = self._flops[model] = forward_flops_per_sample(model, self.federation.input_shape)

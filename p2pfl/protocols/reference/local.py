@@ -15,6 +15,8 @@ __all__ = ["Local"]
 class Local(Protocol[ProtocolParams]):
     """Each device trains its own model for ``rounds`` x ``training.epochs`` epochs."""
 
+    model_rows = True
+
     name = "local"
     Params = ProtocolParams
     summary = "local training only, no communication (lower bound)"

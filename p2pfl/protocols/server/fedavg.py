@@ -128,6 +128,8 @@ class FedAvgBase(Protocol[F], Generic[F]):
 class FedAvg(FedAvgBase[FedAvgParams]):
     """FedAvg (McMahan et al., 2017, Algorithm 1) through one server."""
 
+    model_rows = True
+
     name = "fedavg"
     Params = FedAvgParams
     summary = "FedAvg through a server, sample-size weighted, optional client fraction"

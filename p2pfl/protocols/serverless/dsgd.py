@@ -74,6 +74,8 @@ class DSGD(NeighbourAveraging[DSGDParams]):
     """Synchronous decentralized SGD (Lian et al. 2017, D-PSGD) with Metropolis-Hastings weights
     (Xiao & Boyd 2004): train, send to every neighbour, mix (module docstring)."""
 
+    model_rows = True
+
     name = "dsgd"
     Params = DSGDParams
     summary = "decentralized SGD: train, exchange with all neighbours, Metropolis-Hastings mixing (synchronous)"

@@ -100,6 +100,8 @@ class Gossip(Protocol[GP]):
     ``Gossip(GossipParams(...), run)`` is a plain gossip.
     """
 
+    model_rows = True
+
     name = "gossip"
     Params = GossipParams
     #: Relay pushes and replies over shortest paths (for candidate peers that are not neighbours).
