@@ -49,7 +49,7 @@ from p2pfl.executors.jobs import CallJob, Job, TrainJob, TrainOutcome, stacking_
 from p2pfl.learning.aggregate import clone_state
 from p2pfl.learning.clone import clone_module, is_plain
 from p2pfl.learning.flat import FlatState, Layout
-from p2pfl.learning.rows import RowModel
+from p2pfl.learning.rows import ModelTable, RowModel
 from p2pfl.learning.state import live_state
 from p2pfl.learning.train import TrainResult, task_loss
 
@@ -105,8 +105,8 @@ class BatchedExecutor(Executor):
         self._waiting: dict[int, TrainJob] = {}  # the planned slices' jobs
         self._done: dict[int, Any] = {}
         self._next = 0
-        self._arch: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
-        self._model_ok: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
+        self._arch: weakref.WeakKeyDictionary[nn.Module | ModelTable, str] = weakref.WeakKeyDictionary()
+        self._model_ok: weakref.WeakKeyDictionary[nn.Module | ModelTable, bool] = weakref.WeakKeyDictionary()
         self._templates: dict[str, nn.Module] = {}  # one structure per architecture, for functional_call
         self.stacked_jobs = 0  # jobs that trained inside a group of two or more (for benchmarks)
 
@@ -142,10 +142,11 @@ class BatchedExecutor(Executor):
         return Deferred(functools.partial(self.outcome, index))
 
     def _stacks(self, job: TrainJob) -> bool:
-        """``stackable``, with the model's part cached per model."""
-        ok = self._model_ok.get(job.model)
+        """``stackable``, with the model's part cached per model (per table for rows of one)."""
+        key = _cache_key(job.model)
+        ok = self._model_ok.get(key)
         if ok is None:
-            ok = self._model_ok[job.model] = _model_stacks(job.model)
+            ok = self._model_ok[key] = _model_stacks(job.model)
         return ok and _job_stacks(job)
 
     def outcome(self, index: int) -> Any:
@@ -199,9 +200,10 @@ class BatchedExecutor(Executor):
             stacking = stacking_of(job)
             assert stacking is not None
             return (job.fn.__module__, job.fn.__qualname__, job.threads, stacking.key(*job.args))
-        arch = self._arch.get(job.model)
+        key = _cache_key(job.model)
+        arch = self._arch.get(key)
         if arch is None:
-            arch = self._arch[job.model] = _arch_key(job.model)
+            arch = self._arch[key] = _arch_key(job.model)
         spec = job.spec
         return (arch, tuple(job.x.shape), job.x.dtype, tuple(job.y.shape), job.y.dtype, job.threads,
                 spec.epochs if job.epochs is None else job.epochs, spec.lr if job.lr is None else job.lr,
@@ -249,6 +251,12 @@ def _run_alone(job: TrainJob) -> TrainOutcome:
     job = copy.copy(job)
     job.model = model
     return job.run()
+
+
+def _cache_key(model: nn.Module) -> nn.Module | ModelTable:
+    """What a model's architecture facts are cached under: its table when it is a row of one (one entry for the
+    fleet), else itself."""
+    return model.table if isinstance(model, RowModel) else model
 
 
 def _arch_key(model: nn.Module) -> str:
