@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Message", "Network"]
 
 
-def void(_: Any) -> None:
+def _void(_: Any) -> None:
     """Drop a value (an event's callback returns nothing)."""
 
 
@@ -222,7 +222,7 @@ class Network:
         if hop + 2 == len(path):
             arrived.callbacks.append(lambda _: self._deliver(msg, u, v))
         else:
-            arrived.callbacks.append(lambda _: void(self._computed_hop(msg, path, hop + 1)))
+            arrived.callbacks.append(lambda _: _void(self._computed_hop(msg, path, hop + 1)))
 
     def route(self, src: int, dst: int) -> list[int]:
         """A shortest path src -> dst in hops (deterministic: BFS over sorted neighbours).

@@ -141,6 +141,27 @@ def test_recvs_until_one_deadline_end_there_and_a_later_message_waits_in_the_inb
     assert out["value"] == [(1, arrived[1]), (None, 3.0), (None, 3.0), (2, arrived[2])]
 
 
+def test_a_message_that_arrives_at_the_deadline_itself_is_late_and_waits_in_the_inbox() -> None:
+    def first(ctx: DeviceContext, out: dict[str, Any]) -> Process:
+        msg = yield ctx.recv("m")
+        return msg.src
+
+    arrival = next(iter(_script({1: [(1.0, 1)]}, first)["arrived"].values()))
+
+    def at_deadline(ctx: DeviceContext, out: dict[str, Any]) -> Process:
+        # the message is on the wire; 2^-20 before it, so that now + (arrival - now) is the arrival time exactly
+        # (arrival is in [1, 2)): the deadline's timer and the message are due at one simulated time
+        assert 1.0 <= arrival < 2.0
+        yield ctx.sleep(until=arrival - 2.0**-20)
+        late = yield ctx.recv("m", until=arrival)
+        out["late"] = (late, ctx.now)
+        msg = yield ctx.recv("m", until=arrival)  # the deadline has passed: a waiting message is still taken
+        return msg.src
+
+    out = _script({1: [(1.0, 1)]}, at_deadline)
+    assert out["late"] == (None, arrival) and out["value"] == 1 and out["t"] == arrival
+
+
 class _Reporter(Protocol[ProtocolParams]):
     """Device 0 reports two groupings; the final one is ``clusters()``."""
 
