@@ -105,8 +105,10 @@ class BatchedExecutor(Executor):
         self._waiting: dict[int, TrainJob] = {}  # the planned slices' jobs
         self._done: dict[int, Any] = {}
         self._next = 0
-        self._arch: weakref.WeakKeyDictionary[nn.Module | ModelTable, str] = weakref.WeakKeyDictionary()
-        self._model_ok: weakref.WeakKeyDictionary[nn.Module | ModelTable, bool] = weakref.WeakKeyDictionary()
+        # a model's architecture facts (stacks, arch key): per table for rows of one (a plain dict: a weak
+        # lookup per job cost 4% of a gossip run at N = 10,000), else per model
+        self._table_facts: dict[int, tuple[ModelTable, bool, str]] = {}
+        self._model_facts: weakref.WeakKeyDictionary[nn.Module, tuple[bool, str]] = weakref.WeakKeyDictionary()
         self._templates: dict[str, nn.Module] = {}  # one structure per architecture, for functional_call
         self.stacked_jobs = 0  # jobs that trained inside a group of two or more (for benchmarks)
 
@@ -142,12 +144,20 @@ class BatchedExecutor(Executor):
         return Deferred(functools.partial(self.outcome, index))
 
     def _stacks(self, job: TrainJob) -> bool:
-        """``stackable``, with the model's part cached per model (per table for rows of one)."""
-        key = _cache_key(job.model)
-        ok = self._model_ok.get(key)
-        if ok is None:
-            ok = self._model_ok[key] = _model_stacks(job.model)
-        return ok and _job_stacks(job)
+        """``stackable``, with the model's part cached (see ``_facts``)."""
+        return self._facts(job.model)[0] and _job_stacks(job)
+
+    def _facts(self, model: nn.Module) -> tuple[bool, str]:
+        """Whether ``model``'s architecture stacks, and its key: cached per table for rows of one, else per model."""
+        if isinstance(model, RowModel):
+            entry = self._table_facts.get(id(model.table))
+            if entry is None:
+                entry = self._table_facts[id(model.table)] = (model.table, _model_stacks(model), _arch_key(model))
+            return entry[1], entry[2]
+        facts = self._model_facts.get(model)
+        if facts is None:
+            facts = self._model_facts[model] = (_model_stacks(model), _arch_key(model))
+        return facts
 
     def outcome(self, index: int) -> Any:
         if index not in self._done:
@@ -200,10 +210,7 @@ class BatchedExecutor(Executor):
             stacking = stacking_of(job)
             assert stacking is not None
             return (job.fn.__module__, job.fn.__qualname__, job.threads, stacking.key(*job.args))
-        key = _cache_key(job.model)
-        arch = self._arch.get(key)
-        if arch is None:
-            arch = self._arch[key] = _arch_key(job.model)
+        arch = self._facts(job.model)[1]
         spec = job.spec
         return (arch, tuple(job.x.shape), job.x.dtype, tuple(job.y.shape), job.y.dtype, job.threads,
                 spec.epochs if job.epochs is None else job.epochs, spec.lr if job.lr is None else job.lr,
@@ -251,12 +258,6 @@ def _run_alone(job: TrainJob) -> TrainOutcome:
     job = copy.copy(job)
     job.model = model
     return job.run()
-
-
-def _cache_key(model: nn.Module) -> nn.Module | ModelTable:
-    """What a model's architecture facts are cached under: its table when it is a row of one (one entry for the
-    fleet), else itself."""
-    return model.table if isinstance(model, RowModel) else model
 
 
 def _arch_key(model: nn.Module) -> str:

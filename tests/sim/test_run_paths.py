@@ -78,3 +78,21 @@ def test_server_uploads_go_through_its_ingress(topology: dict, server: dict, spa
     assert not nbytes and len(ups) == 4
     steps = [round((b - a) / tx, 9) for a, b in itertools.pairwise(ups)]
     assert steps == {0.0: [0.0, 0.0, 0.0], 1.0: [1.0, 1.0, 1.0], 0.5: [0.0, 1.0, 0.0]}[spacing]
+
+
+def test_how_often_python_collects_garbage_changes_no_result(tmp_path, monkeypatch) -> None:
+    """The kernel freezes the built world out of the cyclic collector while it runs: the same bytes as
+    collecting far more often, and the caller's collector settings are back afterwards."""
+    import gc
+
+    from p2pfl.sim import kernel
+
+    sc = digits_scenario({"name": "gossip", "rounds": 2, "exchange": "push_pull"}, n=6, executor="batched")
+    before = gc.get_threshold()
+    usual = p2pfl.run(sc, out=tmp_path / "usual")
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    monkeypatch.setattr(kernel, "GC_GEN0", 100)  # a young collection every 100 allocations, a full one every 10^4
+    p2pfl.run(sc, out=tmp_path / "often")
+    assert (tmp_path / "often" / "summary.json").read_bytes() == (tmp_path / "usual" / "summary.json").read_bytes()
+    assert (tmp_path / "often" / "events.jsonl").read_bytes() == (tmp_path / "usual" / "events.jsonl").read_bytes()
+    assert usual.summary["accuracy_mean"] is not None
