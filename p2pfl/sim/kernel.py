@@ -519,8 +519,11 @@ class Simulation:
 
     def timing(self) -> dict[str, float]:
         """Measured wall-clock figures (never steer the simulation); with workers, ``train_wall_s`` and
-        ``eval_wall_s`` are the seconds this process spent handing jobs over and awaiting them."""
+        ``eval_wall_s`` are the seconds this process spent handing jobs over and awaiting them. With the
+        batched executor, ``stacked_jobs``: the jobs that trained inside a stacked group (the others trained
+        alone: the jobs overlapped too little in simulated time, e.g. a server's staggered broadcast)."""
         run = self.run_wall_s
+        stacked = getattr(self.executor, "stacked_jobs", None)
         return {
             "build_wall_s": self.build_wall_s,
             "run_wall_s": run,
@@ -529,6 +532,7 @@ class Simulation:
             "kernel_wall_s": max(run - self.train_wall_s - self.eval_wall_s, 0.0),
             "events": self.recorder.n_events,
             "sim_events": self.sim_events,
+            **({} if stacked is None else {"stacked_jobs": stacked}),
         }
 
     @property

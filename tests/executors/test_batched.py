@@ -111,6 +111,7 @@ def test_a_batched_run_is_within_tolerance_of_inline():
     sim = Simulation(load_dict({**raw, "executor": "batched"}))
     batched = sim.run()
     assert sim.executor.stacked_jobs == 6 * 4  # every round's six jobs trained as one group
+    assert sim.timing()["stacked_jobs"] == 6 * 4
     assert abs(batched["accuracy_mean"] - inline["accuracy_mean"]) <= 0.02
     # the modelled history (bytes, compute, times) does not depend on the executor at all
     for key in ("bytes_total", "compute_flops_total", "sim_time_s"):
