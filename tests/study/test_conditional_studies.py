@@ -51,14 +51,17 @@ def test_k_sweep_federations_hold_the_same_data_in_all_and_equal_clusters(name):
         assert Counter(fed.true_clusters) == {c: 5 for c in range(k)}
 
 
-def test_sparsity_sweep_shares_3000_samples_per_cluster():
-    study = load_study(STUDIES / "e1_sparsity.yaml")
+@pytest.mark.parametrize("name", ["e1_sparsity", "e2a_sparsity", "e3a_sparsity", "e3b_sparsity"])
+def test_sparsity_sweeps_split_the_whole_training_set_as_the_paper_does(name):
+    """The paper's design (issue 34): its two ends, 5 clients x 6,000 and 100 x 300 per cluster, K = 2."""
+    study = load_study(STUDIES / f"{name}.yaml")
     seen = set()
     for c in study.cells:
         sc = c.scenario
-        assert sc.topology.n * sc.data.samples_per_client == 2 * 3000
-        seen.add((sc.data.sparsity, sc.topology.n))
-    assert seen == {("rich", 10), ("med", 20), ("sparse", 40), ("very_sparse", 100), ("super_sparse", 200)}
+        assert sc.topology.n * sc.data.samples_per_client == 60_000
+        seen.add((sc.data.sparsity, sc.topology.n, sc.data.samples_per_client))
+    assert seen == {("rich", 10, 6000), ("super_sparse", 200, 300)}
+    assert len(study.cells) == 16 * 2 * 3
 
 
 def test_memorization_study_holds_one_client_per_cluster_out_of_pooled_training():
