@@ -17,6 +17,7 @@ from p2pfl.protocols.reference.local import Local
 from p2pfl.protocols.server.fedavg import FedAvg
 from p2pfl.protocols.serverless.dsgd import DSGD
 from p2pfl.protocols.serverless.gossip import Gossip
+from p2pfl.protocols.serverless.rnd_gossip import RNDGossip
 from tests.helpers import digits_scenario
 
 
@@ -67,8 +68,9 @@ def test_models_with_buffers_are_not_rows():
     assert table_for(nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)), chunk=4) is None
 
 
-@pytest.mark.parametrize("protocol, servers", [(Gossip, False), (DSGD, False), (FedAvg, True), (Local, False)],
-                         ids=["gossip", "dsgd", "fedavg", "local"])
+@pytest.mark.parametrize("protocol, servers", [(Gossip, False), (DSGD, False), (FedAvg, True), (Local, False),
+                                               (RNDGossip, False)],
+                         ids=["gossip", "dsgd", "fedavg", "local", "rnd_gossip"])
 @pytest.mark.parametrize("executor", ["inline", "batched"])
 def test_a_run_on_rows_is_byte_identical_to_one_on_models_of_their_own(protocol, servers, executor, tmp_path,
                                                                       monkeypatch):
@@ -82,7 +84,7 @@ def test_a_run_on_rows_is_byte_identical_to_one_on_models_of_their_own(protocol,
         assert (tmp_path / "rows" / name).read_bytes() == (tmp_path / "own" / name).read_bytes(), name
 
 
-@pytest.mark.parametrize("name, rows", [("gossip", True), ("dsgd", True), ("local", True), ("rnd_gossip", False),
+@pytest.mark.parametrize("name, rows", [("gossip", True), ("dsgd", True), ("local", True), ("rnd_gossip", True),
                                         ("dac", False)])
 def test_the_protocols_that_take_rows_get_them_and_the_others_modules_of_their_own(name, rows):
     from p2pfl.config import load_dict

@@ -119,8 +119,6 @@ def components_from_labels(labels: dict[int, int]) -> list[list[int]]:
 class RNDGossip(Gossip[RNDGossipParams]):
     """Serverless RND: h-hop predictor exchange, mutual compatibility, label propagation, federated gossip."""
 
-    model_rows = False
-
     name = "rnd_gossip"
     Params = RNDGossipParams
     summary = "serverless RND clustering within h hops + label propagation + gossip among compatible peers"
