@@ -42,6 +42,7 @@ from p2pfl.metrics.claims import (
     DOES_NOT_HOLD,
     HOLDS,
     NOT_RESOLVED,
+    NOT_RUN,
     at_least_holm,
     device_percentile,
     fewer_bytes,
@@ -314,8 +315,13 @@ def recommend(c_by_arm: dict[str, tuple[dict[str, Any], str]], fedavg_gain: floa
         return "keep the server: IFCA", why
     if not c_by_arm:
         return "—", "the arms have not run here yet"
+    if all(v == NOT_RUN for _, v in c_by_arm.values()):
+        return "no reading at IFCA's traffic", (
+            "each arm's first fleet-wide evaluation came after it had sent more than IFCA's whole traffic (a round's "
+            "evaluation is fleet-wide when its slowest device gets there: late under churn); at the ends: "
+            + ", ".join(f"{a} {fmt_diff(c['end'], 1.0, 2)}" for a, (c, _) in c_by_arm.items()))
     return f"{short(NOT_RESOLVED)} at this budget", "the Holm-corrected interval spans the margin for " + ", ".join(
-        a for a, (_, v) in c_by_arm.items() if v != DOES_NOT_HOLD)
+        a for a, (_, v) in c_by_arm.items() if v == NOT_RESOLVED)
 
 
 def mean_gain(arms: dict[str, list[Row]], name: Optional[str], local: dict[int, float],
@@ -333,7 +339,8 @@ def decision_table(table: dict[Group, dict[str, list[Row]]],
         local, oracle = reference(arms, "local"), reference(arms, "oracle")
         g_srv, g_fa = (mean_gain(arms, a, local, oracle) for a in (server, server_arm(arms, "fedavg")))
         what, why = recommend(by_arm, g_fa, g_srv)
-        cells = [f"{fmt_diff(c['equal_traffic'], 1.0, 2)}: {short(v)}" for c, v in by_arm.values()]
+        cells = [f"{fmt_diff(c['equal_traffic'], 1.0, 2)}: {short(v)}" if v != NOT_RUN else "no reading at IFCA's traffic"
+                 for c, v in by_arm.values()]
         cells += ["—"] * (len(SERVERLESS_ARMS) - len(cells))
         head = 100 * (float(np.mean(list(oracle.values()))) - float(np.mean(list(local.values())))) \
             if local and oracle else math.nan

@@ -116,6 +116,16 @@ def test_the_decision_and_the_crossover_follow_the_verdicts() -> None:
     assert cross[2] == "| rotation, static | rnd_gossip_h1 | 100, 1,000 | N = 1,000 |"
 
 
+def test_an_arm_that_sent_more_than_the_server_before_its_first_reading_has_no_verdict() -> None:
+    # the arm's half-way evaluation already spent 1.5 MB, IFCA's whole traffic is 1 MB: nothing to read at equal
+    # traffic (as under churn, where a round's fleet-wide evaluation waits for its slowest device)
+    table = rep.groups(_group([0.75] * 5, [0.70, 0.71, 0.69, 0.72, 0.68], arm_traffic=3e6))
+    verdict = rep.verdicts(table)
+    line = rep.decision_table(table, verdict)[2]
+    assert "| no reading at IFCA's traffic | — |" in line and "**no reading at IFCA's traffic**" in line
+    assert "at the ends: rnd_gossip_h1 -0.25 [" in line
+
+
 def test_pareto_keeps_only_undominated_arms() -> None:
     front = rep.pareto({"ifca": (0.8, 5e6), "gossip": (0.7, 1e6), "dsgd": (0.7, 3e6), "local": (0.6, 0.0),
                         "worse": (0.5, 1e6)})
