@@ -44,6 +44,7 @@ from p2pfl.metrics.claims import (
     NOT_RESOLVED,
     NOT_RUN,
     at_least_holm,
+    cannot_test,
     device_percentile,
     fewer_bytes,
     fmt_ci,
@@ -77,6 +78,8 @@ DYNAMICS = ("static", "churn", "mobility")
 MARGIN = 0.10  # headroom gain a serverless arm may trail the server arm by and still "match"
 BYTES_TOL = 0.10  # "fewer bytes" means at least 10% fewer
 TARGET = 0.9  # time to target: local + 0.9 (oracle - local)
+#: The verdict of an arm with no evaluation at or below IFCA's traffic (fewer than two seeds to pair there).
+NO_READING = cannot_test("no evaluation of the arm at or below IFCA's traffic")
 #: message kinds that discover clusters (the rest trains)
 DISCOVERY_KINDS = ("rnd_predictor", "rnd_verdict", "rnd_upload", "rnd_row", "dac_request")
 
@@ -111,12 +114,18 @@ def row_of(run: Row, nodes: pd.DataFrame, curve: pd.DataFrame) -> Row:
         return float(sum(v for k, v in run.items() if k.startswith(prefix) and v is not None))
 
     energy = "energy.j_per_device."
+    curve_points = [(int(r), float(t), float(a), float(b) + float(s) / n) for r, t, a, b, s in points]
+    over_time = run.get("accuracy_over_time")
+    if dynamics_of(run) == "churn" and isinstance(over_time, list) and over_time:
+        # under churn a round's fleet-wide evaluation waits for its slowest device: read the fleet over time
+        curve_points = [(0, float(p["t"]), float(p["accuracy_mean"]), float(p["bytes_per_device"])
+                         + float(p["bytes_servers"]) / n) for p in over_time if p["accuracy_mean"] is not None]
     return {
         "study": run["study"], "protocol": run["variant"].removesuffix("_1g"), "seed": int(run["seed"]), "n": n,
         "egress": egress_of(json.loads(run["scenario.topology.servers"])), "het": run["scenario.data.partition.kind"],
         "dyn": dynamics_of(run), "reused": False, "acc": run["accuracy_mean"], "ari": run.get("ari"),
         "p10": device_percentile(nodes["value"].tolist()),
-        "curve": [(int(r), float(t), float(a), float(b) + float(s) / n) for r, t, a, b, s in points],
+        "curve": curve_points,
         "traffic": run["bytes_total"] / n, "sim_s": run["sim_time_s"],
         "wan": (run.get("bytes_wan") or 0) / n, "d2d": (run.get("bytes_device_to_device") or 0) / n,
         "server_egress": summed("bytes_per_server."), "server_ingress": summed("bytes_received_per_server."),
@@ -265,7 +274,7 @@ def verdicts(table: dict[Group, dict[str, list[Row]]]) -> dict[tuple[Group, str]
         comps = {(g, name): c for g, arms in table.items() if g[0] == n for name in SERVERLESS_ARMS
                  if (c := comparison(arms, name)) is not None}
         held = at_least_holm([c["equal_traffic"] for c in comps.values()], MARGIN)
-        out.update({key: (c, v) for (key, c), v in zip(comps.items(), held)})
+        out.update({key: (c, NO_READING if v == NOT_RUN else v) for (key, c), v in zip(comps.items(), held)})
     return out
 
 
@@ -315,7 +324,7 @@ def recommend(c_by_arm: dict[str, tuple[dict[str, Any], str]], fedavg_gain: floa
         return "keep the server: IFCA", why
     if not c_by_arm:
         return "—", "the arms have not run here yet"
-    if all(v == NOT_RUN for _, v in c_by_arm.values()):
+    if all(v == NO_READING for _, v in c_by_arm.values()):
         return "no reading at IFCA's traffic", (
             "each arm's first fleet-wide evaluation came after it had sent more than IFCA's whole traffic (a round's "
             "evaluation is fleet-wide when its slowest device gets there: late under churn); at the ends: "
@@ -339,7 +348,7 @@ def decision_table(table: dict[Group, dict[str, list[Row]]],
         local, oracle = reference(arms, "local"), reference(arms, "oracle")
         g_srv, g_fa = (mean_gain(arms, a, local, oracle) for a in (server, server_arm(arms, "fedavg")))
         what, why = recommend(by_arm, g_fa, g_srv)
-        cells = [f"{fmt_diff(c['equal_traffic'], 1.0, 2)}: {short(v)}" if v != NOT_RUN else "no reading at IFCA's traffic"
+        cells = [f"{fmt_diff(c['equal_traffic'], 1.0, 2)}: {short(v)}" if v != NO_READING else "no reading at IFCA's traffic"
                  for c, v in by_arm.values()]
         cells += ["—"] * (len(SERVERLESS_ARMS) - len(cells))
         head = 100 * (float(np.mean(list(oracle.values()))) - float(np.mean(list(local.values())))) \

@@ -48,6 +48,8 @@ class Recorder:
         #: bytes sent over hops that touch a server (the WAN: device-server, server-server)
         self.wan_bytes = 0
         self.traffic_at_round: dict[int, tuple[int, int]] = {}
+        #: (bytes sent by all devices, by all servers) at each of ``evaluations``, in step with it
+        self.traffic_at_eval: list[tuple[int, int]] = []
         self.metric = metric
         self.events: list[dict[str, Any]] = []
         self.evaluations: list[dict[str, Any]] = []
@@ -194,6 +196,7 @@ class Recorder:
         """Record an evaluation whose score is not known yet; ``fill_evaluation`` sets it (in submit order)."""
         entry = self.event_later(t, "eval", node=node, round=round, **{self.metric: None})
         self.evaluations.append(entry)
+        self.traffic_at_eval.append((self.device_bytes, self.server_bytes))
         if round is not None:
             self.traffic_at_round[round] = (self.device_bytes, self.server_bytes)
         return entry

@@ -11,6 +11,8 @@ The ``energy`` block is the devices' energy account (``p2pfl.metrics.energy``).
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -69,6 +71,32 @@ def score_curve(events: list[dict[str, Any]], metric: str, traffic: dict[int, tu
     return out
 
 
+def score_over_time(evaluations: list[dict[str, Any]], metric: str, traffic: list[tuple[int, int]], n_devices: int,
+                    points: int = 64) -> list[dict[str, Any]]:
+    """The fleet's score over simulated time: the mean of each device's latest score over the devices scored so
+    far (``devices_scored`` of them), with the bytes sent by then (``traffic``: all devices', all servers', at
+    each evaluation), at up to ``points`` evaluations evenly spread in time, the last one included; None
+    where a latest score is a diverged model's. Where a round's fleet-wide evaluation waits for its slowest
+    device (churn), ``score_curve``'s points all come late; this one can be read at equal bytes or time."""
+    if not evaluations:
+        return []
+    times = [e["t"] for e in evaluations]
+    chosen = {len(times) - 1}
+    for k in range(points - 1):  # the last evaluation at or before each of points - 1 evenly spaced times
+        target = times[0] + (times[-1] - times[0]) * k / (points - 1)
+        chosen.add(bisect.bisect_right(times, target) - 1)
+    latest: dict[int, Optional[float]] = {}
+    out = []
+    for i, e in enumerate(evaluations):
+        latest[e["node"]] = e[metric]
+        if i in chosen:
+            values = list(latest.values())
+            mean = None if any(v is None for v in values) else math.fsum(v for v in values if v is not None) / len(values)
+            out.append({"t": e["t"], f"{metric}_mean": mean, "devices_scored": len(values),
+                        "bytes_per_device": traffic[i][0] / n_devices, "bytes_servers": traffic[i][1]})
+    return out
+
+
 def round_latency(rec: Recorder) -> dict[str, Any]:
     """Simulated seconds per round: the servers' rounds where a server keeps the rounds (FedAvg, IFCA, ...),
     else the devices' (each device's round from its previous one's end; the first from the start). p50, p95
@@ -117,6 +145,7 @@ def build_summary(rec: Recorder, *, metric: str, n_devices: int, server_ids: tup
         "energy": energy_summary(energy, bytes_sent=rec.bytes_sent[:n], bytes_received=rec.bytes_received[:n],
                                  bytes_relayed=rec.bytes_relayed[:n], flops=rec.compute_flops[:n]),
         f"{metric}_curve": curve,
+        f"{metric}_over_time": score_over_time(rec.evaluations, metric, rec.traffic_at_eval, n),
         "round_latency_s": round_latency(rec),
         "logs": {k: [{kk: vv for kk, vv in e.items() if kk != "node"} for e in v] for k, v in sorted(rec.logs.items())},
     }

@@ -117,4 +117,5 @@ def test_the_headline_matches_column_speaks_the_five_verdicts():
     start = next(i for i, line in enumerate(md) if line.startswith("| fleet | serverless arm |"))
     end = next(i for i in range(start, len(md)) if not md[i].startswith("|"))
     cells = _verdict_column(md[start:end], "matches (Holm, margin 0.10)")
-    assert cells and all(kind(v) in (HOLDS, DOES_NOT_HOLD, NOT_RESOLVED) for v in cells)
+    # a comparison, or 'cannot be tested here' where the arm has no evaluation at IFCA's traffic to pair
+    assert cells and all(kind(v) in (HOLDS, DOES_NOT_HOLD, NOT_RESOLVED, CANNOT_TEST) for v in cells)

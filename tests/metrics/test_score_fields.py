@@ -83,3 +83,22 @@ def test_the_end_of_run_table_names_the_metric(tmp_path, capsys):
     print_summary(cls)
     text = capsys.readouterr().out
     assert "accuracy mean" in text and f"{cls.summary['accuracy_mean']:.4f}" in text
+
+
+def test_the_score_over_time_is_each_devices_latest_score_with_the_bytes_by_then() -> None:
+    from p2pfl.metrics.summary import score_over_time
+
+    # device 1 is late (churn): its first score comes at t = 9, after device 0 has scored twice
+    evals = [{"t": 1.0, "node": 0, "accuracy": 0.5}, {"t": 2.0, "node": 0, "accuracy": 0.7},
+             {"t": 9.0, "node": 1, "accuracy": 0.2}, {"t": 10.0, "node": 0, "accuracy": 0.9}]
+    traffic = [(100, 0), (300, 0), (700, 50), (900, 50)]
+    pts = score_over_time(evals, "accuracy", traffic, n_devices=2, points=3)  # times 1, 5.5 and 10
+    assert pts == [
+        {"t": 1.0, "accuracy_mean": 0.5, "devices_scored": 1, "bytes_per_device": 50.0, "bytes_servers": 0},
+        {"t": 2.0, "accuracy_mean": 0.7, "devices_scored": 1, "bytes_per_device": 150.0, "bytes_servers": 0},
+        {"t": 10.0, "accuracy_mean": (0.9 + 0.2) / 2, "devices_scored": 2, "bytes_per_device": 450.0,
+         "bytes_servers": 50},
+    ]
+    evals[1]["accuracy"] = None  # a diverged model: no mean while it is a device's latest
+    assert score_over_time(evals, "accuracy", traffic, n_devices=2, points=3)[1]["accuracy_mean"] is None
+    assert score_over_time([], "accuracy", [], n_devices=2) == []
