@@ -114,12 +114,8 @@ def row_of(run: Row, nodes: pd.DataFrame, curve: pd.DataFrame) -> Row:
         return float(sum(v for k, v in run.items() if k.startswith(prefix) and v is not None))
 
     energy = "energy.j_per_device."
-    curve_points = [(int(r), float(t), float(a), float(b) + float(s) / n) for r, t, a, b, s in points]
-    over_time = run.get("accuracy_over_time")
-    if dynamics_of(run) == "churn" and isinstance(over_time, list) and over_time:
-        # under churn a round's fleet-wide evaluation waits for its slowest device: read the fleet over time
-        curve_points = [(0, float(p["t"]), float(p["accuracy_mean"]), float(p["bytes_per_device"])
-                         + float(p["bytes_servers"]) / n) for p in over_time if p["accuracy_mean"] is not None]
+    curve_points = [(0 if pd.isna(r) else int(r), float(t), float(a), float(b) + float(s) / n)  # round 0: over time
+                    for r, t, a, b, s in points]
     return {
         "study": run["study"], "protocol": run["variant"].removesuffix("_1g"), "seed": int(run["seed"]), "n": n,
         "egress": egress_of(json.loads(run["scenario.topology.servers"])), "het": run["scenario.data.partition.kind"],
@@ -148,8 +144,12 @@ def load(dirs: Sequence[Path]) -> list[Row]:
                         "(scenarios/studies/headline_n*.yaml) found")
     nodes = dict(tuple(load_nodes(*dirs).groupby("path", sort=False)))
     curves = dict(tuple(load_curves(*dirs).groupby("path", sort=False)))
-    return [row_of(run, nodes[run["path"]], curves[run["path"]])
-            for run in runs.astype(object).where(runs.notna(), None).to_dict("records")]
+    # under churn a round's fleet-wide evaluation waits for its slowest device: such runs are read over time
+    # where they have that curve (summary.json's accuracy_over_time)
+    over_time = dict(tuple(load_curves(*dirs, over_time=True).groupby("path", sort=False)))
+    records = runs.astype(object).where(runs.notna(), None).to_dict("records")
+    return [row_of(run, nodes[run["path"]], over_time[run["path"]] if dynamics_of(run) == "churn"
+                   and run["path"] in over_time else curves[run["path"]]) for run in records]
 
 
 def arm(row: Row) -> str:
@@ -521,6 +521,9 @@ def write(dirs: list[Path], report: Path) -> None:
         f"Gains are (acc − Local) / (Oracle − Local) per seed; 'matches' = the paired gain difference at IFCA's "
         f"traffic lies above −{MARGIN} with Holm's correction over each N's comparisons; 'fewer bytes' = at least "
         f"{100 * BYTES_TOL:.0f}% fewer. Traffic = bytes sent by every node (devices and servers) per device. "
+        "Under churn a round's fleet-wide evaluation waits for its slowest device, so churned runs are read over "
+        "simulated time where they have that curve (summary.json's accuracy_over_time: each device's latest "
+        "score, over the devices scored so far); runs archived before that field (the server arms' here) keep their round curve. "
         + (f"Group mobility: mean radio degree {np.mean(degrees):.1f} (static fleets {np.mean(static_deg):.1f})."
            if degrees and static_deg else ""), "",
         "## Decision table", "", *decision_table(table, verdict),

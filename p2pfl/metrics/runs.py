@@ -266,7 +266,7 @@ def _send_bytes(path: Path) -> Optional[tuple[list[float], list[int]]]:
     return times, cum
 
 
-def load_curves(*dirs: str | Path) -> pd.DataFrame:
+def load_curves(*dirs: str | Path, over_time: bool = False) -> pd.DataFrame:
     """Long form of the score curves: one row per run and evaluated round.
 
     Columns ``path``, ``metric``, ``round``, ``t`` (simulated s), ``value`` (mean device score),
@@ -274,9 +274,14 @@ def load_curves(*dirs: str | Path) -> pd.DataFrame:
     the summary's curve point recorded of the traffic by that round (``p2pfl.metrics.summary.score_curve``,
     so archived cells have it too): ``bytes_per_device`` (the devices' mean bytes sent) and ``bytes_servers``
     (all servers' bytes sent); missing in runs written before the points carried them.
+    ``over_time=True``: the summary's ``<metric>_over_time`` instead (the fleet over simulated time:
+    ``p2pfl.metrics.summary.score_over_time``), round None, ``bytes`` from the point; runs written before it
+    give no rows.
     """
     import pandas as pd
 
+    if over_time:
+        return _curves_over_time(*dirs)
     rows = []
     for path in find_runs(*dirs):
         summary = _read_json(path / "summary.json")
@@ -291,6 +296,21 @@ def load_curves(*dirs: str | Path) -> pd.DataFrame:
                 b = sends[1][i - 1] if i else 0
             rows.append({"path": str(path), "metric": score.metric, "round": r, "t": t, "value": v, "bytes": b,
                          **{k: point.get(k) for k in ("bytes_per_device", "bytes_servers")}})
+    return pd.DataFrame(rows, columns=["path", "metric", "round", "t", "value", "bytes", "bytes_per_device",
+                                       "bytes_servers"])
+
+
+def _curves_over_time(*dirs: str | Path) -> pd.DataFrame:
+    import pandas as pd
+
+    rows = []
+    for path in find_runs(*dirs):
+        summary = _read_json(path / "summary.json")
+        metric = run_score(summary).metric
+        for p in summary.get(f"{metric}_over_time") or []:
+            rows.append({"path": str(path), "metric": metric, "round": None, "t": p["t"], "value": p[f"{metric}_mean"],
+                         "bytes": p["bytes_per_device"] * summary["n_devices"] + p["bytes_servers"],
+                         "bytes_per_device": p["bytes_per_device"], "bytes_servers": p["bytes_servers"]})
     return pd.DataFrame(rows, columns=["path", "metric", "round", "t", "value", "bytes", "bytes_per_device",
                                        "bytes_servers"])
 

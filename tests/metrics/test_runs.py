@@ -138,6 +138,21 @@ def test_load_curves_is_the_long_form_of_the_score_curves(tree):
     assert (c.loc[c["path"].str.endswith("local-s1"), "bytes"] == 0).all()
 
 
+def test_load_curves_over_time_is_the_long_form_of_the_fleet_over_time(tree):
+    c = p2pfl.load_curves(tree / "plain", tree / "reg", over_time=True)
+    assert list(c.columns) == ["path", "metric", "round", "t", "value", "bytes", "bytes_per_device", "bytes_servers"]
+    expected = 0
+    for path in find_runs(tree / "plain", tree / "reg"):
+        s = summary(path)
+        points = s.get(f"{s['metric']}_over_time") or []
+        expected += len(points)
+        sub = c[c["path"] == str(path)]
+        assert sub["t"].tolist() == [p["t"] for p in points]
+        assert sub["value"].tolist() == [p[f"{s['metric']}_mean"] for p in points]
+        assert sub["bytes"].tolist() == [p["bytes_per_device"] * s["n_devices"] + p["bytes_servers"] for p in points]
+    assert expected > 0 and len(c) == expected and c["round"].isna().all()
+
+
 def test_load_nodes_is_the_long_form_of_the_per_device_figures(tree):
     nodes = p2pfl.load_nodes(tree / "plain", tree / "reg")
     assert list(nodes.columns) == ["path", "metric", "node", "value", "bytes_sent", "bytes_received", "compute_flops",
