@@ -155,3 +155,6 @@ def test_a_runs_figures_come_from_its_results_api_rows() -> None:
     assert (r["server_egress"], r["server_ingress"], r["busiest"]) == (600.0, 200.0, 150.0)
     assert (r["flops"], r["discovery_flops"], r["lat50"], r["lat95"], r["degree"]) == (1e9, 0.0, 1.5, None, None)
     assert r["p10"] == 0.52  # of 0.5, 0.6, 0.9 (device 2 never scored): 0.5 + 0.2 x 0.1
+    over_time = pd.DataFrame({"round": [None, None], "t": [2.0, 9.0], "value": [0.5, 0.7],
+                              "bytes_per_device": [5.0, 30.0], "bytes_servers": [0, 600]})
+    assert rep.row_of(run, nodes, over_time)["curve"] == [(0, 2.0, 0.5, 5.0), (0, 9.0, 0.7, 180.0)]  # round 0: by time
