@@ -329,8 +329,12 @@ def recommend(c_by_arm: dict[str, tuple[dict[str, Any], str]], fedavg_gain: floa
             "each arm's first fleet-wide evaluation came after it had sent more than IFCA's whole traffic (a round's "
             "evaluation is fleet-wide when its slowest device gets there: late under churn); at the ends: "
             + ", ".join(f"{a} {fmt_diff(c['end'], 1.0, 2)}" for a, (c, _) in c_by_arm.items()))
+    open_arms = [a for a, (_, v) in c_by_arm.items() if v == NOT_RESOLVED]
+    if not open_arms:  # the readable arms trail, the others have no reading
+        return "keep the server: IFCA", "the arms with a reading trail IFCA by more than 10% of the headroom; " + \
+            ", ".join(a for a, (_, v) in c_by_arm.items() if v == NO_READING) + " has no reading at IFCA's traffic"
     return f"{short(NOT_RESOLVED)} at this budget", "the Holm-corrected interval spans the margin for " + ", ".join(
-        a for a, (_, v) in c_by_arm.items() if v == NOT_RESOLVED)
+        open_arms)
 
 
 def mean_gain(arms: dict[str, list[Row]], name: Optional[str], local: dict[int, float],

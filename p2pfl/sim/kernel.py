@@ -569,7 +569,7 @@ def few_collections() -> Iterator[None]:
     collections every ``GC_GEN0`` allocations, then restore the caller's settings.
 
     A fleet is millions of long-lived objects; at the default settings every full collection walks all of
-    them, which was 40% of a gossip run of 10,000 devices (measured: 56 s -> 33 s without). Frozen objects
+    them, which was 40% of a gossip run of 10,000 devices (measured on a loaded machine: 56 s -> 37 s). Frozen objects
     are still freed by reference counting; only cycles among them wait until the block ends. Results do not
     depend on when the collector runs (tested: same bytes).
     """

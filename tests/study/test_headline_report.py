@@ -126,6 +126,14 @@ def test_an_arm_that_sent_more_than_the_server_before_its_first_reading_has_no_v
     assert "at the ends: rnd_gossip_h1 -0.25 [" in line
 
 
+def test_an_arm_that_trails_beside_one_without_a_reading_keeps_the_server() -> None:
+    rows = _group([0.75] * 5, [0.65, 0.651, 0.649, 0.652, 0.648], arm_traffic=1e6)  # trails by 0.5: does not hold
+    rows += [_run("dac_original", s, 0.70 + s / 100, 3e6, 5.0) for s in range(5)]  # half-way already 1.5 MB
+    table = rep.groups(rows)
+    line = rep.decision_table(table, rep.verdicts(table))[2]
+    assert "**keep the server: IFCA**" in line and "dac_original has no reading at IFCA's traffic" in line
+
+
 def test_pareto_keeps_only_undominated_arms() -> None:
     front = rep.pareto({"ifca": (0.8, 5e6), "gossip": (0.7, 1e6), "dsgd": (0.7, 3e6), "local": (0.6, 0.0),
                         "worse": (0.5, 1e6)})
