@@ -266,6 +266,10 @@ def _send_bytes(path: Path) -> Optional[tuple[list[float], list[int]]]:
     return times, cum
 
 
+#: The columns of ``load_curves``.
+CURVE_COLUMNS = ["path", "metric", "round", "t", "value", "bytes", "bytes_per_device", "bytes_servers"]
+
+
 def load_curves(*dirs: str | Path, over_time: bool = False) -> pd.DataFrame:
     """Long form of the score curves: one row per run and evaluated round.
 
@@ -296,8 +300,7 @@ def load_curves(*dirs: str | Path, over_time: bool = False) -> pd.DataFrame:
                 b = sends[1][i - 1] if i else 0
             rows.append({"path": str(path), "metric": score.metric, "round": r, "t": t, "value": v, "bytes": b,
                          **{k: point.get(k) for k in ("bytes_per_device", "bytes_servers")}})
-    return pd.DataFrame(rows, columns=["path", "metric", "round", "t", "value", "bytes", "bytes_per_device",
-                                       "bytes_servers"])
+    return pd.DataFrame(rows, columns=CURVE_COLUMNS)
 
 
 def _curves_over_time(*dirs: str | Path) -> pd.DataFrame:
@@ -311,8 +314,7 @@ def _curves_over_time(*dirs: str | Path) -> pd.DataFrame:
             rows.append({"path": str(path), "metric": metric, "round": None, "t": p["t"], "value": p[f"{metric}_mean"],
                          "bytes": p["bytes_per_device"] * summary["n_devices"] + p["bytes_servers"],
                          "bytes_per_device": p["bytes_per_device"], "bytes_servers": p["bytes_servers"]})
-    return pd.DataFrame(rows, columns=["path", "metric", "round", "t", "value", "bytes", "bytes_per_device",
-                                       "bytes_servers"])
+    return pd.DataFrame(rows, columns=CURVE_COLUMNS)
 
 
 def load_nodes(*dirs: str | Path) -> pd.DataFrame:
