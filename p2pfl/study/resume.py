@@ -6,7 +6,9 @@
 
 A complete cell is skipped by the next sweep when it is still the cell the study resolves to (the
 same scenario, the same ``cell.json``), and refused otherwise: a rerun never mixes two versions of a
-study in one folder.
+study in one folder. A file a scenario names (a topology, a churn trace, a trajectory) is resolved to an
+absolute path when the scenario loads, so a cell run from another checkout names it elsewhere: it is the
+same input when it holds the same bytes or, where the old path is gone, when the file has the same name.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from p2pfl.study.spec import Cell, Study
 __all__ = ["LOCK_NAME", "locked", "no_interrupt", "remove_temps", "complete_cells", "strangers"]
 
 LOCK_NAME = ".sweep.lock"
+#: scenario fields that name a file (resolved to absolute paths at load)
+FILE_FIELDS = (("topology", "path"), ("dynamics", "churn", "trace"), ("dynamics", "mobility", "trajectory"))
 
 
 @contextlib.contextmanager
@@ -98,7 +102,33 @@ def _same_cell(run_dir: Path, cell: Cell, study: str) -> bool:
         old = load_dict(old_scenario, source=str(run_dir / "scenario.yaml"))
     except (OSError, ValueError, yaml.YAMLError, UserError):
         return False
-    return bool(_resolved(old) == _resolved(cell.scenario) and old_cell == json.loads(json.dumps(cell.record(study))))
+    new = _resolved(cell.scenario)
+    return bool(_same_files(_resolved(old), new) == new and old_cell == json.loads(json.dumps(cell.record(study))))
+
+
+def _same_file(old: str, new: str) -> bool:
+    """Does the file field ``old`` (a complete cell's) name the same input as ``new`` (the study's now)?"""
+    if old == new:
+        return True
+    try:
+        return Path(old).read_bytes() == Path(new).read_bytes()
+    except FileNotFoundError:  # the old checkout is gone: the same file name
+        return not Path(old).exists() and Path(old).name == Path(new).name
+    except OSError:
+        return False
+
+
+def _same_files(old: Any, new: Any) -> Any:
+    """``old`` with each file field that names the same input as ``new``'s (``_same_file``) set to ``new``'s."""
+    for field in FILE_FIELDS:
+        a, b = old, new
+        for key in field[:-1]:
+            a, b = (a or {}).get(key), (b or {}).get(key)
+        last = field[-1]
+        if isinstance(a, dict) and isinstance(b, dict) and isinstance(a.get(last), str) \
+                and isinstance(b.get(last), str) and _same_file(a[last], b[last]):
+            a[last] = b[last]
+    return old
 
 
 def _resolved(scenario: Any) -> Any:

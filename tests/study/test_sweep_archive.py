@@ -143,3 +143,36 @@ def test_archived_positions_are_thinned_to_evenly_spaced_frames_within_the_limit
     with np.load(tmp_path / "archive" / "cell" / "positions.npz", allow_pickle=False) as z:
         # 1.25 MiB holds 163 frames of 8,000 bytes
         assert z["pos"].shape == (163, 1000, 2) and z["t"][0] == 0.0 and z["t"][-1] == pytest.approx(399 * 0.1)
+
+
+def _checkout(root: Path, edges: str) -> Path:
+    """A study over an edge-list file, laid out as a checkout at ``root`` (the file beside the study)."""
+    root.mkdir(parents=True)
+    (root / "ring.txt").write_text(edges)
+    base = digits_scenario({"name": "gossip", "rounds": 1, "mode": "sync", "exchange": "push_pull"}, n=4)
+    base["topology"] = {"kind": "edge_list", "path": "ring.txt"}
+    (root / "base.yaml").write_text(yaml.safe_dump(base))
+    (root / "s.yaml").write_text(yaml.safe_dump({"name": "files", "base": "base.yaml", "seeds": [0]}))
+    return root / "s.yaml"
+
+
+@pytest.mark.slow
+@pytest.mark.sweep
+def test_an_archive_resumes_in_another_checkout_and_refuses_a_changed_file(tmp_path):
+    ring = "0 1\n1 2\n2 3\n3 0\n"
+    first = _checkout(tmp_path / "one", ring)
+    p2pfl.sweep(first, jobs=1, out=tmp_path / "one" / "out", archive=tmp_path / "archive")
+    assert str(tmp_path / "one" / "ring.txt") in (tmp_path / "archive" / "seed0" / "scenario.yaml").read_text()
+
+    # the same file elsewhere, the first checkout still there: the same bytes, the same cell
+    second = _checkout(tmp_path / "two", ring)
+    assert p2pfl.sweep(second, out=tmp_path / "two" / "out", archive=tmp_path / "archive", dry_run=True).skipped \
+        == ("seed0",)
+    # another graph in a file of the same name: refused while the archived path can still be read
+    third = _checkout(tmp_path / "three", "0 1\n1 2\n2 3\n")
+    with pytest.raises(UserError, match="this complete cell differs"):
+        p2pfl.sweep(third, out=tmp_path / "three" / "out", archive=tmp_path / "archive", dry_run=True)
+    # the first checkout gone (a fresh clone elsewhere): the file's name is what is left to match
+    shutil.rmtree(tmp_path / "one")
+    assert p2pfl.sweep(second, out=tmp_path / "two" / "out2", archive=tmp_path / "archive", dry_run=True).skipped \
+        == ("seed0",)
