@@ -64,6 +64,23 @@ def test_a_copy_or_a_pickle_of_a_row_model_is_a_plain_module_with_its_values():
     assert torch.equal(live_state(row).vector, torch.cat([p.reshape(-1) for p in model.parameters()]))
 
 
+def test_a_row_model_keeps_no_views_and_refuses_hooks_with_a_clear_error():
+    torch.manual_seed(2)
+    a, b = _rows(MLP(12, 3, 8), 2)
+    a(torch.rand(4, 12))
+    copy.deepcopy(a)
+    a.state_dict()
+    assert live_state(a)._views is None  # forward, copies and state dicts made their views and let them go
+    with pytest.raises(TypeError, match=r"takes no hooks, submodules or parameters; register them on model\.materialize"):
+        a.register_forward_hook(lambda *args: None)
+    with pytest.raises(TypeError, match="takes no hooks"):
+        a.extra = nn.Linear(2, 2)
+    assert not b._forward_hooks and not b._modules  # nothing leaked into the tables the rows share
+    hooked = a.materialize()
+    hooked.register_forward_hook(lambda *args: None)
+    assert len(hooked._forward_hooks) == 1
+
+
 def test_models_with_buffers_are_not_rows():
     assert table_for(nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)), chunk=4) is None
 
