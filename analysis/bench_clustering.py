@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from p2pfl.metrics.measured import measure
+from p2pfl.metrics.measured import commit_of, measure, run_command, run_env
+from p2pfl.metrics.tables import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,25 +45,17 @@ DEADLINES: dict[tuple[int, str], list[str]] = {
 SKIP = {(10000, "rnd_relay")}
 
 
-def commit_of(tree: Path) -> str:
-    out = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() or "?"
-
-
 def run_cell(tree: Path, n: int, protocol: str, out: Path, limit_s: float, profile: bool = False) -> dict[str, Any]:
     """One cell in a fresh process from ``tree``; its timing, peak memory and summary."""
-    sets = [*SETTINGS[n], *DEADLINES.get((n, protocol), [])]
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "p2pfl.cli", "run", f"scenarios/headline/{protocol}.yaml", "--quiet", "--out", str(out)]
-    for s in sets:
-        cmd += ["--set", s]
+    cmd = run_command(f"scenarios/headline/{protocol}.yaml", [*SETTINGS[n], *DEADLINES.get((n, protocol), [])], out,
+                      entry=("-m", "p2pfl.cli"))
     folded = out.with_name(out.name + ".folded")
     if profile:
         cmd = ["py-spy", "record", "--rate", "10", "--subprocesses", "--format", "raw", "--output", str(folded),
                "--", *cmd]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | {"PYTHONPATH": str(tree)}
     out.parent.mkdir(parents=True, exist_ok=True)
-    m = measure(cmd, timeout_s=limit_s, cwd=tree, env=env)
+    m = measure(cmd, timeout_s=limit_s, cwd=tree, env=run_env({"PYTHONPATH": str(tree)}))
     row: dict[str, Any] = {"n": n, "protocol": protocol, "peak_gb": m.peak_rss_mib * 2**20 / 1e9}
     if m.failure:
         row["failed"] = m.failure
@@ -106,17 +97,17 @@ def top_shares(folded: Path, k: int = 8) -> dict[str, list[tuple[str, float]]]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| N | protocol | tree | wall s | build s | peak GB | discovery GFLOP (modelled) | simulated s | "
-            "accuracy | ARI |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    lines = [head]
-    for r in rows:
+    """The markdown table of the cells run, a failed one with its reason in the wall column."""
+    def cells(r: dict[str, Any]) -> list[str]:
         if "failed" in r:
-            lines.append(f"| {r['n']:,} | {r['protocol']} | {r['tree']} | {r['failed']} | | {r['peak_gb']:.2f} | | | | |")
-            continue
-        ari = "" if r["ari"] is None else f"{r['ari']:.2f}"
-        lines.append(f"| {r['n']:,} | {r['protocol']} | {r['tree']} | {r['wall_s']:.1f} | {r['build_s']:.1f} | "
-                     f"{r['peak_gb']:.2f} | {r['discovery_gflop']:.1f} | {r['sim_s']:.1f} | {r['acc']:.3f} | {ari} |")
-    return "\n".join(lines)
+            return [f"{r['n']:,}", r["protocol"], r["tree"], r["failed"], "", f"{r['peak_gb']:.2f}", "", "", "", ""]
+        return [f"{r['n']:,}", r["protocol"], r["tree"], f"{r['wall_s']:.1f}", f"{r['build_s']:.1f}",
+                f"{r['peak_gb']:.2f}", f"{r['discovery_gflop']:.1f}", f"{r['sim_s']:.1f}", f"{r['acc']:.3f}",
+                "" if r["ari"] is None else f"{r['ari']:.2f}"]
+
+    return "\n".join(markdown_table([cells(r) for r in rows], [
+        "N", "protocol", "tree", "wall s", "build s", "peak GB", "discovery GFLOP (modelled)", "simulated s",
+        "accuracy", "ARI"], align="rllrrrrrrr"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for label, tree in trees:
                 out = args.out.resolve() / f"{label}-{protocol}-n{n}"
-                commit = commit_of(tree)  # (before the run: a commit made meanwhile is not what ran)
+                commit = commit_of(tree) or "?"  # (before the run: a commit made meanwhile is not what ran)
                 row = run_cell(tree.resolve(), n, protocol, out, args.limit_s, args.profile)
                 row["tree"] = f"{label} {commit}"
                 rows.append(row)

@@ -12,6 +12,7 @@ import argparse
 import time
 
 from p2pfl.data import DataSpec, build_federation
+from p2pfl.metrics.tables import markdown_table
 
 PARTITIONS = {
     "iid": {"kind": "iid"},
@@ -32,12 +33,9 @@ def main() -> None:
     for call in ("first (parse + partition)", "second (cached pool)"):
         t0 = time.perf_counter()
         fed = build_federation(spec, args.devices, seed=0)
-        rows.append((call, time.perf_counter() - t0, sum(s.train_y.shape[0] for s in fed.shards)))
+        rows.append((call, f"{time.perf_counter() - t0:.2f}", sum(s.train_y.shape[0] for s in fed.shards)))
     print(f"\nFashion-MNIST, {args.partition}, {args.devices} devices")
-    print("| call | wall s | training samples dealt |")
-    print("|---|---:|---:|")
-    for call, wall, n in rows:
-        print(f"| {call} | {wall:.2f} | {n} |")
+    print("\n".join(markdown_table(rows, ["call", "wall s", "training samples dealt"], align="lrr")))
 
 
 if __name__ == "__main__":

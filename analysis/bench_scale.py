@@ -37,7 +37,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any, Optional
 
-from p2pfl.metrics.measured import emit, machine_line, measure, result_of
+from p2pfl.metrics.measured import emit, machine_line, measure, result_of, run_command, run_env
 from p2pfl.metrics.tables import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,12 +60,9 @@ def radius(n: int) -> float:
 def run(scenario: Path, sets: list[str], out: Path, timeout_s: float, trim: bool = True,
         env: Optional[dict[str, str]] = None) -> dict[str, Any]:
     """One ``p2pfl run`` in a fresh process: its figures, or ``failed`` saying why."""
-    cmd = [sys.executable, *(["-m", "p2pfl"] if trim else NO_TRIM), "run", str(scenario), "--quiet", "--out", str(out)]
-    for s in sets:
-        cmd += ["--set", s]
-    base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    cmd = run_command(scenario, sets, out, entry=("-m", "p2pfl") if trim else NO_TRIM)
     print(f"running {scenario.name} {' '.join(sets)} ...", file=sys.stderr, flush=True)
-    m = measure(cmd, timeout_s=timeout_s, cwd=ROOT, env={**base, **(env or {})})
+    m = measure(cmd, timeout_s=timeout_s, cwd=ROOT, env=run_env(env or {}))
     row: dict[str, Any] = {"wall_s": m.wall_s, "peak_pss_gb": m.peak_pss_mib / 1024,
                            "peak_rss_gb": m.peak_rss_mib / 1024}
     if m.failure:
@@ -181,12 +178,11 @@ def budget_rows(n: int, timeout_s: float) -> list[list[str]]:
         return [["failed", next((m.failure for m in runs if m.failure), None) or "no result"]]
     per = {k: v / n for k, v in traced["parts"].items()}
     python = sum(per.values())
-    rows = [["the model's parameters", f"{r['model']:,}"],
+    return [["the model's parameters", f"{r['model']:,}"],
             *[[k, f"{v:,.0f}"] for k, v in sorted(per.items(), key=lambda kv: -kv[1])],
             ["a torch generator's state (C++, one per device)", f"{r['generators']:,}"],
             ["rest of resident memory (tensor storage, allocator)", f"{r['rss'] / n - python - r['generators']:,.0f}"],
             ["resident memory grown, all told", f"{r['rss'] / n:,.0f}"]]
-    return rows
 
 
 def main(argv: Optional[list[str]] = None) -> int:

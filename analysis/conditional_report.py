@@ -21,6 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+from matplotlib.figure import Figure
+
+from p2pfl.data.schema import SPARSITY
 from p2pfl.metrics.claims import (
     DOES_NOT_HOLD,
     NOT_RESOLVED,
@@ -31,9 +35,10 @@ from p2pfl.metrics.claims import (
     downgrade,
     fmt_ci,
     fmt_diff,
-    interval,
     paired,
+    per_part,
 )
+from p2pfl.metrics.report import band
 from p2pfl.metrics.runs import load_nodes, load_runs
 from p2pfl.metrics.tables import markdown_table, report_main
 
@@ -46,11 +51,10 @@ POOLED = ["Oracle", "Cond-pooled", "Cond-pooled-log", "Cond-pooled-none", "Centr
 #: our row -> the paper's row it reproduces like for like (the paper's Oracle and Conditional are pooled)
 PAPER_ROW = {"Local": "Local", "FedAvg": "FedAvg", "Gossip": "Gossip", "Ditto": "Ditto", "IFCA": "IFCA",
              "DAC": "DAC", "Oracle": "Oracle", "Cond-pooled": "Cond"}
-SPARSITY = ["rich", "med", "sparse", "very_sparse", "super_sparse"]
 #: The paper's numbers (Fashion-MNIST columns), one list per table in the order of its columns: e1 Table X
-#: (K = 2, 3, 5, 10), e1s XI, e2as XIV, e3a XVI, e3bs XVIII (rich ... super sparse), e2b XV (C1 ... C4),
-#: e3b XVII (K = 2 ... 5); mcdc Tables VI/VII (linear RMSE 3 and 8 clusters, logistic accuracy 3 and 8;
-#: Global = FedAvg, Cluster = Oracle, Client = Local, MLP = Cond). Its Oracle and Conditional are pooled
+#: (K = 2, 3, 5, 10), e1s XI, e2as XIV, e3a XVI, e3bs XVIII (rich ... super sparse: ``SPARSITY``'s five levels),
+#: e2b XV (C1 ... C4), e3b XVII (K = 2 ... 5); mcdc Tables VI/VII (linear RMSE 3 and 8 clusters, logistic accuracy
+#: 3 and 8; Global = FedAvg, Cluster = Oracle, Client = Local, MLP = Cond). Its Oracle and Conditional are pooled
 #: training (Sec. III-C, App. B-A).
 PAPER = {
     "e1": {"Local": [.908, .920, .945, 1.00], "FedAvg": [.902, .886, .745, .412], "Gossip": [.895, .899, .825, .560],
@@ -88,7 +92,7 @@ class Experiment:
     key: str  # also the PAPER key
     title: str
     files: tuple[str, ...]  # study files (their runs are under runs/conditional/<file stem>/)
-    columns: tuple[str, ...]  # the table's columns, in the paper's order
+    columns: tuple[str, ...]  # the paper's columns, in its order (a column the runs lack is left out)
     label: Callable[[Any], str]  # a run (a load_runs row) -> its column
     paper_rows: dict[str, str] = field(default_factory=lambda: dict(PAPER_ROW))
     metric: str = "accuracy (local test sets)"
@@ -114,13 +118,11 @@ STEPS_DIFFER = ("30 samples a client at super sparse here, about 300 in the pape
                 "the fall is largely the step budget (note under E1 sparsity)")
 MCDC_DIFFERS = ("the workshop conditioned on the first PCA eigenvector (here eigenvalues), had 100 clients per cluster "
                 "(here 10) and a far weaker global model (RMSE 14.9 and 17.7; here the same MLP without s)")
+ROTATIONS = {"[0, 180]": "C1", "[0, 120, 240]": "C2", "[0, 90, 180, 270]": "C3", "[0, 10, 180, 350]": "C4"}
 
 
 def _k(row: Any) -> str:
     return f"K={int(row['grid.data.partition.n_clusters'])}"
-
-
-ROTATIONS = {"[0, 180]": "C1", "[0, 120, 240]": "C2", "[0, 90, 180, 270]": "C3", "[0, 10, 180, 350]": "C4"}
 
 
 def _sparsity(row: Any) -> str:
@@ -164,6 +166,7 @@ EXPERIMENTS = [
                "image models. Runs without a score diverged (the summary's diverged_nodes): gossip at lr 0.01 on "
                "the unnormalized regression targets."),
 ]
+EXPERIMENT = {e.key: e for e in EXPERIMENTS}
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -193,25 +196,28 @@ def scores(runs: Any, exp: str, variant: str, col: str) -> dict[int, float]:
     return {int(s): float(v) for s, v in zip(sub["seed"], sub["score"]) if v is not None and not math.isnan(v)}
 
 
+def ordered_cols(runs: Any, exp: str) -> list[str]:
+    """The experiment's columns that have runs: the paper's in its order, then any other the runs have."""
+    have = list(dict.fromkeys(runs.loc[runs["exp"] == exp, "col"]))
+    paper = EXPERIMENT[exp].columns
+    return [c for c in paper if c in have] + [c for c in have if c not in paper]
+
+
 # ------------------------------------------------------------------------------------------ claims
 def claims(runs: Any, memo: Any) -> list[str]:
-    rows: list[tuple[str, str, str, str]] = []
+    """The claims table: what the paper claims (or what ours adds), the paper's figure, ours, the verdict."""
+    def change(exp: str, variant: str, a: str, b: str) -> list[float]:  # per seed, column a minus column b
+        return paired(scores(runs, exp, variant, a), scores(runs, exp, variant, b))
 
-    def cols(exp: str) -> list[str]:
-        return [c for c in ordered_cols(runs, exp)]
-
-    def per_col(exp: str, a: str, b: str, margin: float | None) -> tuple[str, str]:
-        parts, verdicts = [], []
-        for c in cols(exp):
-            d = paired(scores(runs, exp, a, c), scores(runs, exp, b, c))
-            parts.append(f"{c}: {fmt_diff(d)}")
-            verdicts.append(at_least(d, margin) if margin is not None else below(d))
-        return "; ".join(parts), combine(verdicts)
+    def per_col(exp: str, a: str, b: str, margin: float) -> tuple[str, str]:  # 'a >= b - margin' in every column
+        return per_part({c: paired(scores(runs, exp, a, c), scores(runs, exp, b, c)) for c in ordered_cols(runs, exp)},
+                        lambda d: at_least(d, margin))
 
     def paper(verdict: str) -> str:
         """A row checking a claim the paper makes, at our budget."""
         return downgrade(verdict, BUDGET_DIFFERS, turns=(DOES_NOT_HOLD,))
 
+    rows: list[tuple[str, str, str, str]] = []
     ours, v = per_col("e1", "Cond-pooled", "Oracle", 0.01)
     rows.append(("E1: pooled Conditional matches the pooled Oracle at every K (within 1 point; pooled vs pooled)",
                  "Table X: Cond - Oracle -0.1, -0.3, +0.2, 0.0", ours, paper(v)))
@@ -224,7 +230,7 @@ def claims(runs: Any, memo: Any) -> list[str]:
                  f"{fmt_ci(list(fed2.values()))} -> {fmt_ci(list(fed10.values()))} ({fmt_diff(d)})", paper(below(d))))
     for exp, name, table in (("e1s", "E1", "XI"), ("e2as", "E2a", "XIV"), ("e3a", "E3a", "XVI"), ("e3bs", "E3b", "XVIII")):
         for variant in ("Cond-pooled", "Oracle", "Cond"):
-            d = paired(scores(runs, exp, variant, "super_sparse"), scores(runs, exp, variant, "rich"))
+            d = change(exp, variant, "super_sparse", "rich")
             ref = PAPER[exp].get(PAPER_ROW.get(variant, ""))
             v = at_least(d, 0.02)
             if ref and variant == "Cond-pooled":  # the Oracle pools each cluster's 3000 samples at every level
@@ -233,7 +239,7 @@ def claims(runs: Any, memo: Any) -> list[str]:
                          f"Table {table}: {ref[0]:.3f} -> {ref[-1]:.3f}" if ref else "not in the paper (federated)",
                          fmt_diff(d), paper(v) if ref else v))
     for variant in ("Local", "FedAvg", "Gossip", "Ditto", "IFCA", "DAC"):
-        d = paired(scores(runs, "e1s", variant, "super_sparse"), scores(runs, "e1s", variant, "rich"))
+        d = change("e1s", variant, "super_sparse", "rich")
         p = PAPER["e1s"][variant]
         rows.append((f"E1 sparsity: {variant} degrades from rich to super sparse (there: one local step per round)",
                      f"Table XI: {p[0]:.3f} -> {p[-1]:.3f} ({100 * (p[-1] - p[0]):+.1f})", fmt_diff(d),
@@ -241,7 +247,7 @@ def claims(runs: Any, memo: Any) -> list[str]:
     ours, v = per_col("e3b", "Cond-pooled", "Oracle", 0.0)
     rows.append(("E3b: pooled Conditional exceeds (or equals) the pooled Oracle at every K",
                  "Table XVII: +0.2, +1.0, +1.2, +1.6", ours, paper(v)))
-    d = paired(scores(runs, "e3b", "FedAvg", "K=5"), scores(runs, "e3b", "FedAvg", "K=2"))
+    d = change("e3b", "FedAvg", "K=5", "K=2")
     rows.append(("E3b: FedAvg collapses as K grows (K=5 below K=2)", "Table XVII: .454 -> .257 (-19.7)",
                  fmt_diff(d), paper(below(d))))
     for exp, name in (("e1", "E1"), ("e2b", "E2b"), ("e3b", "E3b")):
@@ -253,23 +259,7 @@ def claims(runs: Any, memo: Any) -> list[str]:
                  "point)", "Table XV: +0.1, -0.5, -0.5, +0.4", ours, paper(v)))
     rows += mcdc_claims(runs)
     if memo is not None:
-        for part, name in (("label_shift", "E1"), ("label_permutation", "E3b")):
-            parts, verdicts = [], []
-            for cpc in sorted(memo["cpc"].unique()):
-                d = memo_gain(memo, part, cpc)
-                parts.append(f"{cpc}/cluster: {fmt_diff(d)}")
-                verdicts.append(at_least(d, 0.0))
-            rows.append((f"{name}: the gain from the statistics holds on clients held out of training "
-                         "(Cond-pooled minus Cond-pooled-none, held-out clients; not memorization)",
-                         "not tested in the paper", "; ".join(parts), combine(verdicts)))
-            parts, verdicts = [], []
-            for cpc in sorted(memo["cpc"].unique()):
-                sub = memo[(memo["variant"] == "Cond-pooled") & (memo["partition"] == part) & (memo["cpc"] == cpc)]
-                drop = list(sub["held_out"] - sub["seen"])
-                parts.append(f"{cpc}/cluster: {fmt_diff(drop)}")
-                verdicts.append(below(drop))
-            rows.append((f"{name}: Cond-pooled scores lower on held-out clients than on its training clients "
-                         "(held-out minus training)", "not tested in the paper", "; ".join(parts), combine(verdicts)))
+        rows += memo_claims(memo)
     rows += [
         ("E4a: Conditional matches Oracle on cross-dataset domain shift (MNIST clients beside Fashion-MNIST clients)",
          "Table XIX: .955 vs .957 (rich) ... .959 vs .959 (very sparse)", "—",
@@ -287,7 +277,6 @@ def claims(runs: Any, memo: Any) -> list[str]:
 
 def mcdc_claims(runs: Any) -> list[tuple[str, str, str, str]]:
     """MCDC (Tables VI/VII): conditioning closes the gap between the global and the cluster models."""
-    rows = []
     parts, verdicts = [], []
     g_p, o_p, m_p = (PAPER["mcdc"][k] for k in ("FedAvg", "Oracle", "Cond"))  # Global, Cluster, MLP
     paper = [100 * (g - m) / (g - o) for g, o, m in zip(g_p, o_p, m_p)]
@@ -296,17 +285,16 @@ def mcdc_claims(runs: Any) -> list[tuple[str, str, str, str]]:
         closed = [(g[s] - m[s]) / (g[s] - o[s]) for s in sorted(set(g) & set(o) & set(m)) if g[s] != o[s]]
         parts.append(f"{c}: {fmt_ci(closed, 100, 1)}%")
         verdicts.append(at_least([x - 0.9 for x in closed], 0.0))
-    rows.append(("MCDC: the conditioned MLP closes at least 90% of the gap between the global and the cluster "
-                 "models (pooled: Centralized, Cond-pooled, Oracle)",
-                 "Tables VI/VII: " + ", ".join(f"{v:.1f}%" for v in paper), "; ".join(parts),
-                 downgrade(combine(verdicts), MCDC_DIFFERS)))
+    rows = [("MCDC: the conditioned MLP closes at least 90% of the gap between the global and the cluster "
+             "models (pooled: Centralized, Cond-pooled, Oracle)",
+             "Tables VI/VII: " + ", ".join(f"{v:.1f}%" for v in paper), "; ".join(parts),
+             downgrade(combine(verdicts), MCDC_DIFFERS))]
     parts, verdicts = [], []
     for task, sign in (("linreg RMSE", 1.0), ("logreg acc", -1.0)):
-        d = paired(scores(runs, "mcdc", "Centralized", f"{task} K=3"), scores(runs, "mcdc", "Centralized", f"{task} K=8"))
-        d = [sign * x for x in d]  # < 0 when the global model is worse with 8 clusters
-        change = [-sign * x for x in d]  # K=8 minus K=3, in the metric's units
+        change = paired(scores(runs, "mcdc", "Centralized", f"{task} K=8"),
+                        scores(runs, "mcdc", "Centralized", f"{task} K=3"))  # K=8 minus K=3, in the metric's units
         parts.append(f"{task}: {fmt_diff(change) if sign < 0 else fmt_diff(change, 1.0, 3)}")
-        verdicts.append(below(d))
+        verdicts.append(below([-sign * x for x in change]))  # < 0 when the global model is worse with 8 clusters
     # a stronger global model than the workshop's that still gets worse: a 'holds' stands
     rows.append(("MCDC: the global model gets worse with 8 clusters than with 3", "Tables VI/VII: RMSE 14.90 -> "
                  "17.66, accuracy .700 -> .621", "; ".join(parts) + " (8 minus 3)",
@@ -314,18 +302,28 @@ def mcdc_claims(runs: Any) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def memo_claims(memo: Any) -> list[tuple[str, str, str, str]]:
+    """The memorization check's claims: the statistics' gain holds on held-out clients, which score lower."""
+    rows = []
+    for part, name in (("label_shift", "E1"), ("label_permutation", "E3b")):
+        cpcs = sorted(memo["cpc"].unique())
+        ours, v = per_part({f"{cpc}/cluster": memo_gain(memo, part, cpc) for cpc in cpcs}, lambda d: at_least(d, 0.0))
+        rows.append((f"{name}: the gain from the statistics holds on clients held out of training "
+                     "(Cond-pooled minus Cond-pooled-none, held-out clients; not memorization)",
+                     "not tested in the paper", ours, v))
+        pooled = {cpc: memo_runs(memo, "Cond-pooled", part, cpc) for cpc in cpcs}
+        ours, v = per_part({f"{cpc}/cluster": list(sub["held_out"] - sub["seen"]) for cpc, sub in pooled.items()},
+                           below)
+        rows.append((f"{name}: Cond-pooled scores lower on held-out clients than on its training clients "
+                     "(held-out minus training)", "not tested in the paper", ours, v))
+    return rows
+
+
 # ------------------------------------------------------------------------------------------ tables
-def ordered_cols(runs: Any, exp: str) -> list[str]:
-    """The experiment's columns that have runs, in the paper's order."""
-    spec = next(e for e in EXPERIMENTS if e.key == exp)
-    have = set(runs.loc[runs["exp"] == exp, "col"])
-    return [c for c in spec.columns if c in have]
-
-
 def experiment_table(runs: Any, exp: Experiment) -> list[str]:
+    """Mean ± half-width per method and column, the paper's like-for-like number in brackets."""
     cols = ordered_cols(runs, exp.key)
     paper = PAPER.get(exp.key, {})
-    all_cols = list(exp.columns)
     rows = []
     for kind, variants in (("federated", FEDERATED), ("pooled", POOLED)):
         for v in variants:
@@ -340,8 +338,8 @@ def experiment_table(runs: Any, exp: Experiment) -> list[str]:
                 if len(s) < n_runs:  # a run without a score: some device's model diverged (summary diverged_nodes)
                     cell += f" ({n_runs - len(s)}/{n_runs} runs diverged)"
                 ref = exp.paper_rows.get(v)
-                if ref in paper and c in all_cols:
-                    cell += f" ({paper[ref][all_cols.index(c)]:.3f})"
+                if ref in paper and c in exp.columns:
+                    cell += f" ({paper[ref][exp.columns.index(c)]:.3f})"
                 cells.append(cell)
             if any(c != "—" for c in cells):
                 rows.append([kind, v, *cells])
@@ -378,36 +376,30 @@ def dac_note(runs: Any, exp: Experiment) -> list[str]:
 
 
 def bytes_line(runs: Any, exp: Experiment) -> str:
+    """Each method's bytes at the experiment's first column."""
     col = ordered_cols(runs, exp.key)[0]
-    parts = []
-    for v in FEDERATED + POOLED:
-        sub = cell_runs(runs, exp.key, v, col)
-        if len(sub):
-            parts.append(f"{v} {sub['bytes_total'].mean() / 1e6:.1f} MB")
+    parts = [f"{v} {sub['bytes_total'].mean() / 1e6:.1f} MB" for v in FEDERATED + POOLED
+             if len(sub := cell_runs(runs, exp.key, v, col))]
     return f"Bytes at {col} (mean over seeds): " + ", ".join(parts)
 
 
 def figure(runs: Any, exp: Experiment, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Mean and 95% interval per method over the experiment's columns: federated and pooled side by side."""
     cols = ordered_cols(runs, exp.key)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    fig = Figure(figsize=(11, 4))
+    axes = fig.subplots(1, 2, sharey=True)
     for ax, (kind, variants) in zip(axes, (("federated", FEDERATED), ("pooled", POOLED))):
         for i, v in enumerate(variants):
             ys, los, his = [], [], []
             for c in cols:
-                s = list(scores(runs, exp.key, v, c).values())
-                m, lo, hi = interval(s) if s else (math.nan,) * 3
+                m, lo, hi = band(list(scores(runs, exp.key, v, c).values()))
                 ys.append(m)
-                los.append(lo if not math.isnan(lo) else m)
-                his.append(hi if not math.isnan(hi) else m)
+                los.append(lo)
+                his.append(hi)
             if all(math.isnan(y) for y in ys):
                 continue
             x = list(range(len(cols)))
-            colour = plt.get_cmap("tab20")(i % 20)  # 11 federated rows: tab10 would repeat a colour
+            colour = matplotlib.colormaps["tab20"](i % 20)  # 11 federated rows: tab10 would repeat a colour
             ax.plot(x, ys, "-o", color=colour, label=v, ms=3)
             ax.fill_between(x, los, his, color=colour, alpha=0.15)
         ax.set_xticks(range(len(cols)), cols, fontsize=8)
@@ -417,7 +409,6 @@ def figure(runs: Any, exp: Experiment, path: Path) -> None:
     fig.suptitle(exp.title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 # ------------------------------------------------------------------------------------------ memorization
@@ -428,31 +419,30 @@ def load_memo(runs: Any, nodes: Any) -> Any:
     rows = []
     for _, r in runs.iterrows():
         sub = nodes[nodes["path"] == r["path"]]
-        part = json.loads(r["grid.data.partition"])["kind"]
-        rows.append({"variant": r["variant"], "partition": part, "cpc": int(r["grid.topology.n"]) // 2,
-                     "seed": int(r["seed"]), "seen": float(sub.loc[~sub["held_out"], "value"].mean()),
+        rows.append({"variant": r["variant"], "partition": json.loads(r["grid.data.partition"])["kind"],
+                     "cpc": int(r["grid.topology.n"]) // 2, "seed": int(r["seed"]),
+                     "seen": float(sub.loc[~sub["held_out"], "value"].mean()),
                      "held_out": float(sub.loc[sub["held_out"], "value"].mean())})
     return pd.DataFrame(rows)
 
 
-def memo_gain(memo: Any, part: str, cpc: int, col: str = "held_out") -> list[float]:
-    def per_seed(variant: str) -> dict[int, float]:
-        sub = memo[(memo["variant"] == variant) & (memo["partition"] == part) & (memo["cpc"] == cpc)]
-        return dict(zip(sub["seed"], sub[col]))
+def memo_runs(memo: Any, variant: str, part: str, cpc: int) -> Any:
+    """The memorization runs (one per seed) of one method, partition and number of clients per cluster."""
+    return memo[(memo["variant"] == variant) & (memo["partition"] == part) & (memo["cpc"] == cpc)]
 
-    return paired(per_seed("Cond-pooled"), per_seed("Cond-pooled-none"))
+
+def memo_gain(memo: Any, part: str, cpc: int) -> list[float]:
+    """Cond-pooled minus Cond-pooled-none on the held-out clients, per seed."""
+    a, b = (memo_runs(memo, v, part, cpc) for v in ("Cond-pooled", "Cond-pooled-none"))
+    return paired(dict(zip(a["seed"], a["held_out"])), dict(zip(b["seed"], b["held_out"])))
 
 
 def memo_table(memo: Any) -> list[str]:
-    rows = []
-    for part in ("label_shift", "label_permutation"):
-        for cpc in sorted(memo["cpc"].unique()):
-            for v in POOLED:
-                sub = memo[(memo["variant"] == v) & (memo["partition"] == part) & (memo["cpc"] == cpc)]
-                if not len(sub):
-                    continue
-                gap = list(sub["held_out"] - sub["seen"])
-                rows.append([part, cpc, v, fmt_ci(list(sub["seen"])), fmt_ci(list(sub["held_out"])), fmt_diff(gap)])
+    """Per partition, clients per cluster and pooled method: accuracy on the training and the held-out clients."""
+    rows = [[part, cpc, v, fmt_ci(list(sub["seen"])), fmt_ci(list(sub["held_out"])),
+             fmt_diff(list(sub["held_out"] - sub["seen"]))]
+            for part in ("label_shift", "label_permutation") for cpc in sorted(memo["cpc"].unique()) for v in POOLED
+            if len(sub := memo_runs(memo, v, part, cpc))]
     return markdown_table(rows, ["partition", "clients per cluster (1 held out)", "method", "training clients",
                                  "held-out clients", "held-out minus training"])
 
@@ -489,12 +479,23 @@ def statistics_structure() -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ report
+def experiment_section(runs: Any, exp: Experiment, out: Path) -> list[str]:
+    """One experiment's section (its figure written into ``out``), or the commands that would sweep it."""
+    if not (runs["exp"] == exp.key).any():
+        return [f"## {exp.title}", "", "Not swept yet: " + ", ".join(
+            f"`p2pfl sweep {STUDY_DIR}/{s}.yaml --jobs 2 --out runs/conditional/{s}`" for s in exp.files), ""]
+    png = f"conditional_{exp.key}.png"
+    figure(runs, exp, out / png)
+    return [f"## {exp.title}", "", f"Studies: {', '.join(f'`{STUDY_DIR}/{s}.yaml`' for s in exp.files)}.", "",
+            *experiment_table(runs, exp), "", *([exp.note, ""] if exp.note else []), *dac_note(runs, exp),
+            bytes_line(runs, exp), "", "SGD steps per model:", "", *steps_table(runs, exp), "", f"![{exp.key}]({png})",
+            ""]
+
+
 def write(dirs: list[Path], md: Path, no_statistics: bool = False) -> None:
     runs, memo = load(dirs)
     seeds = sorted(int(s) for s in runs["seed"].unique())
-    swept = {stem for e in EXPERIMENTS for stem in e.files if (runs["study"] == f"cond_{stem}").any()}
-    if memo is not None:
-        swept.add("memorization")
+    md.parent.mkdir(parents=True, exist_ok=True)
     lines = [
         "# Conditional-PCA paper reproduction (Fashion-MNIST, reduced budget, studies)",
         "",
@@ -538,19 +539,8 @@ def write(dirs: list[Path], md: Path, no_statistics: bool = False) -> None:
         "",
         *claims(runs, memo),
         "",
+        *(line for exp in EXPERIMENTS for line in experiment_section(runs, exp, md.parent)),
     ]
-    for exp in EXPERIMENTS:
-        if not (runs["exp"] == exp.key).any():
-            lines += [f"## {exp.title}", "", "Not swept yet: " + ", ".join(
-                f"`p2pfl sweep {STUDY_DIR}/{s}.yaml --jobs 2 --out runs/conditional/{s}`" for s in exp.files), ""]
-            continue
-        png = f"conditional_{exp.key}.png"
-        figure(runs, exp, md.parent / png)
-        lines += [f"## {exp.title}", "", f"Studies: {', '.join(f'`{STUDY_DIR}/{s}.yaml`' for s in exp.files)}.", "",
-                  *experiment_table(runs, exp), "", *([exp.note, ""] if exp.note else []), *dac_note(runs, exp),
-                  bytes_line(runs, exp), "",
-                  "SGD steps per model:", "",
-                  *steps_table(runs, exp), "", f"![{exp.key}]({png})", ""]
     if memo is not None:
         lines += ["## Memorization check (held-out clients)", "",
                   f"Study: `{STUDY_DIR}/memorization.yaml`. One client per cluster is kept out of the pooled "
@@ -566,10 +556,10 @@ def write(dirs: list[Path], md: Path, no_statistics: bool = False) -> None:
               "invisible to the statistics, and what differs between devices is sampling noise, unique per device "
               "(which the memorization check above shows the pooled model learns as a client id).", "",
               *statistics_structure(), ""]
-    missing = [s for s in [*(f for e in EXPERIMENTS for f in e.files), "memorization"] if s not in swept]
+    swept = set(runs["study"]) | ({"cond_memorization"} if memo is not None else set())
+    missing = [s for s in [*(f for e in EXPERIMENTS for f in e.files), "memorization"] if f"cond_{s}" not in swept]
     if missing:
         lines += ["Not swept yet: " + ", ".join(f"`{s}`" for s in missing), ""]
-    md.parent.mkdir(parents=True, exist_ok=True)
     md.write_text("\n".join(lines) + "\n")
     print(f"wrote {md}")
 

@@ -29,12 +29,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from p2pfl.clustering.plots import federation_frames
-from p2pfl.metrics.report import ci95
-from p2pfl.metrics.runs import load_log, load_runs
+from p2pfl.metrics.report import band, ci95
+from p2pfl.metrics.runs import load_runs, log_entries
 from p2pfl.metrics.tables import markdown_table, report_main
 
 PROTOCOLS = ("gossip", "dsgd", "dac", "rnd_gossip", "fedavg")
@@ -72,8 +71,7 @@ def load(dirs: list[Path]) -> pd.DataFrame:
     degree = runs.get("dynamics.mean_radius_degree", pd.Series(math.nan, runs.index))
     runs["degree"] = [d if pd.notna(d) and d else static_degree(p) for d, p in zip(degree, runs["path"])]
     for name in ("ari", "federation_labels"):
-        log = load_log(*dirs, name=name)
-        entries = {p: sub[["t", "round", "value"]].to_dict("records") for p, sub in log.groupby("path", sort=False)}
+        entries = log_entries(*dirs, name=name)
         runs[f"{name}_log"] = [entries.get(p, []) for p in runs["path"]]
     return runs.rename(columns={"accuracy_mean": "accuracy", "accuracy_worst": "worst", "bytes_total": "bytes",
                                 "dynamics.availability_mean": "availability"})
@@ -128,7 +126,6 @@ def table(runs: pd.DataFrame) -> list[str]:
 
 def churn_figure(runs: pd.DataFrame, out: Path) -> Path:
     fig = Figure(figsize=(10, 4))
-    FigureCanvasAgg(fig)
     acc, byt = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     levels = [("static", 0.0), ("churn 10%", 0.1), ("churn 30%", 0.3), ("churn 50%", 0.5)]
     for p in PROTOCOLS:
@@ -137,10 +134,10 @@ def churn_figure(runs: pd.DataFrame, out: Path) -> Path:
             vals = runs[(runs["protocol"] == p) & (runs["setting"] == name)]
             if vals.empty:
                 continue
-            mean, _, lo, hi = ci95(vals["accuracy"].tolist())
+            mean, lo, hi = band(vals["accuracy"].tolist())
             xs.append(x)
             ys.append(mean)
-            es.append(0.0 if math.isnan(lo) else (hi - lo) / 2)
+            es.append((hi - lo) / 2)
             bs.append(float(np.mean(vals["bytes"].to_numpy())) / 1e6)
         if xs:
             acc.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=p)
@@ -195,7 +192,6 @@ def ari_figure(runs: pd.DataFrame, out: Path) -> Path | None:
     if not protos:
         return None
     fig = Figure(figsize=(5.5 * len(protos), 4))
-    FigureCanvasAgg(fig)
     for k, p in enumerate(protos):
         ax = fig.add_subplot(1, len(protos), k + 1)
         for st in _settings(runs):

@@ -15,11 +15,27 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
-from p2pfl.metrics.claims import NOT_RUN, below, cannot_test, combine, downgrade, fmt_ci, fmt_diff, holds_if, paired
-from p2pfl.metrics.runs import load_log, load_nodes, load_runs
+import matplotlib
+from matplotlib.figure import Figure
+
+from p2pfl.metrics.claims import (
+    NOT_RUN,
+    beats,
+    below,
+    cannot_test,
+    downgrade,
+    fmt_ci,
+    fmt_diff,
+    holds_if,
+    paired,
+    per_part,
+)
+from p2pfl.metrics.runs import load_nodes, load_runs, log_entries
 from p2pfl.metrics.tables import markdown_table, report_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,8 +78,7 @@ def per_suite_curve(log: list[dict[str, Any]]) -> dict[str, dict[int, float]]:
 def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One report row per run directory, and the budget read from the runs' scenarios."""
     runs = load_runs(*dirs)
-    logs = {name: {p: g.to_dict("records") for p, g in load_log(*dirs, name=name).groupby("path", sort=False)}
-            for name in ("rollout_success", "cua_groups")}
+    logs = {name: log_entries(*dirs, name=name) for name in ("rollout_success", "cua_groups")}
     samples = load_nodes(*dirs).groupby("path", sort=False)["samples"].apply(list)
     rows, budget = [], {}
     for _, r in runs[runs["study"].isin(TABLES)].iterrows():
@@ -145,61 +160,44 @@ def claims(groups: Groups, differs: Optional[str] = None) -> list[tuple[str, str
                   "CUA never separated object from goal in these runs (no round of any seed), so Table III compares "
                   "against a degenerate CUA")
 
-    def beats(table: str, a: str, b: str, settings: list[str], claim: str, paper: str,
-              difference: Optional[str] = None) -> None:
-        diffs = paired(by_seed(groups, table, a, settings), by_seed(groups, table, b, settings))
-        rows.append((claim, paper, f"{a} - {b}: {fmt_diff(diffs, scale=1.0)} pts",
-                     downgrade(below([-d for d in diffs]), difference)))
+    def diffs(table: str, a: str, b: str, setting: list[str]) -> list[float]:  # a - b per seed
+        return paired(by_seed(groups, table, a, setting), by_seed(groups, table, b, setting))
 
-    beats("I", "feddrman", "fedavg", t1, "Table I: FedDRMan's mean success beats FedAvg's",
-          f"{PAPER_I['feddrman']} vs {PAPER_I['fedavg']}", differs)
-    verdicts, ours = [], []
-    for b in ("fedavg", "fedprox", "fedkd"):
-        diffs = paired(by_seed(groups, "I", "feddrman", t1), by_seed(groups, "I", b, t1))
-        verdicts.append(below([-d for d in diffs]))
-        ours.append(f"{b} {fmt_diff(diffs, scale=1.0)}")
+    def a_beats_b(table: str, a: str, b: str, settings: list[str], claim: str, paper: str,
+                  difference: Optional[str] = None) -> None:
+        d = diffs(table, a, b, settings)
+        rows.append((claim, paper, f"{a} - {b}: {fmt_diff(d, scale=1.0)} pts", downgrade(beats(d), difference)))
+
+    def each(parts: dict[str, list[float]], verdict: Callable[[list[float]], str] = beats) -> tuple[str, str]:
+        return per_part(parts, verdict, sep=" ", scale=1.0)
+
+    a_beats_b("I", "feddrman", "fedavg", t1, "Table I: FedDRMan's mean success beats FedAvg's",
+              f"{PAPER_I['feddrman']} vs {PAPER_I['fedavg']}", differs)
+    ours, v = each({b: diffs("I", "feddrman", b, t1) for b in ("fedavg", "fedprox", "fedkd")})
     rows.append(("Table I: FedDRMan is the best federated method (mean over suites)",
-                 f"{PAPER_I['feddrman']} vs ≤ {PAPER_I['fedavg']}", "; ".join(ours),
-                 downgrade(combine(verdicts), differs)))
+                 f"{PAPER_I['feddrman']} vs ≤ {PAPER_I['fedavg']}", ours, downgrade(v, differs)))
     rows.append(("Table I: FedVLA, the paper's sixth baseline, is below FedDRMan",
                  f"{PAPER_I['fedvla']} vs {PAPER_I['feddrman']}", "—",
                  cannot_test("FedVLA's method is not among the sources available offline (Not run here, below)")))
-    verdicts, ours = [], []
-    for a in ("fedavg", "fedprox"):
-        diffs = paired(by_seed(groups, "I", a, t1), by_seed(groups, "I", "local", t1))
-        verdicts.append(below([-d for d in diffs]))
-        ours.append(f"{a} {fmt_diff(diffs, scale=1.0)}")
+    ours, v = each({a: diffs("I", a, "local", t1) for a in ("fedavg", "fedprox")})
     rows.append(("Table I: collaboration beats Local (FedAvg, FedProx each)",
-                 f"{PAPER_I['fedavg']}, {PAPER_I['fedprox']} vs {PAPER_I['local']}", "; ".join(ours),
-                 combine(verdicts)))
-    beats("I", "feddrman", "local", t1, "Table I: FedDRMan beats Local", f"{PAPER_I['feddrman']} vs {PAPER_I['local']}",
-          differs)
-    beats("I", "fedavg", "centralized", t1, "Table I: Centralized BC is below FedAvg",
-          f"{PAPER_I['centralized']} vs {PAPER_I['fedavg']}")
-    verdicts, ours = [], []
-    for p in pairs:
-        diffs = paired(by_seed(groups, "II", "feddrman", [p]), by_seed(groups, "II", "fedavg", [p]))
-        verdicts.append(below([-d for d in diffs]))
-        ours.append(f"{p} {fmt_diff(diffs, scale=1.0)}")
+                 f"{PAPER_I['fedavg']}, {PAPER_I['fedprox']} vs {PAPER_I['local']}", ours, v))
+    a_beats_b("I", "feddrman", "local", t1, "Table I: FedDRMan beats Local",
+              f"{PAPER_I['feddrman']} vs {PAPER_I['local']}", differs)
+    a_beats_b("I", "fedavg", "centralized", t1, "Table I: Centralized BC is below FedAvg",
+              f"{PAPER_I['centralized']} vs {PAPER_I['fedavg']}")
+    ours, v = each({p: diffs("II", "feddrman", "fedavg", [p]) for p in pairs})
     rows.append(("Table II: FedDRMan beats FedAvg on every cross-suite federation (mean over its suites)",
-                 "63.3 vs 9.3 (mean); every setting", "; ".join(ours), downgrade(combine(verdicts), differs)))
-    verdicts, ours = [], []
-    for p in pairs:
-        diffs = paired(by_seed(groups, "II", "fedavg", [p]), by_seed(groups, "II", "local", [p]))
-        verdicts.append(below(diffs))
-        ours.append(f"{p} {fmt_diff(diffs, scale=1.0)}")
-    rows.append(("Table II: FedAvg falls below Local cross-suite", "9.3 vs 32.7 (mean); 4 of 4 settings",
-                 "; ".join(ours), combine(verdicts)))
+                 "63.3 vs 9.3 (mean); every setting", ours, downgrade(v, differs)))
+    ours, v = each({p: diffs("II", "fedavg", "local", [p]) for p in pairs}, below)
+    rows.append(("Table II: FedAvg falls below Local cross-suite", "9.3 vs 32.7 (mean); 4 of 4 settings", ours, v))
     ablation = "; ".join(d for d in (differs, degenerate) if d) or None
-    beats("III", "full", "full-CUA", ["object+goal"], "Table III: removing CUA loses most of FedDRMan's success",
-          "85/70 -> 0/0", ablation)
-    verdicts, ours = [], []
-    for lab in ("BC+CUA", "BC+act+CUA", "BC+sub+CUA", "BC+sub+act+CUA"):
-        diffs = paired(by_seed(groups, "III", "full", ["object+goal"]), by_seed(groups, "III", lab, ["object+goal"]))
-        verdicts.append(below([-d for d in diffs]))
-        ours.append(f"{lab} {fmt_diff(diffs, scale=1.0)}")
+    a_beats_b("III", "full", "full-CUA", ["object+goal"], "Table III: removing CUA loses most of FedDRMan's success",
+              "85/70 -> 0/0", ablation)
+    ours, v = each({lab: diffs("III", "full", lab, ["object+goal"])
+                    for lab in ("BC+CUA", "BC+act+CUA", "BC+sub+CUA", "BC+sub+act+CUA")})
     rows.append(("Table III: the full method (with SRB) beats every partial configuration", "85/70 vs ≤ 80/60",
-                 "full - " + "; ".join(ours), downgrade(combine(verdicts), ablation)))
+                 "full - " + ours, downgrade(v, ablation)))
     same, cross = co_clustering_rates([r for k, g in groups.items() if k[0] == "II" and k[1] == "feddrman" for r in g])
     if same is not None and cross is not None:
         rows.append(("Fig. 5a: CUA groups clients of one suite together and never across suites",
@@ -311,19 +309,15 @@ def data_and_groups(groups: Groups) -> list[str]:
 
 def figures(groups: Groups, out: Path) -> list[str]:
     """One PNG per table: success per evaluated round, mean over seeds (line style = suite)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     md: list[str] = []
     for table in ("I", "II", "III"):
         tg = {k: v for k, v in groups.items() if k[0] == table}
         if not tg:
             continue
         settings = list(dict.fromkeys(k[2] for k in tg))
-        fig, axes = plt.subplots(1, len(settings), figsize=(4.2 * len(settings), 4), squeeze=False, sharey=True)
-        colours = plt.get_cmap("tab10").colors  # type: ignore[attr-defined]
+        fig = Figure(figsize=(4.2 * len(settings), 4))
+        axes = fig.subplots(1, len(settings), squeeze=False, sharey=True)
+        colours = matplotlib.colormaps["tab10"].colors  # type: ignore[attr-defined]
         labels = list(dict.fromkeys(k[1] for k in tg))
         for (_, lab, setting), g in tg.items():
             ax = axes[0][settings.index(setting)]
@@ -340,16 +334,13 @@ def figures(groups: Groups, out: Path) -> list[str]:
         fig.suptitle(f"Table {table}: success per evaluated round (line style = suite)", fontsize=10)
         fig.tight_layout()
         fig.savefig(out / f"feddrman_curves_{table}.png", dpi=120)
-        plt.close(fig)
         md += ["", f"![Table {table} curves](feddrman_curves_{table}.png)"]
     return md
 
 
 def _coverage(rows: list[dict[str, Any]]) -> list[str]:
     """Runs found per study (each study has 3 seeds per cell); a line naming studies not run yet."""
-    per: dict[str, int] = {}
-    for r in rows:
-        per[r["study"]] = per.get(r["study"], 0) + 1
+    per = Counter(r["study"] for r in rows)
     missing = [s for s in TABLES if s not in per]
     line = "Runs per study: " + ", ".join(f"{s} {n}" for s, n in per.items()) + "."
     if missing:

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from p2pfl.metrics.claims import device_percentile, fmt_ci, fmt_diff, mean_curve, paired
@@ -127,7 +126,6 @@ def figure(rows: list[Row], path: Path) -> None:
     hets = sorted({r["het"] for r in rows})
     sizes = sorted({r["samples"] for r in rows})
     fig = Figure(figsize=(3.2 * len(sizes), 2.6 * len(hets)))
-    FigureCanvasAgg(fig)
     axes = fig.subplots(len(hets), len(sizes), squeeze=False, sharex=True)
     for i, het in enumerate(hets):
         for j, s in enumerate(sizes):

@@ -34,7 +34,6 @@ from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from p2pfl.errors import UserError
@@ -65,14 +64,11 @@ COMMAND = ("for n in 100 1000; do p2pfl sweep scenarios/studies/headline_n$n.yam
            "python analysis/headline_report.py analysis/cells/headline")
 SERVER_ARM = "ifca"
 SERVERLESS_ARMS = ("rnd_gossip_h1", "dac_original")
-#: every protocol: (side, clusters?), in the report's order
-PROTOCOLS = {
-    "oracle": ("reference", True), "ifca": ("server", True), "rnd_relay": ("server", True),
-    "rnd_direct": ("server", True), "fedavg": ("server", False),
-    "rnd_gossip_h1": ("serverless", True), "rnd_gossip_h2": ("serverless", True),
-    "dac_original": ("serverless", True), "dac_cosine": ("serverless", True),
-    "gossip": ("serverless", False), "dsgd": ("serverless", False), "local": ("reference", False),
-}
+#: every protocol in the report's order: the references, the server arms, the serverless arms
+PROTOCOLS = ("oracle", "ifca", "rnd_relay", "rnd_direct", "fedavg", "rnd_gossip_h1", "rnd_gossip_h2", "dac_original",
+             "dac_cosine", "gossip", "dsgd", "local")
+#: the protocols that discover the clusters (the oracle is given them)
+DISCOVERING = ("ifca", "rnd_relay", "rnd_direct", "rnd_gossip_h1", "rnd_gossip_h2", "dac_original", "dac_cosine")
 HETS = ("rotation", "label_permutation", "label_shift", "feature_skew")
 DYNAMICS = ("static", "churn", "mobility")
 MARGIN = 0.10  # headroom gain a serverless arm may trail the server arm by and still "match"
@@ -177,7 +173,7 @@ def groups(rows: list[Row]) -> dict[Group, dict[str, list[Row]]]:
 
 def _order(name: str) -> tuple[int, str]:
     proto = name.split(" @")[0]
-    return (list(PROTOCOLS).index(proto) if proto in PROTOCOLS else 99, name)
+    return (PROTOCOLS.index(proto) if proto in PROTOCOLS else 99, name)
 
 
 def _regime_order(het: str, dyn: str) -> tuple[int, int]:
@@ -433,7 +429,7 @@ def discovery_table(table: dict[Group, dict[str, list[Row]]]) -> list[str]:
     rows = []
     for n in sorted({g[0] for g in table}):
         runs = [r for g, arms in table.items() if g[0] == n and g[2] == "static" for rs in arms.values() for r in rs]
-        for p in [p for p, (_, clusters) in PROTOCOLS.items() if clusters and p != "oracle"]:
+        for p in DISCOVERING:
             rs = slowest_egress([r for r in runs if r["protocol"] == p])
             if not rs:
                 continue
@@ -459,7 +455,7 @@ def comparisons_table(verdict: dict[tuple[Group, str], tuple[dict[str, Any], str
 def colour(protocol: str) -> Any:
     import matplotlib
 
-    return matplotlib.colormaps["tab20"](list(PROTOCOLS).index(protocol) / len(PROTOCOLS))
+    return matplotlib.colormaps["tab20"](PROTOCOLS.index(protocol) / len(PROTOCOLS))
 
 
 def curves_figure(table: dict[Group, dict[str, list[Row]]], n: int, dyn: str, out: Path) -> Optional[Path]:
@@ -468,7 +464,6 @@ def curves_figure(table: dict[Group, dict[str, list[Row]]], n: int, dyn: str, ou
     if not keys:
         return None
     fig = Figure(figsize=(11, 3.6 * len(keys)))
-    FigureCanvasAgg(fig)
     for i, g in enumerate(keys):
         for j, (x, label) in enumerate(((3, "traffic per device (bytes, log)"), (1, "simulated time (s, log)"))):
             ax = fig.add_subplot(len(keys), 2, 2 * i + j + 1)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from p2pfl.metrics.claims import cannot_test, fmt_ci
-from p2pfl.metrics.runs import load_log, load_runs
+from p2pfl.metrics.runs import load_runs, log_entries
 from p2pfl.metrics.tables import markdown_table, report_main
 
 STUDY = "libero_object"
@@ -52,10 +52,10 @@ def final_per_task(log: list[dict[str, Any]], key: str = "per_task") -> tuple[in
 def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One row per run of the study, and the budget from their scenarios."""
     runs = load_runs(*dirs)
-    logs = load_log(*dirs, name="rollout_success")
+    logs = log_entries(*dirs, name="rollout_success")
     rows, budget = [], {}
     for _, r in runs[runs["study"] == STUDY].iterrows():
-        log = logs[logs["path"] == r["path"]].to_dict("records")
+        log = logs.get(r["path"], [])
         sc = {k.removeprefix("scenario."): v for k, v in r.items() if k.startswith("scenario.")}
         part, files = "data.partition.", json.loads(sc["data.partition.libero_tasks.libero_object"])
         budget = {"rounds": sc["protocol.rounds"], "eval_every": sc["protocol.eval_every"],

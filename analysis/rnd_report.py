@@ -17,6 +17,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from matplotlib.figure import Figure
+
 from p2pfl.metrics.claims import DOES_NOT_HOLD, NOT_RESOLVED, NOT_RUN, downgrade, holds_if
 from p2pfl.metrics.report import ci95
 from p2pfl.metrics.runs import load_runs
@@ -56,13 +59,8 @@ def fmt(c: Any) -> str:
 
 
 def heatmap(table: Any, skews: list[tuple[str, float]], alphas: list[float], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, axes = plt.subplots(1, len(VARIANTS), figsize=(4 * len(VARIANTS), 3.6), sharey=True)
+    fig = Figure(figsize=(4 * len(VARIANTS), 3.6))
+    axes = fig.subplots(1, len(VARIANTS), sharey=True)
     for ax, variant in zip(axes, VARIANTS):
         grid = np.full((len(skews), len(alphas)), np.nan)
         for i, (kind, level) in enumerate(skews):
@@ -82,7 +80,6 @@ def heatmap(table: Any, skews: list[tuple[str, float]], alphas: list[float], pat
     fig.suptitle("share of seeds with exact recovery (ARI = 1)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def _best(table: Any, variant: str, kind: str, level: float) -> str:

@@ -16,8 +16,10 @@ A claim such as "method a beats method b" is checked on the per-seed differences
 the same data and initial weights). It holds when the whole interval lies on the claimed side, does not
 hold when the whole interval lies on the other side, and is not resolved otherwise. With fewer than two
 seeds there is no interval: ``NOT_RUN`` ("not run") marks a row whose runs are missing; it is not a
-verdict, and a complete report has none. ``kind`` names which of the five a verdict is (``ValueError``
-for anything else), ``short`` its label without the parenthesis or reason.
+verdict, and a complete report has none. ``at_least``, ``below`` and ``beats`` decide one comparison;
+``per_part`` writes a claim checked per column or setting and ``combine``s its verdicts. ``kind`` names
+which of the five a verdict is (``ValueError`` for anything else), ``short`` its label without the
+parenthesis or reason.
 
 A table of m such claims is corrected for multiplicity with Holm's step-down procedure (``holm``,
 ``at_least_holm``); ``paired_p`` gives the paired t-test p-values it needs. ``headroom_gain``,
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, Optional
 
 import numpy as np
@@ -39,7 +41,7 @@ from p2pfl.metrics.report import ci95
 
 __all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_COMPARABLE", "CANNOT_TEST", "VERDICTS", "NOT_RUN",
            "not_comparable", "cannot_test", "downgrade", "holds_if", "kind", "short", "interval", "paired", "fmt_ci",
-           "fmt_diff", "at_least", "below", "combine", "holm", "holm_adjusted",
+           "fmt_diff", "at_least", "below", "beats", "combine", "per_part", "holm", "holm_adjusted",
            "paired_p", "at_least_holm", "headroom_gain", "headroom_gains", "target_accuracy", "fewer_bytes",
            "device_percentile", "mean_curve"]
 
@@ -166,6 +168,11 @@ def below(diffs: list[float]) -> str:
     return NOT_RESOLVED
 
 
+def beats(diffs: list[float]) -> str:
+    """Verdict on 'a > b' from the paired differences a - b: ``below`` on b - a."""
+    return below([-d for d in diffs])
+
+
 def combine(verdicts: list[str]) -> str:
     """One verdict for a claim checked in several cells (each from ``at_least`` or ``below``): holds only where it
     holds in every one, does not hold where it fails in one, else not resolved; not run if a cell was not."""
@@ -178,6 +185,14 @@ def combine(verdicts: list[str]) -> str:
     if any(v == DOES_NOT_HOLD for v in verdicts):
         return DOES_NOT_HOLD
     return NOT_RESOLVED
+
+
+def per_part(diffs: Mapping[str, list[float]], verdict: Callable[[list[float]], str], *, sep: str = ": ",
+             scale: float = 100.0, digits: int = 1) -> tuple[str, str]:
+    """A claim checked part by part (per column, setting or method): 'part<sep>difference' (``fmt_diff``) joined by
+    '; ', and the parts' verdicts ``combine``d (not run for no part)."""
+    text = "; ".join(f"{part}{sep}{fmt_diff(d, scale, digits)}" for part, d in diffs.items())
+    return text, combine([verdict(d) for d in diffs.values()])
 
 
 # ------------------------------------------------------------------------------ multiple comparisons

@@ -4,7 +4,9 @@
                                  process tree, its own peak RSS, its output; killed (with everything
                                  it started) past the timeout
     emit(result) / result_of(m)  a child's figures as one tagged JSON line on stdout, and back
-    machine_line()               the line a benchmark table starts with: commit, CPUs, torch, Python
+    run_command(scenario, ...)   ``p2pfl run`` in a fresh interpreter; run_env(): its environment, glibc's
+                                 allocator at its defaults
+    machine_line(tree)           the line a benchmark table starts with: commit, CPUs, torch, Python
 
 Peak memory is the largest sum of PSS (proportional set size: a page shared by k processes, such as
 torch's libraries or shards in shared memory, counts 1/k in each) over the process and every descendant,
@@ -30,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["Measured", "emit", "machine_line", "measure", "result_of", "tree_pids"]
+__all__ = ["Measured", "commit_of", "emit", "machine_line", "measure", "result_of", "run_command", "run_env",
+           "tree_pids"]
 
 RESULT_TAG = "P2PFL_RESULT "
 
@@ -165,6 +168,20 @@ def result_of(m: Measured) -> Optional[dict[str, Any]]:
     return json.loads(tagged[-1]) if tagged else None
 
 
+def run_command(scenario: str | Path, sets: Sequence[str], out: str | Path, *,
+                entry: Sequence[str] = ("-m", "p2pfl")) -> list[str]:
+    """``p2pfl run SCENARIO --quiet --out OUT --set S ...`` in a fresh interpreter; ``entry``: the arguments that
+    start p2pfl's command line in it (``-m p2pfl``, ``-m p2pfl.cli`` for an older tree, or ``-c CODE``)."""
+    return [sys.executable, *entry, "run", str(scenario), "--quiet", "--out", str(out),
+            *(arg for s in sets for arg in ("--set", s))]
+
+
+def run_env(extra: Mapping[str, str] = {}) -> dict[str, str]:
+    """This process's environment without glibc's ``MALLOC_*`` tunables (a measured child allocates as glibc does
+    by default), then ``extra``."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}, **extra}
+
+
 def _git(tree: Path, *args: str) -> str:
     try:
         return subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True, check=True).stdout.strip()
@@ -172,9 +189,14 @@ def _git(tree: Path, *args: str) -> str:
         return ""
 
 
+def commit_of(tree: Path) -> str:
+    """The short commit ``tree`` has checked out ("" when git cannot tell)."""
+    return _git(tree, "rev-parse", "--short", "HEAD")
+
+
 def machine_line(tree: Path, note: str = "") -> str:
     """The commit of ``tree`` (``+dirty`` with uncommitted changes), CPUs, torch and Python versions."""
-    commit = _git(tree, "rev-parse", "--short", "HEAD") or "unknown"
+    commit = commit_of(tree) or "unknown"
     dirty = "+dirty" if _git(tree, "status", "--porcelain", "--untracked-files=no") else ""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     try:

@@ -32,7 +32,7 @@ from p2pfl.metrics.summary import LOWER_IS_BETTER, metric_label
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Score", "run_score", "time_to_fraction", "QUANTITIES", "ci95", "group_stats", "report_table",
+__all__ = ["Score", "run_score", "time_to_fraction", "QUANTITIES", "ci95", "band", "group_stats", "report_table",
            "write_csv", "build_figure", "report_figure", "write_report"]
 
 #: load_runs column -> CSV stem (``{m}``: the group's metric) -> markdown header (``{label}``: the metric's)
@@ -67,6 +67,13 @@ def ci95(values: Sequence[float]) -> tuple[float, float, float, float]:
     sd = float(statistics.stdev(values))
     half = float(t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
     return mean, sd, mean - half, mean + half
+
+
+def band(values: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, low, high) of ``ci95`` for a plotted band: low = high = mean where there is no interval (one value),
+    all NaN for none."""
+    mean, _, low, high = ci95(values)
+    return (mean, mean, mean) if math.isnan(low) else (mean, low, high)
 
 
 def _values(col: Any) -> list[float]:

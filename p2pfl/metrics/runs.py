@@ -6,6 +6,7 @@
                                the traffic the run recorded by then (bytes_per_device, bytes_servers)
     load_nodes(*dirs)          one row per run and device: path, metric, node, value, bytes, compute, samples
     load_log(*dirs, name=...)  one row per run and entry of a log (logs.<name>): path, t, round, value, ...
+    log_entries(*dirs, name=...)  the same entries per run directory: path -> list of records
 
 Each dir is a run directory or any folder holding run directories, found at any depth by their
 ``summary.json`` (temporary ``.*.tmp-*`` folders are skipped). A run written by ``p2pfl sweep``
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["Score", "run_score", "time_to_fraction", "find_runs", "scenario_hash", "load_runs", "load_curves",
-           "load_nodes", "load_log", "TMP_PATTERN", "CELL_FIELDS"]
+           "load_nodes", "load_log", "log_entries", "TMP_PATTERN", "CELL_FIELDS"]
 
 #: temporary run directories (``write_run_dir``): never read
 TMP_PATTERN = ".*.tmp-*"
@@ -367,3 +368,9 @@ def load_log(*dirs: str | Path, name: str) -> pd.DataFrame:
             for entry in (_read_json(path / "summary.json").get("logs") or {}).get(name) or []]
     first = ["path", "t", "round", "value"]
     return pd.DataFrame(rows, columns=first + [k for k in dict.fromkeys(k for r in rows for k in r) if k not in first])
+
+
+def log_entries(*dirs: str | Path, name: str) -> dict[str, list[dict[str, Any]]]:
+    """``load_log``'s rows per run: path -> its entries in order, each a record of the table's columns (``path``
+    included; a field the entry lacks is missing). A run without the log has no key."""
+    return {str(path): sub.to_dict("records") for path, sub in load_log(*dirs, name=name).groupby("path", sort=False)}

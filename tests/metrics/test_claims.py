@@ -10,12 +10,14 @@ from p2pfl.metrics.claims import (
     NOT_RESOLVED,
     NOT_RUN,
     at_least,
+    beats,
     below,
     combine,
     fmt_ci,
     fmt_diff,
     not_comparable,
     paired,
+    per_part,
 )
 
 
@@ -59,3 +61,20 @@ def test_formats():
     assert fmt_ci([0.5]) == "0.500 (n=1)"
     assert fmt_ci([]) == "—"
     assert fmt_diff([0.01, 0.02, 0.03]) == "+2.0 [-0.5, +4.5]"
+
+
+def test_beats_is_below_with_the_sides_swapped():
+    assert beats([0.10, 0.12, 0.11]) == HOLDS
+    assert beats([-0.10, -0.12, -0.11]) == DOES_NOT_HOLD
+    assert beats([-0.2, 0.1, 0.05]) == NOT_RESOLVED
+    assert beats([0.1]) == NOT_RUN
+
+
+def test_per_part_writes_each_difference_and_combines_the_verdicts():
+    parts = {"K=2": [0.010, 0.012, 0.011], "K=5": [-0.2, 0.1, -0.05]}
+    text, verdict = per_part(parts, below)
+    assert text == f"K=2: {fmt_diff(parts['K=2'])}; K=5: {fmt_diff(parts['K=5'])}"
+    assert verdict == combine([below(d) for d in parts.values()]) == DOES_NOT_HOLD
+    text, verdict = per_part({"fedavg": [10.0, 12.0, 11.0]}, beats, sep=" ", scale=1.0)
+    assert (text, verdict) == ("fedavg +11.0 [+8.5, +13.5]", HOLDS)
+    assert per_part({}, below) == ("", NOT_RUN)

@@ -8,7 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from p2pfl.metrics.measured import Measured, emit, machine_line, measure, result_of, tree_pids
+from p2pfl.metrics.measured import (
+    Measured,
+    commit_of,
+    emit,
+    machine_line,
+    measure,
+    result_of,
+    run_command,
+    run_env,
+    tree_pids,
+)
 
 PY = sys.executable
 
@@ -61,3 +71,18 @@ def test_emit_prints_one_tagged_line(capsys: pytest.CaptureFixture[str]) -> None
 def test_machine_line_names_the_commit() -> None:
     line = machine_line(Path(__file__).resolve().parents[2], "QUICK")
     assert line.startswith("commit ") and "torch " in line and line.endswith("; QUICK")
+
+
+def test_run_command_and_its_environment(monkeypatch, tmp_path) -> None:
+    assert run_command("s.yaml", ["a=1", "b=2"], tmp_path / "out") == [
+        PY, "-m", "p2pfl", "run", "s.yaml", "--quiet", "--out", str(tmp_path / "out"), "--set", "a=1", "--set", "b=2"]
+    assert run_command(Path("s.yaml"), [], "o", entry=("-c", "code"))[1:4] == ["-c", "code", "run"]
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
+    monkeypatch.setenv("P2PFL_TEST_KEEP", "1")
+    env = run_env({"PYTHONPATH": "/x"})
+    assert "MALLOC_ARENA_MAX" not in env and env["P2PFL_TEST_KEEP"] == "1" and env["PYTHONPATH"] == "/x"
+
+
+def test_commit_of_a_folder_outside_git_is_empty(tmp_path) -> None:
+    assert commit_of(tmp_path) == ""
+    assert machine_line(tmp_path).startswith("commit unknown; CPUs ")

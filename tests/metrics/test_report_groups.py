@@ -14,7 +14,7 @@ from scipy import stats
 
 import p2pfl
 from p2pfl.cli import main
-from p2pfl.metrics.report import build_figure, group_stats, report_table
+from p2pfl.metrics.report import band, build_figure, ci95, group_stats, report_table
 from tests.metrics.run_tree import CELLS, summary, write_cell
 
 #: summary field -> CSV stem ({m}: the run's metric)
@@ -267,3 +267,11 @@ def test_runs_without_any_score_curve_are_refused_for_a_figure_before_anything_i
     assert main(["report", str(tmp_path / "runs")]) == 0  # the table alone: fine
     [(_, [row])] = _tables(capsys.readouterr().out)
     assert row["group"] == "s"  # a study without variants or grid: the group is the study
+
+
+def test_band_is_the_interval_or_the_mean_alone() -> None:
+    values = [0.5, 0.7, 0.6]
+    mean, _, low, high = ci95(values)
+    assert band(values) == (mean, low, high) and low < mean < high
+    assert band([0.5]) == (0.5, 0.5, 0.5)  # one seed: no interval, the band is its line
+    assert all(math.isnan(x) for x in band([]))

@@ -1,5 +1,5 @@
 """The results API the analysis reports stand on: ``scenario.*`` and ``timing.*`` columns of ``load_runs``,
-``load_log``, the ``samples`` column of ``load_nodes``, ``markdown_table`` and ``report_main``."""
+``load_log`` and ``log_entries``, the ``samples`` column of ``load_nodes``, ``markdown_table`` and ``report_main``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import yaml
 
 import p2pfl
 from p2pfl.errors import UserError
-from p2pfl.metrics.runs import load_log, load_nodes, load_runs, scenario_hash
+from p2pfl.metrics.runs import load_log, load_nodes, load_runs, log_entries, scenario_hash
 from p2pfl.metrics.tables import markdown_table, report_main
 from tests.metrics.run_tree import summary
 
@@ -80,6 +80,15 @@ def test_load_log_is_the_long_form_of_one_log(tree):
             {k: e[k] for k in ("t", "round", "value")} for e in entries]
         n += len(entries)
     assert len(log) == n > 0
+
+
+def test_log_entries_are_the_logs_rows_per_run_in_order(tree):
+    log = load_log(tree / "plain", name="consensus_distance")
+    entries = log_entries(tree / "plain", name="consensus_distance")
+    assert list(entries) == list(dict.fromkeys(log["path"]))  # runs without the log have no key
+    for path, records in entries.items():
+        assert records == log[log["path"] == path].to_dict("records")
+    assert log_entries(tree / "plain", name="no_such_log") == {}
 
 
 def test_load_log_keeps_list_and_mapping_values_and_extra_fields(tree, tmp_path):
