@@ -24,6 +24,9 @@ class ExecutorSpec(Strict):
     workers: Optional[int] = Field(None, ge=1, le=1024, description="worker processes (process), Ray tasks in flight "
                                    "(ray), or the pool slots for what batched does not stack (batched; 1: none)")
     address: Optional[str] = Field(None, description="Ray cluster address ('auto', 'ray://host:10001'); none: a local Ray")
+    defer_uploads: bool = Field(False, description="a device's upload to a server carries its training outcome "
+                                "unread until the server takes it, so a round's jobs train together (batched: "
+                                "stacked, within its tolerance; other executors: the same bits) (p2pfl.sim.deferred)")
 
     @model_validator(mode="before")
     @classmethod

@@ -23,7 +23,8 @@ from p2pfl.learning.aggregate import clone_state, sub
 from p2pfl.learning.flat import FlatState
 from p2pfl.learning.state import add_delta_, live_state, load_state_
 from p2pfl.learning.train import BatchLoss, Penalty, TrainResult
-from p2pfl.sim.cost import message_bytes, train_flops
+from p2pfl.sim.cost import message_bytes, payload_bytes, train_flops
+from p2pfl.sim.deferred import DeferredState, settle
 from p2pfl.sim.profiles import DeviceProfile
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -65,6 +66,8 @@ class World(Protocol):
     def executor(self) -> Executor: ...
     @property
     def interrupted_training(self) -> str: ...
+    @property
+    def defer_uploads(self) -> bool: ...
 
     #: Seconds of this process spent handing jobs over and awaiting them (contexts add to it).
     train_wall_s: float
@@ -216,6 +219,10 @@ class NodeContext:
                 keep_later.setdefault(msg.round, {})[msg.src] = msg
             elif msg.round < round and keep_later is not None and deadline is None:
                 raise RuntimeError(f"node {self.id} got a round-{msg.round} {kind!r} message in round {round}")
+        t0 = time.perf_counter()
+        for msg in got.values():  # uploads whose training was deferred are read now, the round's together
+            settle(msg.payload)
+        self._sim.train_wall_s += time.perf_counter() - t0
         return got
 
     def newest(self, msg: Any, kind: str) -> Any:
@@ -345,6 +352,7 @@ class DeviceContext(NodeContext):
         self.shard = shard
         self.profile = profile
         self.servers = servers
+        self._deferred: Optional[DeferredState] = None  # this device's latest upload not read yet
 
     @property
     def true_cluster(self) -> int:
@@ -372,6 +380,7 @@ class DeviceContext(NodeContext):
         trains); the model's train/eval mode is then left alone.
         """
         sim = self._sim
+        self._read_deferred()
 
         def build() -> tuple[TrainJob, int]:
             job = TrainJob(self.id, model, self.shard.train_x if x is None else x,
@@ -398,6 +407,46 @@ class DeviceContext(NodeContext):
         sim.train_wall_s += time.perf_counter() - t0
         return outcome.result
 
+    @property
+    def defers_uploads(self) -> bool:
+        """Whether the scenario defers uploads (``executor: {defer_uploads: true}``; ``deferred_train``)."""
+        return self._sim.defer_uploads
+
+    def deferred_train(self, model: nn.Module) -> Generator[Any, Any, DeferredState]:
+        """``train(model)`` for an upload to a server, its outcome read when the server takes it
+        (``p2pfl.sim.deferred``): the state to send (sized now, its values fetched then). ``model`` keeps
+        its values: the caller sends the returned state and loads the server's next model before it reads
+        ``model`` again. This device's generator takes the job's state when the outcome is read, at the
+        latest before this device's next job."""
+        sim = self._sim
+        self._read_deferred()
+        live = live_state(model)
+
+        def build() -> tuple[TrainJob, int]:
+            job = TrainJob(self.id, model, self.shard.train_x, self.shard.train_y, sim.training, self.torch_gen,
+                           threads=sim.threads)
+            job.flops = flops = train_flops(sim.forward_flops(model), job.samples)
+            return job, flops
+
+        _, future = yield from self._run_job(build, "train", defer=True)
+        deferred = DeferredState(future, live.layout if isinstance(live, FlatState) else None, payload_bytes(live),
+                                 self._took_deferred)
+        self._deferred = deferred
+        return deferred
+
+    def _took_deferred(self, deferred: DeferredState, outcome: Any) -> None:
+        """A deferred outcome was read: this device's generator moves on as the job left it."""
+        if self._deferred is deferred:
+            self.torch_gen.set_state(outcome.generator_state)
+            self._deferred = None
+
+    def _read_deferred(self) -> None:
+        """Read this device's deferred outcome, if the server has not (its generator state is needed now)."""
+        if self._deferred is not None:
+            t0 = time.perf_counter()
+            self._deferred.value()
+            self._sim.train_wall_s += time.perf_counter() - t0
+
     def pooled_shards(self) -> tuple[Shard, ...]:
         """Every device's shard, for the pooled references only (``centralized``, Conditional's
         ``pooled`` mode), which model a data centre holding all data; they account its upload themselves."""
@@ -415,12 +464,14 @@ class DeviceContext(NodeContext):
             lambda: (CallJob(self.id, fn, args, threads=sim.threads, flops=flops), flops), what)
         return value
 
-    def _run_job(self, build: Callable[[], tuple[Job, int]], what: str) -> Generator[Any, Any, tuple[Any, Any]]:
+    def _run_job(self, build: Callable[[], tuple[Job, int]], what: str,
+                 defer: bool = False) -> Generator[Any, Any, tuple[Any, Any]]:
         """The one path of a job (``train``, ``work``): ``build()`` makes it from the state as it is now
         (and its modelled FLOPs); the executor gets it at once, this device is charged its compute, and its
         outcome is taken when the simulated time is over. Work lost by going offline
         (``interrupted_training: lost``) is submitted again, from the state then, once the device is back.
-        Returns the job and its outcome; the seconds spent handing over and awaiting count as ``train_wall_s``."""
+        Returns the job and its outcome (``defer``: its future, not awaited); the seconds spent handing over
+        and awaiting count as ``train_wall_s``."""
         sim = self._sim
         while True:
             t0 = time.perf_counter()
@@ -428,6 +479,8 @@ class DeviceContext(NodeContext):
             future = sim.executor.submit(job)
             sim.train_wall_s += time.perf_counter() - t0
             done = yield from self._compute(flops, what)
+            if done and defer:
+                return job, future
             t0 = time.perf_counter()
             outcome = future.result()
             sim.train_wall_s += time.perf_counter() - t0

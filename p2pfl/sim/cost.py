@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from p2pfl.learning.flat import FlatState
+from p2pfl.sim.deferred import DeferredState
 
 __all__ = [
     "HEADER_BYTES",
@@ -54,6 +55,8 @@ def payload_bytes(payload: Any) -> int:
         return payload.numel() * payload.element_size()
     if isinstance(payload, FlatState):  # the sum over its entries, without making their views
         return payload.vector.numel() * payload.vector.element_size()
+    if isinstance(payload, DeferredState):  # the state it will be, sized without reading it
+        return payload.nbytes
     if isinstance(payload, np.ndarray):
         return int(payload.nbytes)
     if isinstance(payload, (bool, int, float, np.integer, np.floating)):

@@ -136,6 +136,7 @@ class Simulation:
             self.protocol.check_dynamics()
         self.mover: Optional[Mover] = None
         self.interrupted_training = "resumed" if scenario.dynamics is None else scenario.dynamics.interrupted_training
+        self.defer_uploads = scenario.executor.defer_uploads
         self.left_fleet: tuple[int, ...] = ()  # devices offline for good when the run ended (dynamics)
         self._common: Optional[nn.Module] = None
         self._table: Optional[ModelTable | Literal[False]] = None  # False: models of their own

@@ -114,8 +114,17 @@ class FedAvgBase(Protocol[F], Generic[F]):
         while True:
             msg = ctx.newest((yield ctx.recv("model")), "model")
             self.receive_model(ctx, model, msg.payload)
-            yield from self.local_update(ctx, model, msg.round)
-            yield ctx.send(server, "update", {"state": model.state_dict(), "n_samples": ctx.n_samples}, round=msg.round)
+            state = yield from self.trained_state(ctx, model, msg.round)
+            yield ctx.send(server, "update", {"state": state, "n_samples": ctx.n_samples}, round=msg.round)
+
+    def trained_state(self, ctx: DeviceContext, model: nn.Module, r: int) -> Process:
+        """Round ``r``'s local update (``local_update``) and the state the upload carries: the model's, or,
+        where the scenario defers uploads and a variant does not change the update, the job's outcome read
+        when the server takes it (``ctx.deferred_train``: the model is loaded anew before it is read again)."""
+        if ctx.defers_uploads and type(self).local_update is FedAvgBase.local_update:
+            return (yield from ctx.deferred_train(model))
+        yield from self.local_update(ctx, model, r)
+        return model.state_dict()
 
     def result(self) -> dict[str, Any]:
         return {"updates_missing": self.updates_missing} if self.dynamic else {}

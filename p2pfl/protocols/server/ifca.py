@@ -33,6 +33,7 @@ from p2pfl.protocols.base import Process, Protocol, ProtocolParams
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.context import DeviceContext, ServerContext
+    from p2pfl.sim.deferred import DeferredState
     from p2pfl.sim.runinfo import RunInfo
 
 __all__ = ["IFCA", "IFCAParams", "choose_cluster", "clusters_from_assignment", "is_balanced"]
@@ -142,8 +143,13 @@ class IFCA(Protocol[IFCAParams]):
             msg = ctx.newest((yield ctx.recv("models")), "models")
             k = yield from self.estep(ctx, work, msg.payload["states"])
             load_state_(work, msg.payload["states"][k])
-            yield from ctx.train(work)
-            yield ctx.send(server, "update", {"state": live_state(work), "n_samples": ctx.n_samples, "cluster": k},
+            state: DeferredState | State
+            if ctx.defers_uploads:  # the outcome read when the server takes it (``work`` is loaded anew first)
+                state = yield from ctx.deferred_train(work)
+            else:
+                yield from ctx.train(work)
+                state = live_state(work)
+            yield ctx.send(server, "update", {"state": state, "n_samples": ctx.n_samples, "cluster": k},
                            round=msg.round)
 
     def estep(self, ctx: DeviceContext, work: nn.Module, states: list[State]) -> Process:
