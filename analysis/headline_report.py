@@ -293,6 +293,11 @@ def fmt_s(t: Optional[float]) -> str:
     return "—" if t is None or math.isnan(t) else (f"{t:.2f} s" if t < 100 else f"{t:,.0f} s")
 
 
+def fmt_num(x: float, spec: str) -> str:
+    """``x`` formatted by ``spec``; "—" for NaN (a reference or arm that has not run yet)."""
+    return "—" if math.isnan(x) else format(x, spec)
+
+
 def mean_of(runs: list[Row], field: str) -> float:
     vals = [r[field] for r in runs if r[field] is not None]
     return float(np.mean(vals)) if vals else math.nan
@@ -354,7 +359,8 @@ def decision_table(table: dict[Group, dict[str, list[Row]]],
         head = 100 * (float(np.mean(list(oracle.values()))) - float(np.mean(list(local.values())))) \
             if local and oracle else math.nan
         seeds = len(arms[server]) if server else 0
-        rows.append([group_name(g), seeds, f"{head:.1f}", f"{g_srv:.2f}", f"{g_fa:.2f}", *cells, f"**{what}**", why])
+        rows.append([group_name(g), seeds, fmt_num(head, ".1f"), fmt_num(g_srv, ".2f"), fmt_num(g_fa, ".2f"), *cells,
+                     f"**{what}**", why])
     return md(["fleet", "seeds", "headroom (pts)", "IFCA gain", "FedAvg gain",
                *[f"{a} − IFCA, gain at IFCA's traffic" for a in SERVERLESS_ARMS], "run", "because"], rows,
               "lrrrr" + "l" * (len(SERVERLESS_ARMS) + 2))
@@ -399,7 +405,7 @@ def accuracy_table(g: Group, arms: dict[str, list[Row]]) -> list[str]:
     rows = []
     for a, rs in arms.items():
         times = [h[0] for r in rs if (h := first_reaching(r["curve"], target)) is not None]
-        ttt = "never" if not times else fmt_s(float(np.mean(times))) + (
+        ttt = "—" if math.isnan(target) else "never" if not times else fmt_s(float(np.mean(times))) + (
             "" if len(times) == len(rs) else f" ({len(times)}/{len(rs)} seeds)")
         g_ = list(gains(rs, local, oracle).values())
         ari = [r["ari"] for r in rs if r["ari"] is not None]
@@ -407,7 +413,7 @@ def accuracy_table(g: Group, arms: dict[str, list[Row]]) -> list[str]:
         rows.append([name, len(rs), fmt_ci([r["acc"] for r in rs]), fmt_ci(g_, 1.0, 2) if g_ else "—",
                      fmt_ci([r["p10"] for r in rs]), fmt_ci(ari, 1.0, 2) if ari else "—",
                      fmt_bytes(mean_of(rs, "traffic")), fmt_s(mean_of(rs, "sim_s")), ttt])
-    return [f"**{group_name(g)}** (target {target:.3f}; ★ Pareto front of accuracy vs traffic)", "",
+    return [f"**{group_name(g)}** (target {fmt_num(target, '.3f')}; ★ Pareto front of accuracy vs traffic)", "",
             *md(["arm", "seeds", "accuracy", "headroom gain", "p10 device", "ARI", "traffic / device", "sim time",
                  "time to target"], rows)]
 
