@@ -2,8 +2,8 @@
 
 A server's round is staggered: its uplink sends the model to one device after another, so each device's
 job starts a little after the previous one and is usually over before the next begins. Read at the end of
-its compute time, each job trains alone (the batched executor stacks only jobs pending together: at
-N = 10^4, none of a FedAvg round's). Yet nobody reads a device's trained model before the server averages
+its compute time, each job trains alone (the batched executor stacks only jobs pending together: in the
+headline fleet at N = 10^4, none of a FedAvg round's). Yet nobody reads a device's trained model before the server averages
 the uploads. :class:`DeferredState` is what such an upload carries instead of the model's state: its
 size is known (the bytes on the wire are the same), and its values are the job's outcome, fetched when the
 server first reads an upload, by which time every device of the round has submitted its job. The device's
@@ -34,7 +34,7 @@ class DeferredState:
 
     def __init__(self, future: Future[TrainOutcome], layout: Optional[Layout], nbytes: int,
                  on_fetch: Callable[[DeferredState, TrainOutcome], None]) -> None:
-        self._future = future
+        self._future: Optional[Future[TrainOutcome]] = future
         self._layout = layout
         self._on_fetch: Optional[Callable[[DeferredState, TrainOutcome], None]] = on_fetch
         self._value: Optional[Mapping[str, torch.Tensor]] = None
@@ -43,7 +43,8 @@ class DeferredState:
     def value(self) -> Mapping[str, torch.Tensor]:
         """The trained state: a FlatState in the model's layout (a plain state dict for a model that is not flat)."""
         if self._value is None:
-            outcome = self._future.result()
+            assert self._future is not None
+            outcome, self._future = self._future.result(), None  # the outcome is not kept: only its state
             state = outcome.state
             self._value = state if self._layout is None else FlatState(self._layout.pack(state), self._layout)
             if self._on_fetch is not None:
