@@ -30,17 +30,3 @@ def _fixed_torch_global_rng():
         torch.default_generator.manual_seed(0)
         yield
 
-
-#: Tests over ~2 s in folders whose files other work owns (tests/architecture, tests/protocols): marked here, by
-#: node id, until their files carry the mark themselves (tests/test_markers.py checks each still names a test).
-SLOW_ELSEWHERE = (
-    "tests/architecture/test_imports.py::test_validating_a_scenario_imports_only_its_protocol",
-    "tests/protocols/test_registry.py::test_a_protocol_registered_by_an_entry_point_runs_from_the_command",
-)
-
-
-@pytest.hookimpl(tryfirst=True)  # before -m deselects
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.nodeid.split("[")[0] in SLOW_ELSEWHERE:
-            item.add_marker(pytest.mark.slow)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "p2pfl"
@@ -102,6 +103,7 @@ def test_importing_the_config_imports_nothing_heavy() -> None:
     assert heavy == []
 
 
+@pytest.mark.slow
 def test_validating_a_scenario_imports_only_its_protocol() -> None:
     mods = _modules_after("from p2pfl.config import load\nload('scenarios/quickstart.yaml')")
     assert not [m for m in mods if m.split(".")[0] in ("mujoco", "triton", "sklearn")]

@@ -75,6 +75,7 @@ def _code_words(path: Path) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_the_core_names_no_robot_in_its_code() -> None:
     """The kernel, data, models, executors, config and the rest: no robot branch, field or string."""
     found = {str(p.relative_to(ROOT)) for p in PKG.rglob("*.py")

@@ -28,6 +28,7 @@ def _numpy_eigenvalues(z: np.ndarray, l: int) -> np.ndarray:
 
 @pytest.mark.parametrize("method", ["randomized", "exact"])
 @pytest.mark.parametrize("n,d,l", [(60, 20, 5), (40, 12, 12), (8, 15, 10), (200, 30, 32)])
+@pytest.mark.slow
 def test_eigenvalues_equal_numpys(method, n, d, l, rng):
     z = rng.standard_normal((n, d)) @ np.diag(np.linspace(3.0, 0.1, d)) + rng.standard_normal(d)
     got = pca_statistics(z, l, method=method)
@@ -38,6 +39,7 @@ def test_eigenvalues_equal_numpys(method, n, d, l, rng):
         assert np.all(got[n - 1:] < 1e-10)
 
 
+@pytest.mark.slow
 def test_statistics_are_invariant_to_sample_order(rng):
     x = torch.from_numpy(rng.random((150, 64)).astype(np.float32))
     y = torch.from_numpy(rng.integers(0, 10, 150))

@@ -210,6 +210,7 @@ def test_every_shipped_scenario_is_fuzzed() -> None:
     assert len(SCENARIOS) * PER_SCENARIO >= 500
 
 
+@pytest.mark.slow
 def test_every_shipped_scenario_validates_unmutated() -> None:
     invalid = [p for p in SCENARIOS if not _check(_raw(p), p, "unmutated", [])]
     assert not invalid, invalid
@@ -217,6 +218,7 @@ def test_every_shipped_scenario_validates_unmutated() -> None:
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: str(p.relative_to(ROOT / "scenarios")))
+@pytest.mark.slow
 def test_mutations_validate_or_fail_with_one_line(path: Path, odd_files: list[str]) -> None:
     rng = random.Random(0)
     values = _values(odd_files)
@@ -245,6 +247,7 @@ EDGE_SCENARIOS = ["quickstart.yaml", "dynamics/churn_gossip.yaml", "headline/rnd
 
 @pytest.mark.parametrize("name", [n if n == "quickstart.yaml" else pytest.param(n, marks=pytest.mark.slow)
                                   for n in EDGE_SCENARIOS])
+@pytest.mark.slow
 def test_every_schema_field_at_its_edges_validates_and_builds_or_is_one_line(name: str) -> None:
     """Not drawn at random: every field ``--set`` can reach, stated in the file or not, set to each edge value of
     the numbers (found ``--set topology.seed=-1``, which validated and then broke the topology builder)."""

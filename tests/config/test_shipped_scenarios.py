@@ -54,6 +54,7 @@ def _study(path: Path) -> Study:
 
 
 @pytest.mark.parametrize("name", BY_COMMAND)
+@pytest.mark.slow
 def test_p2pfl_validate_accepts(name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     path = SCENARIOS / name
     if load(path).data.dataset == "fashion_mnist" and not (FMNIST / "train-images-idx3-ubyte.gz").exists():
@@ -139,6 +140,7 @@ BIG_STUDIES = {"headline_n100.yaml", "headline_n1000.yaml", "headline_pilot.yaml
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.name in BIG_STUDIES else p
                                   for p in STUDY_FILES], ids=lambda p: str(p.relative_to(SCENARIOS / "studies")))
+@pytest.mark.slow
 def test_every_study_file_loads_and_validates_every_cell(path: Path) -> None:
     study = _study(path)
     assert study.cells and len({c.id for c in study.cells}) == len(study.cells)

@@ -201,6 +201,7 @@ def test_covariate_subclass_cifar10_paper_example():
 
 # ---------------------------------------------------------------- E2b rotation
 @pytest.mark.parametrize("angles", [[0, 180], [0, 120, 240], [0, 90, 180, 270], [0, 10, 180, 350]])
+@pytest.mark.slow
 def test_rotation_train_and_test_rotated_by_cluster_angle(angles):
     fed = build({"kind": "rotation", "angles": angles}, n=len(angles))
     for s in fed.shards:

@@ -22,6 +22,7 @@ def _scenario(tmp_path: Path) -> Path:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_piped_run_prints_plain_setup_and_round_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``main`` in-process: its stdout (captured) is not a terminal, as when piped."""
     argv = ["run", str(_scenario(tmp_path)), "--out", str(tmp_path / "run")]

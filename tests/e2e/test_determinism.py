@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("protocol,servers", [({"name": "gossip", "rounds": 3, "mode": "async"}, False),
                                               ({"name": "fedavg", "rounds": 3, "client_fraction": 0.5}, True),
                                               ({"name": "local", "rounds": 2}, False)])
+@pytest.mark.slow
 def test_same_seed_gives_byte_identical_outputs(tmp_path, protocol, servers):
     sc = digits_scenario(protocol, n=5, kind="erdos_renyi", servers=servers)
     sc["topology"]["p"] = 0.6
@@ -30,6 +31,7 @@ def test_same_seed_gives_byte_identical_outputs(tmp_path, protocol, servers):
     assert runs[0].summary["seed"] == 3 and runs[2].summary["seed"] == 4
 
 
+@pytest.mark.slow
 def test_resolved_scenario_yaml_reruns_to_the_same_summary(tmp_path):
     first = p2pfl.run(ROOT / "scenarios" / "quickstart.yaml", out=tmp_path / "a",
                       overrides=["protocol.rounds=2", "data.samples_per_client=30"])

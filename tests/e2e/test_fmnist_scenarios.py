@@ -17,6 +17,7 @@ pytestmark = pytest.mark.skipif(not FMNIST.exists(), reason="apt-get install dat
 
 @pytest.mark.parametrize("name,protocol", [("fmnist_gossip", "gossip"), ("fmnist_fedavg", "fedavg"),
                                            ("fmnist_local", "local")])
+@pytest.mark.slow
 def test_fmnist_scenario_runs_and_reports(tmp_path, name, protocol):
     out = tmp_path / name
     code = main(["run", str(ROOT / "scenarios" / f"{name}.yaml"), "--out", str(out), "--quiet",

@@ -103,6 +103,7 @@ def test_auto_stacks_linear_models_only():
     assert not stacks_well(nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)))
 
 
+@pytest.mark.slow
 def test_a_batched_run_is_within_tolerance_of_inline():
     raw = digits_scenario({"name": "fedavg", "rounds": 4, "eval_every": 1}, n=6, servers=True)
     raw["data"]["samples_per_client"] = 60
@@ -136,6 +137,7 @@ def test_flat_models_stack_as_one_leaf_with_the_same_bits():
         assert a.result == b.result
 
 
+@pytest.mark.slow
 def test_models_with_state_outside_their_state_dict_are_not_stacked():
     """Conditional's statistics are a non-persistent buffer: stacking would give every model the first one's."""
     raw = digits_scenario({"name": "conditional", "rounds": 2, "components": 3}, n=6, servers=True)
@@ -207,6 +209,7 @@ def test_a_job_with_its_start_state_is_not_copied_again(monkeypatch):
         assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
 
 
+@pytest.mark.slow
 def test_rnd_predictor_fits_stack_within_their_tolerance():
     raw = digits_scenario({"name": "rnd_gossip", "rounds": 1, "alpha": 0.99, "rnd_epochs": 2, "rnd_batch_size": 16},
                           n=6)
@@ -222,6 +225,7 @@ def test_rnd_predictor_fits_stack_within_their_tolerance():
         assert json.dumps(batched[key]) == json.dumps(inline[key])
 
 
+@pytest.mark.slow
 def test_a_pool_runs_the_rest_on_every_core_with_the_same_bits():
     raw = digits_scenario({"name": "rnd_gossip", "rounds": 2, "alpha": 0.99, "rnd_epochs": 2, "rnd_batch_size": 16},
                           n=6)

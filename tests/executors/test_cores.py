@@ -4,6 +4,7 @@ its share)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -39,6 +40,7 @@ def test_the_default_worker_count_is_the_cores_given_over_the_threads(monkeypatc
     assert made == [3, 1]
 
 
+@pytest.mark.slow
 def test_a_run_hands_its_cores_to_the_executor_choice(monkeypatch):
     import p2pfl.sim.kernel as kernel
 

@@ -69,6 +69,7 @@ def _run(raw: dict[str, Any], executor=None) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.slow
 def test_process_executor_is_byte_identical_to_inline(case, forked):
     inline = _run({**CASES[case], "executor": "inline"})
     jobs_before = forked._next
@@ -98,6 +99,7 @@ def test_workers_are_forked_only_for_single_threaded_jobs_that_do_not_render(thr
         ex.close()
 
 
+@pytest.mark.slow
 def test_this_process_takes_a_share_and_one_worker_the_rest(monkeypatch):
     """With parent_share, jobs split between this process (run when an outcome is awaited) and the
     worker process by modelled load; the run is the inline run, byte for byte."""
@@ -130,6 +132,7 @@ def test_forked_workers_refuse_a_multi_threaded_job(forked):
         forked.submit(job)
 
 
+@pytest.mark.slow
 def test_scenario_executor_block_starts_and_stops_its_own_workers():
     raw = {**CASES["fedavg"], "executor": {"kind": "process", "workers": 2}}
     sim = Simulation(load_dict(raw))

@@ -89,6 +89,7 @@ def test_models_with_buffers_are_not_rows():
                                                (RNDGossip, False)],
                          ids=["gossip", "dsgd", "fedavg", "local", "rnd_gossip"])
 @pytest.mark.parametrize("executor", ["inline", "batched"])
+@pytest.mark.slow
 def test_a_run_on_rows_is_byte_identical_to_one_on_models_of_their_own(protocol, servers, executor, tmp_path,
                                                                       monkeypatch):
     extra = {"round_timeout_s": 5.0} if protocol is FedAvg else {}

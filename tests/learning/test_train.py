@@ -13,6 +13,7 @@ from p2pfl.sim.cost import forward_flops_per_sample, train_flops
 
 
 @pytest.mark.parametrize("momentum,wd", [(0.0, 0.0), (0.9, 0.0), (0.9, 1e-3)])
+@pytest.mark.slow
 def test_sgd_matches_torch_optim_sgd(momentum, wd):
     x = torch.rand(50, 1, 8, 8)
     y = torch.randint(0, 10, (50,))

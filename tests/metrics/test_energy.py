@@ -119,6 +119,7 @@ def test_a_relay_that_cannot_forward_still_received_the_message():
 
 # --- end to end ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_summary_energy_is_the_formula_on_its_own_counts_and_leaves_the_rest_unchanged():
     sc = digits_scenario({"name": "gossip", "rounds": 2}, n=3)
     default = p2pfl.run(sc, write=False).summary

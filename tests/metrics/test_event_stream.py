@@ -44,6 +44,7 @@ def _leftovers(root: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("raw", [GOSSIP, FEDAVG], ids=["gossip", "fedavg_server"])
+@pytest.mark.slow
 def test_streamed_events_are_byte_identical_to_the_in_memory_log(raw, tmp_path):
     result = p2pfl.run(raw, out=tmp_path / "run")
     streamed = (tmp_path / "run" / "events.jsonl").read_text(encoding="utf-8")
@@ -96,6 +97,7 @@ def test_scores_computed_by_workers_are_streamed_in_order(tmp_path, monkeypatch)
 # --- 2. bounded memory ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_streaming_simulation_keeps_no_events_in_memory(tmp_path):
     path = tmp_path / "events.jsonl"
     held: list[int] = []
@@ -184,6 +186,7 @@ def _stop_after(k: int, exc: BaseException, seen: list[list[str]], root: Path):
 
 
 @pytest.mark.parametrize("exc", [RuntimeError("boom mid-run"), KeyboardInterrupt()], ids=["error", "ctrl_c"])
+@pytest.mark.slow
 def test_a_run_stopped_mid_simulation_leaves_nothing(exc, tmp_path):
     seen: list[list[str]] = []
     with pytest.raises(type(exc)):
@@ -222,6 +225,7 @@ def test_a_stalled_simulation_leaves_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("where", ["summary", "manifest", "write"])
+@pytest.mark.slow
 def test_a_failure_after_the_simulation_leaves_nothing(where, tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError(f"{where} failed")
@@ -301,6 +305,7 @@ def test_the_score_curve_says_the_bytes_sent_up_to_each_point():
     assert 0 < curve[0]["bytes_servers"] < curve[-1]["bytes_servers"] <= summary["bytes_per_server"]["server"]
 
 
+@pytest.mark.slow
 def test_events_without_messages_drop_only_the_message_lines(tmp_path):
     """``events: no_messages`` writes every other event in the same order and the same summary."""
     full = tmp_path / "full"

@@ -40,6 +40,7 @@ def test_failures_say_why_in_one_line() -> None:
     assert killed.failure == "killed by signal 9 (out of memory?)"
 
 
+@pytest.mark.slow
 def test_a_run_past_its_timeout_is_killed_with_its_children() -> None:
     code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
             "time.sleep(600)")

@@ -63,6 +63,7 @@ def test_old_summaries_are_read_by_their_metric():
     assert (score.metric, score.label, score.mean, score.worst) == ("success", metric_label("success"), 0.4, 0.2)
 
 
+@pytest.mark.slow
 def test_report_compares_runs_with_exact_figures(tmp_path, capsys):
     g = p2pfl.run(digits_scenario({"name": "gossip", "rounds": 2, "eval_every": 1}, n=4), out=tmp_path / "g")
     loc = p2pfl.run(digits_scenario({"name": "local", "rounds": 2, "eval_every": 1}, n=4), out=tmp_path / "l")
@@ -111,6 +112,7 @@ def test_report_of_a_regression_run_says_rmse(tmp_path, capsys):
     assert list(line.get_ydata()) == [p["rmse_mean"] for p in s["rmse_curve"]]
 
 
+@pytest.mark.slow
 def test_runs_of_different_metrics_and_datasets_are_kept_apart(tmp_path, capsys):
     p2pfl.run(regression_scenario(), out=tmp_path / "reg")
     p2pfl.run(digits_scenario({"name": "gossip", "rounds": 2, "eval_every": 1}, n=4), out=tmp_path / "cls")

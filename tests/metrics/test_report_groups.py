@@ -70,6 +70,7 @@ def _tables(text: str) -> list[tuple[list[str], list[dict[str, str]]]]:
     return out
 
 
+@pytest.mark.slow
 def test_group_statistics_equal_a_recomputation_from_the_summaries(tree):
     g = group_stats(p2pfl.load_runs(tree / "plain", tree / "reg"))
     assert sorted(frozenset(Path(p).name for p in r.split(";")) for r in g["paths"]) == sorted([
@@ -97,6 +98,7 @@ def test_a_group_of_one_run_has_no_interval(tree, capsys):
     assert g["n"].tolist() == [1] and math.isnan(g["accuracy_sd"][0]) and math.isnan(g["accuracy_ci95_low"][0])
 
 
+@pytest.mark.slow
 def test_report_writes_markdown_csv_and_png(tree, tmp_path, capsys):
     md, table, png = tmp_path / "r.md", tmp_path / "r.csv", tmp_path / "r.png"
     assert main(["report", str(tree / "plain"), str(tree / "reg"), "--md", str(md), "--csv", str(table),

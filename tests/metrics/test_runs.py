@@ -33,6 +33,7 @@ def _bytes_by(run_dir: Path, t: float) -> int:
     return total
 
 
+@pytest.mark.slow
 def test_runs_are_found_at_any_depth_without_temp_dirs_or_repeats(tree):
     found = find_runs(tree / "plain", tree / "plain" / "gossip-s1", tree.root)
     n_summaries = sum(1 for p in tree.root.rglob("summary.json") if ".tmp-" not in str(p))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import p2pfl
 from p2pfl.progress import print_summary
 from tests.helpers import digits_scenario
@@ -72,6 +74,7 @@ def test_a_classification_run_keeps_accuracy_fields(tmp_path):
     assert result.accuracy_mean == s["accuracy_mean"]
 
 
+@pytest.mark.slow
 def test_the_end_of_run_table_names_the_metric(tmp_path, capsys):
     reg = p2pfl.run(regression_scenario(), out=tmp_path / "reg")
     print_summary(reg)

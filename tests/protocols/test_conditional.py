@@ -33,6 +33,7 @@ def test_conditioned_model_is_fedavg_model_plus_l_columns():
 
 
 @pytest.mark.parametrize("n,rounds", [(4, 2), (6, 3)])
+@pytest.mark.slow
 def test_log_normalization_costs_exactly_fedavgs_bytes(n, rounds):
     result = p2pfl.run(_scenario(n=n, normalization="log", rounds=rounds), write=False)
     model = _cond_model_bytes()
@@ -41,6 +42,7 @@ def test_log_normalization_costs_exactly_fedavgs_bytes(n, rounds):
     assert set(result.summary["bytes_by_kind"]) == {"model", "update"}
 
 
+@pytest.mark.slow
 def test_zscore_adds_2l_floats_up_and_down_per_client():
     n = 4
     log = p2pfl.run(_scenario(n=n, normalization="log"), write=False)
@@ -52,6 +54,7 @@ def test_zscore_adds_2l_floats_up_and_down_per_client():
     assert z.messages_total == log.messages_total + 2 * n
 
 
+@pytest.mark.slow
 def test_statistics_are_charged_as_compute_once_per_device():
     n = 4
     log = p2pfl.run(_scenario(n=n, normalization="log"), write=False)
@@ -82,6 +85,7 @@ def _statistics(run_dir):
             np.array([rows[str(i)]["normalized"] for i in range(len(rows))]))
 
 
+@pytest.mark.slow
 def test_no_statistics_is_the_same_training_with_s_zero_and_no_messages_beyond_fedavgs(tmp_path):
     n = 4
     log = p2pfl.run(_scenario(n=n, normalization="log"), write=False)
@@ -111,6 +115,7 @@ def test_held_out_needs_the_pooled_mode():
         p2pfl.run(_scenario(n=4, held_out_per_cluster=1), write=False)
 
 
+@pytest.mark.slow
 def test_gossip_transport_uses_gossip_exchange_on_the_conditioned_model():
     n, rounds = 6, 2
     result = p2pfl.run(_scenario(n=n, servers=False, transport="gossip", normalization="log"), write=False)
@@ -126,6 +131,7 @@ def test_server_transport_without_server_is_a_clear_error():
         p2pfl.run(_scenario(servers=False), write=False)
 
 
+@pytest.mark.slow
 def test_conditioning_beats_fedavg_on_label_shift():
     """E1 on digits, 4 clusters of 2 devices: the conditioned model separates the clusters' class groups."""
     sc = _scenario(n=8, rounds=15, normalization="zscore")
@@ -138,6 +144,7 @@ def test_conditioning_beats_fedavg_on_label_shift():
 
 @pytest.mark.parametrize("protocol", [{"normalization": "zscore"}, {"mode": "pooled"},
                                       {"transport": "gossip", "normalization": "zscore", "moment_rounds": 2}])
+@pytest.mark.slow
 def test_same_seed_same_summary(protocol):
     sc = _scenario(n=4, servers="transport" not in protocol and "mode" not in protocol, **protocol)
     assert p2pfl.run(sc, write=False).summary == p2pfl.run(sc, write=False).summary
@@ -167,6 +174,7 @@ def _cifar_scenario(root, n=3, **protocol):
     return sc
 
 
+@pytest.mark.slow
 def test_cifar_encoder_run_costs_fedavgs_bytes_and_charges_the_encoder(cifar, monkeypatch):
     from p2pfl.conditioning.encoder import load_encoder
     from p2pfl.sim.cost import forward_flops_per_sample

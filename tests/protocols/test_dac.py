@@ -75,6 +75,7 @@ def test_cosine_with_all_candidates_routes_models_over_the_ring():
 
 
 @pytest.mark.parametrize("candidates,sampled", [("neighbors", 2), ("all", 3)])
+@pytest.mark.slow
 def test_original_bytes_are_requests_plus_model_count_and_similarity_vector(candidates, sampled):
     n, rounds = 6, 2
     sc = digits_scenario({"name": "dac", "variant": "original", "rounds": rounds, "n_sampled": 3,
@@ -87,6 +88,7 @@ def test_original_bytes_are_requests_plus_model_count_and_similarity_vector(cand
 
 
 @pytest.mark.parametrize("variant", ["cosine", "original"])
+@pytest.mark.slow
 def test_dac_is_deterministic(variant):
     sc = digits_scenario({"name": "dac", "variant": variant, "rounds": 2}, n=5, kind="complete")
     assert p2pfl.run(sc, write=False).summary == p2pfl.run(sc, write=False).summary
@@ -140,6 +142,7 @@ def _loop_losses(model, states, x, y):
     return out
 
 
+@pytest.mark.slow
 def test_original_stacked_scoring_changes_nothing_against_the_per_model_loop(monkeypatch):
     sc = digits_scenario({"name": "dac", "variant": "original", "rounds": 3, "n_sampled": 2, "tau": 10.0}, n=6,
                          kind="complete")  # tau 10: the losses steer the sampling (reversing them changes the run)

@@ -35,6 +35,7 @@ def test_mix_preserves_the_mean_over_the_fleet():
 
 
 @pytest.mark.parametrize("kind,n,edges", [("ring", 6, 6), ("complete", 4, 6)])
+@pytest.mark.slow
 def test_dsgd_sends_one_model_per_edge_direction_per_round(kind, n, edges):
     rounds = 2
     r = p2pfl.run(digits_scenario({"name": "dsgd", "rounds": rounds}, n=n, kind=kind), write=False)
@@ -42,6 +43,7 @@ def test_dsgd_sends_one_model_per_edge_direction_per_round(kind, n, edges):
     assert r.messages_total == rounds * 2 * edges
 
 
+@pytest.mark.slow
 def test_rounds_stay_synchronous_when_devices_run_at_different_speeds():
     """Fast devices send round r+1 before slow ones finish round r; buffering keeps the maths identical.
 
@@ -56,6 +58,7 @@ def test_rounds_stay_synchronous_when_devices_run_at_different_speeds():
     assert b.sim_time_s > 10 * a.sim_time_s
 
 
+@pytest.mark.slow
 def test_dsgd_is_deterministic():
     sc = digits_scenario({"name": "dsgd", "rounds": 2}, n=5)
     assert p2pfl.run(sc, write=False).summary == p2pfl.run(sc, write=False).summary

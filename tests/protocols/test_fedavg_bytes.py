@@ -15,6 +15,7 @@ def _model_bytes(hidden: int) -> int:
 
 
 @pytest.mark.parametrize("n,rounds", [(4, 3), (6, 2)])
+@pytest.mark.slow
 def test_fedavg_total_bytes_are_exact(n, rounds):
     result = p2pfl.run(digits_scenario({"name": "fedavg", "rounds": rounds}, n=n, servers=True), write=False)
     model = _model_bytes(16)

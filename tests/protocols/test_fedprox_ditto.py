@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -27,6 +28,7 @@ def test_proximal_penalty_value_and_gradient():
     assert torch.equal(lin.weight.grad, torch.tensor([[2.0, 4.0]]))
 
 
+@pytest.mark.slow
 def test_fedprox_bytes_equal_fedavg_and_mu_zero_is_fedavg():
     fedavg = _run({"name": "fedavg"})
     prox0 = _run({"name": "fedprox", "mu": 0.0})
@@ -37,6 +39,7 @@ def test_fedprox_bytes_equal_fedavg_and_mu_zero_is_fedavg():
     assert prox.summary["compute_flops_total"] == fedavg.summary["compute_flops_total"]
 
 
+@pytest.mark.slow
 def test_fedprox_mu_pulls_local_models_to_the_global_one():
     from p2pfl.api import resolve
 
@@ -57,6 +60,7 @@ def test_fedprox_mu_pulls_local_models_to_the_global_one():
     assert moved[1] < 0.5 * moved[0]
 
 
+@pytest.mark.slow
 def test_ditto_bytes_equal_fedavg_and_it_pays_the_personal_epochs():
     part = {"kind": "label_shift", "n_clusters": 2}
     fedavg = _run({"name": "fedavg"}, partition=part)
@@ -67,6 +71,7 @@ def test_ditto_bytes_equal_fedavg_and_it_pays_the_personal_epochs():
     assert ditto.accuracy_per_node != fedavg.accuracy_per_node  # personal models are what is scored
 
 
+@pytest.mark.slow
 def test_ditto_personal_models_beat_the_global_model_on_label_shift():
     part = {"kind": "label_shift", "n_clusters": 4}
     fedavg = _run({"name": "fedavg", "rounds": 6}, n=8, partition=part)
@@ -74,6 +79,7 @@ def test_ditto_personal_models_beat_the_global_model_on_label_shift():
     assert ditto.accuracy_mean > fedavg.accuracy_mean + 0.05
 
 
+@pytest.mark.slow
 def test_same_seed_same_summary():
     for proto in ({"name": "fedprox", "mu": 0.5}, {"name": "ditto"}):
         assert _run(proto).summary == _run(proto).summary

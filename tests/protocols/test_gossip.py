@@ -33,6 +33,7 @@ def test_select_peer_is_uniform_over_neighbours(rng):
 
 
 @pytest.mark.parametrize("kind,n", [("ring", 8), ("complete", 6)])
+@pytest.mark.slow
 def test_gossip_with_lr_zero_drives_consensus_down_geometrically(kind, n):
     sc = _no_learning({"name": "gossip", "rounds": 12, "init": "independent"}, n=n, kind=kind)
     result = p2pfl.run(sc, write=False)
@@ -72,6 +73,7 @@ def test_models_stay_in_the_convex_hull_when_exchanges_overlap():
     assert float((final.max(0).values - final.min(0).values).mean()) < float((init.max(0).values - init.min(0).values).mean())
 
 
+@pytest.mark.slow
 def test_push_only_sends_half_the_messages_of_push_pull():
     pp = p2pfl.run(digits_scenario({"name": "gossip", "rounds": 3}, n=6), write=False)
     push = p2pfl.run(digits_scenario({"name": "gossip", "rounds": 3, "exchange": "push"}, n=6), write=False)
@@ -80,6 +82,7 @@ def test_push_only_sends_half_the_messages_of_push_pull():
     assert push.bytes_total * 2 == pp.bytes_total
 
 
+@pytest.mark.slow
 def test_async_mode_wakes_on_poisson_clocks_and_is_reproducible():
     sc = digits_scenario({"name": "gossip", "rounds": 4, "mode": "async", "wake_rate_hz": 0.5}, n=6)
     a = p2pfl.run(sc, write=False)

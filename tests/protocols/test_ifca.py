@@ -23,6 +23,7 @@ def _scenario(k=2, n=6, rounds=2, **kw):
 
 
 @pytest.mark.parametrize("k,n,rounds", [(2, 6, 2), (3, 4, 3)])
+@pytest.mark.slow
 def test_ifca_downloads_k_models_per_device_per_round(k, n, rounds):
     result = p2pfl.run(_scenario(k, n, rounds), write=False)
     down = k * MODEL + HEADER_BYTES
@@ -50,6 +51,7 @@ def test_ifca_logs_assignment_and_ari_each_round():
     assert -1.0 <= result.summary["ari"] <= 1.0
 
 
+@pytest.mark.slow
 def test_balanced_init_probes_the_devices_and_is_off_by_default():
     plain = p2pfl.run(_scenario(2, 6, 1), write=False)
     assert "probe" not in plain.summary["bytes_by_kind"]
@@ -66,11 +68,13 @@ def test_decisions():
     assert is_balanced([0, 0, 1, 1], 2) and not is_balanced([0, 0, 0, 1, 1, 1, 1, 1, 1], 3)
 
 
+@pytest.mark.slow
 def test_same_seed_same_summary():
     sc = _scenario(2, 6, 2)
     assert p2pfl.run(sc, write=False).summary == p2pfl.run(sc, write=False).summary
 
 
+@pytest.mark.slow
 def test_stacked_estep_changes_nothing_against_the_per_model_loop(monkeypatch):
     def loop(model, states, x, y):  # the E-step as it was: each cluster model loaded and scored in turn
         out = []

@@ -30,12 +30,14 @@ def test_oracle_is_fedavg_per_cluster_plus_one_join_per_device():
     assert oracle.summary["ari"] == 1.0
 
 
+@pytest.mark.slow
 def test_oracle_with_one_cluster_is_fedavg():
     oracle = p2pfl.run(_sc({"name": "oracle"}), write=False)
     fedavg = p2pfl.run(_sc({"name": "fedavg"}), write=False)
     assert oracle.accuracy_per_node == fedavg.accuracy_per_node
 
 
+@pytest.mark.slow
 def test_oracle_beats_fedavg_on_label_permutation():
     part = {"kind": "label_permutation", "n_clusters": 2}
     runs = []
@@ -55,6 +57,7 @@ def test_centralized_sends_nothing_and_device_zero_trains_on_everything():
     assert all(a is not None for a in result.accuracy_per_node)
 
 
+@pytest.mark.slow
 def test_same_seed_same_summary():
     for sc in (_sc({"name": "oracle"}, partition={"kind": "label_shift", "n_clusters": 2}),
                _sc({"name": "centralized"}, servers=False)):
@@ -77,6 +80,7 @@ def test_pooled_oracle_trains_one_model_per_cluster_on_that_clusters_pooled_data
     assert all(a is not None for a in result.accuracy_per_node)
 
 
+@pytest.mark.slow
 def test_pooled_oracle_with_one_cluster_is_centralized():
     oracle = p2pfl.run(_sc({"name": "oracle", "mode": "pooled"}, servers=False), write=False)
     central = p2pfl.run(_sc({"name": "centralized"}, servers=False), write=False)
@@ -84,6 +88,7 @@ def test_pooled_oracle_with_one_cluster_is_centralized():
     assert oracle.summary["compute_flops_per_node"] == central.summary["compute_flops_per_node"]
 
 
+@pytest.mark.slow
 def test_held_out_devices_train_nothing_and_are_scored():
     part = {"kind": "label_shift", "n_clusters": 2}
     for proto, trainers in (({"name": "centralized"}, {0: [0, 1, 3, 4]}),

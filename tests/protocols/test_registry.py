@@ -72,6 +72,7 @@ def test_bad_protocol_names_are_one_line_errors(name: object, fix: str) -> None:
     assert msg.startswith("s.yaml: field 'protocol.name': ") and fix in msg and "\n" not in msg
 
 
+@pytest.mark.slow
 def test_a_user_protocol_outside_the_package_runs_from_yaml(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(EXAMPLE))
     sc = load(EXAMPLE / "scenario.yaml", overrides=["protocol.rounds=3"])
@@ -100,6 +101,7 @@ def _installed_plugin(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_a_protocol_registered_by_an_entry_point_runs_from_the_command(tmp_path: Path) -> None:
     site = _installed_plugin(tmp_path / "site")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(EXAMPLE)])}

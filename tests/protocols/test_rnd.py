@@ -64,6 +64,7 @@ def test_direct_exchange_is_routed_over_the_device_graph_never_through_the_serve
     assert r.bytes_per_server["server"] == n * (M + H)  # the server only sends federation models
 
 
+@pytest.mark.slow
 def test_recluster_every_repeats_the_clustering_phase():
     n, rounds = 4, 4
     once = p2pfl.run(digits_scenario({"name": "rnd", "rounds": rounds, "exchange": "relay", **FAST}, n=n,
@@ -90,6 +91,7 @@ def _skewed(protocol: dict, n: int = 6, **kw) -> dict:
     return sc
 
 
+@pytest.mark.slow
 def test_rnd_recovers_feature_skewed_groups_and_trains_one_model_per_federation(tmp_path):
     sc = _skewed({"name": "rnd", "rounds": 2, "rnd_epochs": 15, "rnd_batch_size": 16}, servers=True)
     r = p2pfl.run(sc, out=tmp_path / "run")
@@ -106,6 +108,7 @@ def test_rnd_recovers_feature_skewed_groups_and_trains_one_model_per_federation(
 
 
 @pytest.mark.parametrize("name", ["rnd", "rnd_gossip"])
+@pytest.mark.slow
 def test_the_gap_criterion_decides_the_federations_of_both_variants(tmp_path, name):
     protocol = {"name": name, "rounds": 1, "rnd_epochs": 15, "rnd_batch_size": 16}
     kw: dict = {"servers": True} if name == "rnd" else {"kind": "complete"}
@@ -122,6 +125,7 @@ def test_the_gap_criterion_decides_the_federations_of_both_variants(tmp_path, na
         assert r.clusters == expected == ([[0, 1, 2], [3, 4, 5]] if i == 0 else [[0, 1, 2, 3, 4, 5]])
 
 
+@pytest.mark.slow
 def test_rnd_is_deterministic():
     sc = digits_scenario({"name": "rnd", "rounds": 2, "recluster_every": 1, **FAST}, n=4, servers=True)
     assert p2pfl.run(sc, write=False).summary == p2pfl.run(sc, write=False).summary

@@ -52,6 +52,7 @@ def _expected_flops(probe: Any, scored: np.ndarray, events: int) -> int:
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.slow
 def test_rnd_gossip_embeds_each_device_once_and_charges_the_formula(monkeypatch, dynamic):
     n = 6  # ring, 2 hops: each device scores its own predictor and those of the 4 devices within reach
     sc = digits_scenario({"name": "rnd_gossip", "rounds": 1, "hops": 2, "rnd_epochs": EPOCHS, "rnd_batch_size": 16,
@@ -76,6 +77,7 @@ def test_server_rnd_embeds_once_across_clustering_events(monkeypatch):
 
 
 @pytest.mark.parametrize("exchange", ["relay", "direct"])
+@pytest.mark.slow
 def test_predictors_travel_shared_not_copied_per_message(monkeypatch, exchange):
     held: dict[int, set[int]] = {}  # owner -> ids of the weight tensors the devices scored it with
 

@@ -44,6 +44,7 @@ def test_wide_band_on_a_complete_graph_gives_one_federation_and_plain_push_pull_
     assert kinds["rnd_label"] % LABEL == 0 and n * (n - 1) * LABEL <= kinds["rnd_label"] <= 2 * n * (n - 1) * LABEL
 
 
+@pytest.mark.slow
 def test_recovers_groups_connected_on_the_ring_with_no_server():
     sc = digits_scenario({"name": "rnd_gossip", "rounds": 2, "rnd_epochs": 15, "rnd_batch_size": 16}, n=6)
     sc["data"] = {"dataset": "digits", "samples_per_client": 120,
@@ -53,6 +54,7 @@ def test_recovers_groups_connected_on_the_ring_with_no_server():
     assert set(r.bytes_by_kind) == {"rnd_predictor", "rnd_verdict", "rnd_label", "gossip_push", "gossip_reply"}
 
 
+@pytest.mark.slow
 def test_rnd_gossip_is_deterministic():
     sc = digits_scenario({"name": "rnd_gossip", "rounds": 2, "alpha": 0.99, "hops": 2, **FAST}, n=6)
     assert p2pfl.run(sc, write=False).summary == p2pfl.run(sc, write=False).summary
@@ -80,6 +82,7 @@ def _busy_fleet(timeout: object, dynamic: bool, hops: int) -> dict:
 
 @pytest.mark.parametrize("dynamic", [False, True])
 @pytest.mark.parametrize("hops", [1, 2])
+@pytest.mark.slow
 def test_auto_reply_timeout_loses_no_exchange_in_a_static_fleet(dynamic, hops):
     r = p2pfl.run(_busy_fleet("auto", dynamic, hops), write=False)
     assert r.exchanges_failed == 0

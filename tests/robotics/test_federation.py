@@ -78,6 +78,7 @@ def test_a_wrist_layout_packs_a_second_camera_with_its_own_encoder():
         assert not torch.allclose(m.encode(x)[0], m.encode(x2)[0])  # the policy sees the wrist camera
 
 
+@pytest.mark.slow
 def test_train_local_uses_the_models_own_loss():
     g = torch.Generator().manual_seed(0)  # the test owns its randomness (no global RNG state from other tests)
     lay = ObsLayout(history=1)

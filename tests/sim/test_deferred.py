@@ -31,6 +31,7 @@ def _run(raw: dict[str, Any], out: Path) -> tuple[dict[str, Any], dict[str, floa
 
 @pytest.mark.parametrize("protocol", [{"name": "fedavg"}, {"name": "ifca", "n_clusters": 2},
                                       {"name": "oracle"}])
+@pytest.mark.slow
 def test_inline_deferred_uploads_give_the_same_run_byte_for_byte(protocol, tmp_path):
     _run(_scenario(protocol, "inline", False), tmp_path / "now")
     _run(_scenario(protocol, "inline", True), tmp_path / "deferred")
@@ -38,6 +39,7 @@ def test_inline_deferred_uploads_give_the_same_run_byte_for_byte(protocol, tmp_p
         assert (tmp_path / "now" / name).read_bytes() == (tmp_path / "deferred" / name).read_bytes()
 
 
+@pytest.mark.slow
 def test_batched_deferred_uploads_stack_a_server_round_with_the_same_modelled_history(tmp_path):
     alone, timing_alone = _run(_scenario({"name": "fedavg"}, "batched", False), tmp_path / "alone")
     stacked, timing = _run(_scenario({"name": "fedavg"}, "batched", True), tmp_path / "stacked")
@@ -48,6 +50,7 @@ def test_batched_deferred_uploads_stack_a_server_round_with_the_same_modelled_hi
         assert json.dumps(stacked[key]) == json.dumps(alone[key])
 
 
+@pytest.mark.slow
 def test_an_update_the_server_never_reads_moves_the_device_generator_before_its_next_job(tmp_path):
     """Under churn with a round deadline some uploads come late and are never read by the server: the
     device reads its own before it trains again, so its batch order is the same as reading at once."""

@@ -179,6 +179,7 @@ def _round_end(sim: Simulation, node: int) -> float:
     return next(e["t"] for e in sim.recorder.events if e["kind"] == "round" and e["node"] == node)
 
 
+@pytest.mark.slow
 def test_training_cut_by_going_offline_is_resumed_or_lost():
     sim, _ = _local({})
     duration = _round_end(sim, 0)
@@ -197,6 +198,7 @@ def test_training_cut_by_going_offline_is_resumed_or_lost():
     assert resumed.recorder.scores == lost.recorder.scores == sim.recorder.scores
 
 
+@pytest.mark.slow
 def test_stragglers_slow_the_compute_in_their_window():
     sim, _ = _local({})
     duration = _round_end(sim, 0)
@@ -209,6 +211,7 @@ def test_stragglers_slow_the_compute_in_their_window():
 # --------------------------------------------------------------------------- DSGD under link failures
 
 
+@pytest.mark.slow
 def test_dsgd_mixing_preserves_the_mean_and_reaches_consensus_under_link_failures():
     base = digits_scenario({"name": "dsgd", "rounds": 8, "init": "independent", "round_timeout_s": 1.0}, n=8,
                            kind="ring", training={"epochs": 1, "batch_size": 16, "lr": 0.0, "momentum": 0.9},
@@ -275,6 +278,7 @@ def test_protocols_need_deadlines_under_dynamics(protocol, message):
         Simulation(load_dict(sc))
 
 
+@pytest.mark.slow
 def test_gossip_push_needs_no_deadline_and_static_runs_are_unchanged_by_an_empty_block():
     sc = digits_scenario({"name": "gossip", "rounds": 3, "exchange": "push"}, n=4)
     static = Simulation(load_dict(sc)).run()
@@ -320,6 +324,7 @@ def test_bad_dynamics_blocks_are_one_line_errors(dynamics, message):
     ({"at": 1, "event": "off", "devices": [7]}, r"dynamics.events\[0\].devices: device 7 does not exist"),
     ({"at": 1, "event": "link_down", "links": [[0, 2]]}, r"dynamics.events\[0\].links: \(0, 2\) is not a link"),
 ])
+@pytest.mark.slow
 def test_events_naming_missing_devices_or_links_are_refused(event, message):
     sc = digits_scenario({"name": "gossip", "rounds": 2, "reply_timeout_s": 0.1}, n=4,
                          dynamics={"events": [event]})

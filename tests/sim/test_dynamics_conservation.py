@@ -131,6 +131,7 @@ def check_log(sim: Simulation, summary: dict[str, Any]) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("label,protocol,server", PROTOCOLS, ids=[p[0] for p in PROTOCOLS])
+@pytest.mark.slow
 def test_conservation_under_heavy_dynamics(label, protocol, server):
     sim, summary = run(heavy_scenario(protocol, server))
     counts = check_log(sim, summary)
@@ -145,6 +146,7 @@ def test_conservation_under_heavy_dynamics(label, protocol, server):
 
 @pytest.mark.parametrize("label,protocol,server", [PROTOCOLS[0], PROTOCOLS[2], PROTOCOLS[7]],
                          ids=["gossip", "dsgd", "fedavg"])
+@pytest.mark.slow
 def test_same_seed_same_bytes_other_dynamics_seed_differs(label, protocol, server):
     a = run(heavy_scenario(protocol, server))
     b = run(heavy_scenario(protocol, server))

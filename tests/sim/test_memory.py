@@ -115,6 +115,7 @@ def test_consensus_distance_in_blocks_is_the_stacked_formula_bit_for_bit(flat):
 
 
 @pytest.mark.skipif(heap._TRIM is None, reason="malloc_trim is glibc's")
+@pytest.mark.slow
 def test_malloc_trim_each_fleet_round_leaves_the_results_bit_identical(monkeypatch, tmp_path):
     sc = digits_scenario({"name": "gossip", "rounds": 3}, n=6, kind="ring")
     calls = []

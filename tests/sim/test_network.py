@@ -196,6 +196,7 @@ class _Fanout(Protocol):
 
 
 @pytest.mark.parametrize("share", [False, True])
+@pytest.mark.slow
 def test_a_shared_payload_reaches_every_peer_as_one_object_and_costs_the_same_bytes(share):
     from p2pfl.config import load_dict
     from p2pfl.sim.kernel import Simulation

@@ -42,6 +42,7 @@ def _slow_fleet(protocol: dict, timeout: float | None) -> dict:
 
 @pytest.mark.parametrize("protocol", [{"name": "fedavg"}, {"name": "oracle"}, {"name": "ifca", "n_clusters": 2},
                                       {"name": "fedprox"}, {"name": "ditto"}])
+@pytest.mark.slow
 def test_every_server_protocol_honours_its_round_timeout(protocol: dict) -> None:
     patient = p2pfl.run(_slow_fleet(protocol, None), write=False)
     hurried = p2pfl.run(_slow_fleet(protocol, 1.0), write=False)
@@ -51,6 +52,7 @@ def test_every_server_protocol_honours_its_round_timeout(protocol: dict) -> None
     assert hurried.accuracy_mean is not None
 
 
+@pytest.mark.slow
 def test_oracle_honours_its_client_fraction() -> None:
     full = p2pfl.run(digits_scenario({"name": "oracle", "rounds": 3}, n=6, servers=True), write=False)
     half = p2pfl.run(digits_scenario({"name": "oracle", "rounds": 3, "client_fraction": 0.5}, n=6, servers=True),
@@ -65,6 +67,7 @@ def test_oracle_honours_its_client_fraction() -> None:
     ({"ingress": "serialized"}, {}, 1.0),  # one at a time through the server's downlink
     ({"ingress": "serialized"}, {"ingress_bps": 1.6e6}, 0.5),  # two at a time: pairs
 ])
+@pytest.mark.slow
 def test_server_uploads_go_through_its_ingress(topology: dict, server: dict, spacing: float) -> None:
     sc = digits_scenario({"name": "fedavg", "rounds": 1}, n=4, servers=True)
     sc["topology"].update(topology)
@@ -80,6 +83,7 @@ def test_server_uploads_go_through_its_ingress(topology: dict, server: dict, spa
     assert steps == {0.0: [0.0, 0.0, 0.0], 1.0: [1.0, 1.0, 1.0], 0.5: [0.0, 1.0, 0.0]}[spacing]
 
 
+@pytest.mark.slow
 def test_how_often_python_collects_garbage_changes_no_result(tmp_path, monkeypatch) -> None:
     """The kernel freezes the built world out of the cyclic collector while it runs: the same bytes as
     collecting far more often, and the caller's collector settings are back afterwards."""

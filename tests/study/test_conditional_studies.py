@@ -27,6 +27,7 @@ def _k_cells(name: str) -> dict[int, object]:
 
 @pytest.mark.parametrize("name,ks", [("e1_k", [2, 3, 5, 10]), ("e1_k_ifca", [2, 3, 5, 10]),
                                      ("e3b_k", [2, 3, 4, 5]), ("e3b_k_ifca", [2, 3, 4, 5])])
+@pytest.mark.slow
 def test_k_sweeps_split_a_fixed_total_over_k_clusters_of_five(name, ks):
     cells = _k_cells(name)
     assert sorted(cells) == ks
@@ -39,6 +40,7 @@ def test_k_sweeps_split_a_fixed_total_over_k_clusters_of_five(name, ks):
 
 @needs_fmnist
 @pytest.mark.parametrize("name", ["e1_k", "e3b_k"])
+@pytest.mark.slow
 def test_k_sweep_federations_hold_the_same_data_in_all_and_equal_clusters(name):
     for k, sc in _k_cells(name).items():
         fed = build_federation(sc.data, sc.topology.n, seed=0)
@@ -52,6 +54,7 @@ def test_k_sweep_federations_hold_the_same_data_in_all_and_equal_clusters(name):
 
 
 @pytest.mark.parametrize("name", ["e1_sparsity", "e2a_sparsity", "e3a_sparsity", "e3b_sparsity"])
+@pytest.mark.slow
 def test_sparsity_sweeps_split_the_whole_training_set_as_the_paper_does(name):
     """The paper's design (issue 34): its two ends, 5 clients x 6,000 and 100 x 300 per cluster, K = 2."""
     study = load_study(STUDIES / f"{name}.yaml")
