@@ -24,11 +24,12 @@ __all__ = ["Evaluation", "JobEvaluation", "JobReport", "TestSetEvaluation"]
 
 @dataclass(frozen=True, eq=False)
 class TestSetEvaluation:
-    """Score on a local test set: inputs ``x``, targets ``y``, in ``metric``."""
+    """Score on a local test set: inputs ``x`` (a tensor, or ``p2pfl.data.PoolRows``: rows of a pool that
+    several devices share, gathered when the score is computed), targets ``y``, in ``metric``."""
 
     __test__ = False  # not a pytest class, whatever its name
 
-    x: torch.Tensor
+    x: Any  # torch.Tensor | PoolRows (p2pfl.data.shards, which imports this module)
     y: torch.Tensor
     metric: Literal["accuracy", "rmse"]
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from p2pfl.data.partitions import PLANS, Plan
+from p2pfl.data.datasets import Pool
+from p2pfl.data.partitions import PLANS, Plan, Transform
 from p2pfl.data.schema import DataSpec, PluginPartition
-from p2pfl.data.shards import Federation, Shard
+from p2pfl.data.shards import Federation, PoolRows, Shard
 from p2pfl.data.splitters import local_test_partition
 from p2pfl.data.synthetic import build_synthetic
 from p2pfl.errors import ConfigError, DataError
@@ -59,6 +60,35 @@ def build_federation(spec: DataSpec, n_devices: int, *, seed: int) -> Federation
     return _assemble(spec, plan, seed)
 
 
+def _inputs(pool: Pool, x_all: np.ndarray, idx: np.ndarray, transform: Transform | None, split: str) -> torch.Tensor:
+    """Samples ``idx`` of one split as the model sees them: float32, divided by the pool's scale, transformed."""
+    x = torch.from_numpy(np.ascontiguousarray(x_all[idx], dtype=np.float32))
+    if pool.scale != 1.0:
+        x.div_(pool.scale)
+    return x if transform is None else transform(x, split)
+
+
+def _shared_inputs(plan: Plan, test_index: list[np.ndarray]) -> dict[tuple[str, int, str], tuple[np.ndarray, torch.Tensor]]:
+    """The inputs devices share: per (source, transform, split) used by two or more devices (or by any number
+    with no transform), the sorted rows they draw and those rows transformed once. A transform shared by
+    devices acts on each sample alone (``Plan``), so a device's rows of it equal its own samples transformed."""
+    users: dict[int, int] = {}
+    for t in plan.transforms:
+        users[id(t)] = users.get(id(t), 0) + 1
+    groups: dict[tuple[str, int, str], tuple[Transform | None, list[np.ndarray]]] = {}
+    for i, (src, t) in enumerate(zip(plan.sources, plan.transforms)):
+        if t is None or users[id(t)] > 1:
+            for split, idx in (("train", plan.train_index[i]), ("test", test_index[i])):
+                groups.setdefault((src, id(t), split), (t, []))[1].append(idx)
+    shared = {}
+    for (src, tid, split), (t, parts) in groups.items():
+        pool = plan.pools[src]
+        rows = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+        x_all = pool.train_x if split == "train" else pool.test_x
+        shared[(src, tid, split)] = (rows, _inputs(pool, x_all, rows, t, split))
+    return shared
+
+
 def _assemble(spec: DataSpec, plan: Plan, seed: int) -> Federation:
     n = len(plan.sources)
     test_index: list[np.ndarray] = [np.empty(0, np.int64)] * n
@@ -74,22 +104,24 @@ def _assemble(spec: DataSpec, plan: Plan, seed: int) -> Federation:
     shapes = {plan.pools[s].input_shape for s in plan.sources}
     if len(shapes) != 1:
         raise DataError(f"datasets {sorted(set(plan.sources))} have different input shapes {sorted(shapes)}; pick datasets of one resolution")
+    shared = _shared_inputs(plan, test_index)
     shards = []
     for i in range(n):
         pool = plan.pools[plan.sources[i]]
         tr, te = plan.train_index[i], test_index[i]
         label_map, transform = plan.label_maps[i], plan.transforms[i]
-        xs, ys = [], []
+        xs: list[torch.Tensor | PoolRows] = []
+        ys = []
         for x_all, y_all, idx, split in ((pool.train_x, pool.train_y, tr, "train"), (pool.test_x, pool.test_y, te, "test")):
-            x = torch.from_numpy(np.ascontiguousarray(x_all[idx], dtype=np.float32))
-            if pool.scale != 1.0:
-                x.div_(pool.scale)
+            key = (plan.sources[i], id(transform), split)
+            if key in shared:
+                rows, inputs = shared[key]
+                xs.append(PoolRows(inputs, torch.from_numpy(np.searchsorted(rows, idx))))
+            else:
+                xs.append(_inputs(pool, x_all, idx, transform, split))
             y = y_all[idx]
             if label_map is not None:
                 y = label_map[y]
-            if transform is not None:
-                x = transform(x, split)
-            xs.append(x)
             ys.append(torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)))
         shards.append(Shard(xs[0], ys[0], xs[1], ys[1], int(plan.clusters[i]), tr, te, plan.sources[i]))
     return Federation(

@@ -54,7 +54,13 @@ Transform = Callable[[torch.Tensor, str], torch.Tensor]  # (x, "train" | "test")
 
 @dataclass
 class Plan:
-    """What a partition decides before tensors are built (one entry per device)."""
+    """What a partition decides before tensors are built (one entry per device).
+
+    A transform object given to two or more devices must act on each sample alone (a rotation, a
+    pattern): the federation then transforms the rows those devices draw once and shares them
+    (``p2pfl.data.shards.PoolRows``). A transform that draws per batch (noise from a device's stream)
+    is one object per device.
+    """
 
     pools: dict[str, Pool]
     sources: list[str]
@@ -192,7 +198,8 @@ def plan_feature_skew(spec: DataSpec, n: int, seed: int) -> Plan:
                                             generator=torch_generator(seed, "data.pattern"))
         else:
             patterns = tf.simplex_patterns(p.n_clusters, pool.input_shape, p.rms, rng=stream(seed, "data.pattern"))
-        transforms = [_pattern(patterns[c]) for c in clusters]
+        per_cluster = [_pattern(pattern) for pattern in patterns]
+        transforms = [per_cluster[c] for c in clusters]
     return _plan(spec, pool, clusters, _iid(spec, pool, n, seed), transforms=transforms)
 
 

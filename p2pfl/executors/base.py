@@ -112,7 +112,7 @@ def pool_shards(shards: Sequence[Shard]) -> tuple[dict[str, torch.Tensor], dict[
             for i, p in zip(members, parts):
                 n = p.shape[0]
                 view = pool[offset : offset + n]
-                object.__setattr__(shards[i], field, view)  # frozen against protocols; same values
+                shards[i].rebind(field, view)  # read-only to protocols; same values
                 keys[id(view)] = f"{name}@{offset}:{offset + n}"
                 offset += n
     return pools, keys

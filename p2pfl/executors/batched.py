@@ -308,7 +308,7 @@ def _train_group(jobs: list[TrainJob], templates: dict[str, nn.Module]) -> list[
                     zip(layout.names, layout.shapes, layout.offsets, layout.offsets[1:])}
         return {name: stacked[name] for name in names if name in trainable}
 
-    X = torch.stack([j.x for j in jobs])
+    X = torch.stack([j.inputs() for j in jobs])
     Y = torch.stack([j.y for j in jobs])
     rows = torch.arange(k).unsqueeze(1)
 

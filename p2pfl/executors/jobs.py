@@ -16,6 +16,7 @@ from typing import Any, Literal, Optional, TypeVar, Union
 import torch
 from torch import nn
 
+from p2pfl.data.shards import PoolRows
 from p2pfl.learning.train import (
     BatchLoss,
     Penalty,
@@ -40,6 +41,10 @@ class TrainOutcome:
     result: TrainResult
 
 
+def _inputs(x: torch.Tensor | PoolRows) -> torch.Tensor:
+    return x.take() if isinstance(x, PoolRows) else x
+
+
 @dataclass
 class TrainJob:
     """One local training run of one node (``train_local`` with the given overrides).
@@ -50,11 +55,14 @@ class TrainJob:
     ``state``: a copy of the model's state at submit that the caller keeps unchanged (``ctx.train``'s
     start for ``delta=True``), so an executor that snapshots the state may take it instead of copying
     again; it is not pickled (the model travels with the job and holds the same values).
+    ``x`` may be rows of a pool the device shares (``p2pfl.data.PoolRows``): a pending job then holds
+    row numbers, not images, and ``inputs()`` gathers them when it trains (a pickled job carries them
+    gathered).
     """
 
     node: int
     model: nn.Module
-    x: torch.Tensor
+    x: torch.Tensor | PoolRows
     y: torch.Tensor
     spec: TrainingSpec
     generator: torch.Generator
@@ -68,7 +76,11 @@ class TrainJob:
     state: Optional[Mapping[str, torch.Tensor]] = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "state"}
+        return {k: _inputs(v) if k == "x" else v for k, v in self.__dict__.items() if k != "state"}
+
+    def inputs(self) -> torch.Tensor:
+        """The training inputs as a tensor (gathered from the pool's rows where ``x`` holds them)."""
+        return _inputs(self.x)
 
     @property
     def samples(self) -> int:
@@ -77,7 +89,7 @@ class TrainJob:
         return int(self.x.shape[0]) * epochs
 
     def run(self) -> TrainOutcome:
-        result = train_local(self.model, self.x, self.y, self.spec, generator=self.generator, epochs=self.epochs,
+        result = train_local(self.model, self.inputs(), self.y, self.spec, generator=self.generator, epochs=self.epochs,
                              lr=self.lr, momentum=self.momentum, penalty=self.penalty, loss_fn=self.loss)
         return TrainOutcome({k: v.detach() for k, v in self.model.state_dict().items()},
                             self.generator.get_state(), result)
@@ -89,15 +101,18 @@ class EvalJob:
 
     node: int
     model: nn.Module
-    x: torch.Tensor
+    x: torch.Tensor | PoolRows  # as TrainJob's
     y: torch.Tensor
     metric: Literal["accuracy", "rmse"]
     threads: int = 1
     flops: float = 0.0
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: _inputs(v) if k == "x" else v for k, v in self.__dict__.items()}
+
     def run(self) -> float:
         score = evaluate_rmse if self.metric == "rmse" else evaluate_accuracy
-        return score(self.model, self.x, self.y)
+        return score(self.model, _inputs(self.x), self.y)
 
 
 @dataclass

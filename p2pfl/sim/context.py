@@ -383,7 +383,7 @@ class DeviceContext(NodeContext):
         self._read_deferred()
 
         def build() -> tuple[TrainJob, int]:
-            job = TrainJob(self.id, model, self.shard.train_x if x is None else x,
+            job = TrainJob(self.id, model, self.shard.held("train_x") if x is None else x,
                            self.shard.train_y if y is None else y, sim.training, self.torch_gen,
                            threads=sim.threads, epochs=epochs, lr=lr, momentum=momentum, penalty=penalty,
                            loss=loss)
@@ -423,7 +423,7 @@ class DeviceContext(NodeContext):
         live = live_state(model)
 
         def build() -> tuple[TrainJob, int]:
-            job = TrainJob(self.id, model, self.shard.train_x, self.shard.train_y, sim.training, self.torch_gen,
+            job = TrainJob(self.id, model, self.shard.held("train_x"), self.shard.train_y, sim.training, self.torch_gen,
                            threads=sim.threads)
             job.flops = flops = train_flops(sim.forward_flops(model), job.samples)
             return job, flops

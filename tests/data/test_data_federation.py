@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from p2pfl.data import DATASETS, PARTITIONS, DataSpec, Federation, build_federation
 from p2pfl.data import semantic as sem
 from p2pfl.data.datasets import load_dataset
+from p2pfl.data.shards import PoolRows
 from p2pfl.data.transforms import noise_levels, rotate, simplex_patterns, smoothed_patterns
 from p2pfl.errors import ConfigError
 from p2pfl.seeding import stream, torch_generator
@@ -209,6 +210,48 @@ def test_rotation_train_and_test_rotated_by_cluster_angle(angles):
         assert torch.equal(s.train_x, rotate(pool_x(s.train_index), a))
         assert torch.equal(s.test_x, rotate(pool_x(s.test_index, "test"), a))
     assert torch.equal(fed.shards[0].train_x, pool_x(fed.shards[0].train_index))  # 0 degrees: untouched
+
+
+
+@pytest.mark.parametrize("angles", [[0, 90, 180, 270], [0, 10, 180, 350]])
+def test_devices_of_one_rotation_share_its_rows_and_read_their_own_samples(angles):
+    n = 8 * len(angles)  # 8 devices a cluster drawing 60 images each with overlap: more than digits' pool holds
+    fed = build({"kind": "rotation", "angles": angles}, n=n, samples_per_client=60, overlap=True)
+    for c, a in enumerate(angles):
+        members = [s for s in fed.shards if s.true_cluster == c]
+        for split, index in (("train", "train_index"), ("test", "test_index")):
+            held = [s.held(f"{split}_x") for s in members]
+            assert all(isinstance(h, PoolRows) and h.pool is held[0].pool for h in held)
+            rows = np.unique(np.concatenate([getattr(s, index) for s in members]))
+            assert held[0].pool.shape[0] == rows.size  # each image drawn by the cluster is held once
+            for s in members:
+                x = getattr(s, f"{split}_x")
+                assert torch.equal(x, rotate(pool_x(getattr(s, index), split), a)) and x.is_contiguous()
+    drawn = sum(int(s.train_y.shape[0]) for s in fed.shards)
+    held_rows = sum(int(p.shape[0]) for p in {id(s.held("train_x").pool): s.held("train_x").pool for s in fed.shards}.values())
+    assert held_rows < drawn
+
+
+
+def test_moving_a_federation_keeps_shared_rows_shared():
+    fed = build({"kind": "label_permutation", "n_clusters": 2}, n=8, samples_per_client=60, overlap=True)
+    moved = fed.to("cpu")
+    pools = {id(s.held("train_x").pool) for s in moved.shards}
+    assert pools == {id(s.held("train_x").pool) for s in fed.shards} and len(pools) == 1  # one pool, not copied
+    assert all(torch.equal(a.train_x, b.train_x) and torch.equal(a.test_y, b.test_y) for a, b in zip(fed.shards, moved.shards))
+
+
+def test_a_transform_that_draws_per_device_keeps_each_shard_its_own_tensor():
+    fed = build({"kind": "feature_skew", "n_clusters": 2, "mode": "noise", "noise_std": 0.3}, n=6, samples_per_client=40,
+                overlap=True)
+    assert all(isinstance(s.held("train_x"), torch.Tensor) and isinstance(s.held("test_x"), torch.Tensor)
+               for s in fed.shards)
+
+
+def test_a_shard_is_read_only():
+    shard = build({"kind": "iid"}, n=2).shards[0]
+    with pytest.raises(AttributeError, match="Shard is read-only: cannot assign 'train_x'"):
+        shard.train_x = torch.zeros(1)  # type: ignore[misc]
 
 
 def test_rotate_quarter_turns_agree_with_interpolated_rotation_and_direction():
