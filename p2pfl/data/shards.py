@@ -59,6 +59,11 @@ def _read(x: Samples) -> torch.Tensor:
 _FIELDS = ("train_x", "train_y", "test_x", "test_y", "true_cluster", "train_index", "test_index", "source")
 
 
+def _slot(name: str) -> str:
+    """Where field ``name`` is held: the inputs behind their properties, the rest as they are."""
+    return f"_{name}" if name in ("train_x", "test_x") else name
+
+
 class Shard:
     """One device's local data (read-only).
 
@@ -69,15 +74,15 @@ class Shard:
     given as :class:`PoolRows`: each read then gathers a fresh tensor of the same values.
     """
 
-    __slots__ = ("_source", "_test_index", "_test_x", "_test_y", "_train_index", "_train_x", "_train_y", "_true_cluster")
+    __slots__ = ("_test_x", "_train_x", "source", "test_index", "test_y", "train_index", "train_y", "true_cluster")
     _train_x: Samples
-    _train_y: torch.Tensor
+    train_y: torch.Tensor
     _test_x: Samples
-    _test_y: torch.Tensor
-    _true_cluster: int
-    _train_index: np.ndarray
-    _test_index: np.ndarray
-    _source: str
+    test_y: torch.Tensor
+    true_cluster: int
+    train_index: np.ndarray
+    test_index: np.ndarray
+    source: str
 
     def __init__(self, train_x: Samples, train_y: torch.Tensor, test_x: Samples, test_y: torch.Tensor,
                  true_cluster: int, train_index: np.ndarray | None = None, test_index: np.ndarray | None = None,
@@ -86,7 +91,7 @@ class Shard:
         values = (train_x, train_y, test_x, test_y, true_cluster,
                   empty if train_index is None else train_index, empty if test_index is None else test_index, source)
         for name, value in zip(_FIELDS, values):
-            object.__setattr__(self, f"_{name}", value)
+            object.__setattr__(self, _slot(name), value)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Shard is read-only: cannot assign {name!r}")
@@ -99,38 +104,14 @@ class Shard:
     def test_x(self) -> torch.Tensor:
         return _read(self._test_x)
 
-    @property
-    def train_y(self) -> torch.Tensor:
-        return self._train_y
-
-    @property
-    def test_y(self) -> torch.Tensor:
-        return self._test_y
-
-    @property
-    def true_cluster(self) -> int:
-        return self._true_cluster
-
-    @property
-    def train_index(self) -> np.ndarray:
-        return self._train_index
-
-    @property
-    def test_index(self) -> np.ndarray:
-        return self._test_index
-
-    @property
-    def source(self) -> str:
-        return self._source
-
     def held(self, name: str) -> Any:
         """Field ``name`` as held: ``train_x`` / ``test_x`` a tensor or :class:`PoolRows` (memory accounting)."""
-        return getattr(self, f"_{name}")
+        return getattr(self, _slot(name))
 
     def rebind(self, name: str, tensor: torch.Tensor) -> None:
         """Hold field ``name``'s values in ``tensor`` instead (executors that share shards with workers lay
         them end to end: ``p2pfl.executors.base.pool_shards``); the values must be the same."""
-        object.__setattr__(self, f"_{name}", tensor)
+        object.__setattr__(self, _slot(name), tensor)
 
     def replace(self, **changes: Any) -> Shard:
         """A copy with ``changes`` (field name -> value)."""
