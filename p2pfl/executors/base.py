@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Generic, Optional, TypeVar, cast
 
 import torch
 
+from p2pfl.data.shards import PoolRows
+
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.data import Shard
     from p2pfl.executors.jobs import Job
@@ -94,15 +96,22 @@ def pool_shards(shards: Sequence[Shard]) -> tuple[dict[str, torch.Tensor], dict[
     Returns the pools ``{name: tensor}`` and the keys of the shards' new tensors
     ``{id(view): "name@start:stop"}`` (resolved by :class:`SharedViews`). The shards hold the
     same values as before, so a worker maps a few large buffers instead of four
-    per device.
+    per device. Inputs held as rows of a pool several shards share (``p2pfl.data.PoolRows``) keep
+    their rows: that pool is shared whole, once, and a job carrying the rows names it by its key.
     """
     pools: dict[str, torch.Tensor] = {}
     keys: dict[int, str] = {}
     for field in SHARD_FIELDS:
         groups: dict[tuple[torch.dtype, tuple[int, ...]], list[int]] = {}
         for i, s in enumerate(shards):
-            t: torch.Tensor = getattr(s, field)
-            groups.setdefault((t.dtype, tuple(t.shape[1:])), []).append(i)
+            held = s.held(field)
+            if isinstance(held, PoolRows):
+                if id(held.pool) not in keys:
+                    name = f"{field}.rows.{len(pools)}"
+                    pools[name] = held.pool
+                    keys[id(held.pool)] = f"{name}@0:{held.pool.shape[0]}"
+                continue
+            groups.setdefault((held.dtype, tuple(held.shape[1:])), []).append(i)
         for g, (dtype_shape, members) in enumerate(groups.items()):
             parts = [getattr(shards[i], field) for i in members]
             pool = torch.cat([p.reshape(p.shape[0], *dtype_shape[1]) for p in parts]) if parts else torch.empty(0)

@@ -56,8 +56,8 @@ class TrainJob:
     start for ``delta=True``), so an executor that snapshots the state may take it instead of copying
     again; it is not pickled (the model travels with the job and holds the same values).
     ``x`` may be rows of a pool the device shares (``p2pfl.data.PoolRows``): a pending job then holds
-    row numbers, not images, and ``inputs()`` gathers them when it trains (a pickled job carries them
-    gathered).
+    row numbers, not images, and ``inputs()`` gathers them when it trains (a job sent to a worker names
+    the pool by its shared key: ``p2pfl.executors.base.pool_shards``).
     """
 
     node: int
@@ -76,7 +76,7 @@ class TrainJob:
     state: Optional[Mapping[str, torch.Tensor]] = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: _inputs(v) if k == "x" else v for k, v in self.__dict__.items() if k != "state"}
+        return {k: v for k, v in self.__dict__.items() if k != "state"}
 
     def inputs(self) -> torch.Tensor:
         """The training inputs as a tensor (gathered from the pool's rows where ``x`` holds them)."""
@@ -106,9 +106,6 @@ class EvalJob:
     metric: Literal["accuracy", "rmse"]
     threads: int = 1
     flops: float = 0.0
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: _inputs(v) if k == "x" else v for k, v in self.__dict__.items()}
 
     def run(self) -> float:
         score = evaluate_rmse if self.metric == "rmse" else evaluate_accuracy

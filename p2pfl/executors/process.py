@@ -90,7 +90,7 @@ class ProcessExecutor(Executor):
             t.share_memory_()
         self._shared.clear()  # a new run: the workers drop the previous run's pools
         self._keep = list(pools.values())
-        self._keep.extend(getattr(s, f) for s in shards for f in SHARD_FIELDS)
+        self._keep.extend(s.held(f) for s in shards for f in SHARD_FIELDS)
         self._shared.update(keys)
         self._views = SharedViews(pools)
         for inbox in self._inboxes:

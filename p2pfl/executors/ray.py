@@ -83,7 +83,7 @@ class RayExecutor(Executor):
             self._names.append(name)
             self._pools.append(self._ray.put(t.numpy()))
         self._keys.update(keys)
-        self._keep.extend(getattr(s, f) for s in shards for f in SHARD_FIELDS)
+        self._keep.extend(s.held(f) for s in shards for f in SHARD_FIELDS)
 
     def submit(self, job: Job) -> Future[Any]:
         if self.workers is not None:

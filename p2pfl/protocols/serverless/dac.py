@@ -256,7 +256,6 @@ class DACOriginal(_DACBase):
         shared: dict[str, Any] = {"state": clone_state(live_state(model)), "sims": sims.copy()}
         ctx.spawn(self.serve(ctx, shared, routed))
         pending: dict[int, dict[int, Message]] = {}
-        x, y = ctx.shard.train_x, ctx.shard.train_y
         for r in range(1, p.rounds + 1):
             yield from ctx.train(model)
             shared["state"] = clone_state(live_state(model))
@@ -273,7 +272,8 @@ class DACOriginal(_DACBase):
             self.replies_missing += len(sampled) - len(got)
             sampled = [j for j in sampled if j in got]  # a peer's reply lost or late: aggregate without it
             states = {j: got[j].payload["state"] for j in sampled}
-            losses = average_losses(model, [states[j] for j in sampled], x, y)  # one stacked pass
+            x = ctx.shard.train_x  # read when used: a shard may hold rows of a shared pool (p2pfl.data.PoolRows)
+            losses = average_losses(model, [states[j] for j in sampled], x, ctx.shard.train_y)  # one stacked pass
             for j, loss in zip(sampled, losses):
                 sims[j] = 1.0 / max(loss, 1e-12)
                 sampled_ever[j] = True
