@@ -103,11 +103,12 @@ def pool_shards(shards: Sequence[Shard]) -> tuple[dict[str, torch.Tensor], dict[
     keys: dict[int, str] = {}
     for field in SHARD_FIELDS:
         groups: dict[tuple[torch.dtype, tuple[int, ...]], list[int]] = {}
+        row_pools = 0
         for i, s in enumerate(shards):
             held = s.held(field)
             if isinstance(held, PoolRows):
                 if id(held.pool) not in keys:
-                    name = f"{field}.rows.{len(pools)}"
+                    name, row_pools = f"{field}.rows.{row_pools}", row_pools + 1
                     pools[name] = held.pool
                     keys[id(held.pool)] = f"{name}@0:{held.pool.shape[0]}"
                 continue
