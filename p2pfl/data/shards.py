@@ -20,7 +20,7 @@ from torch import nn
 
 from p2pfl.data.evaluation import Evaluation, TestSetEvaluation
 
-__all__ = ["Shard", "PoolRows", "Federation"]
+__all__ = ["Shard", "PoolRows", "Samples", "as_tensor", "Federation"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,7 +52,8 @@ class PoolRows:
 Samples = torch.Tensor | PoolRows
 
 
-def _read(x: Samples) -> torch.Tensor:
+def as_tensor(x: Samples) -> torch.Tensor:
+    """``x`` as a tensor: gathered where it is :class:`PoolRows`."""
     return x.take() if isinstance(x, PoolRows) else x
 
 
@@ -98,11 +99,11 @@ class Shard:
 
     @property
     def train_x(self) -> torch.Tensor:
-        return _read(self._train_x)
+        return as_tensor(self._train_x)
 
     @property
     def test_x(self) -> torch.Tensor:
-        return _read(self._test_x)
+        return as_tensor(self._test_x)
 
     def held(self, name: str) -> Any:
         """Field ``name`` as held: ``train_x`` / ``test_x`` a tensor or :class:`PoolRows` (memory accounting)."""

@@ -16,7 +16,7 @@ from typing import Any, Literal, Optional, TypeVar, Union
 import torch
 from torch import nn
 
-from p2pfl.data.shards import PoolRows
+from p2pfl.data.shards import Samples, as_tensor
 from p2pfl.learning.train import (
     BatchLoss,
     Penalty,
@@ -41,10 +41,6 @@ class TrainOutcome:
     result: TrainResult
 
 
-def _inputs(x: torch.Tensor | PoolRows) -> torch.Tensor:
-    return x.take() if isinstance(x, PoolRows) else x
-
-
 @dataclass
 class TrainJob:
     """One local training run of one node (``train_local`` with the given overrides).
@@ -62,7 +58,7 @@ class TrainJob:
 
     node: int
     model: nn.Module
-    x: torch.Tensor | PoolRows
+    x: Samples
     y: torch.Tensor
     spec: TrainingSpec
     generator: torch.Generator
@@ -80,7 +76,7 @@ class TrainJob:
 
     def inputs(self) -> torch.Tensor:
         """The training inputs as a tensor (gathered from the pool's rows where ``x`` holds them)."""
-        return _inputs(self.x)
+        return as_tensor(self.x)
 
     @property
     def samples(self) -> int:
@@ -101,7 +97,7 @@ class EvalJob:
 
     node: int
     model: nn.Module
-    x: torch.Tensor | PoolRows  # as TrainJob's
+    x: Samples  # as TrainJob's
     y: torch.Tensor
     metric: Literal["accuracy", "rmse"]
     threads: int = 1
@@ -109,7 +105,7 @@ class EvalJob:
 
     def run(self) -> float:
         score = evaluate_rmse if self.metric == "rmse" else evaluate_accuracy
-        return score(self.model, _inputs(self.x), self.y)
+        return score(self.model, as_tensor(self.x), self.y)
 
 
 @dataclass
