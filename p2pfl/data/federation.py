@@ -12,6 +12,8 @@ train.  A plug-in's partition kind (``p2pfl.data.schema.PluginPartition``, e.g. 
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import torch
 
@@ -72,9 +74,7 @@ def _shared_inputs(plan: Plan, test_index: list[np.ndarray]) -> dict[tuple[str, 
     """The inputs devices share: per (source, transform, split) used by two or more devices (or by any number
     with no transform), the sorted rows they draw and those rows transformed once. A transform shared by
     devices acts on each sample alone (``Plan``), so a device's rows of it equal its own samples transformed."""
-    users: dict[int, int] = {}
-    for t in plan.transforms:
-        users[id(t)] = users.get(id(t), 0) + 1
+    users = Counter(id(t) for t in plan.transforms)
     groups: dict[tuple[str, int, str], tuple[Transform | None, list[np.ndarray]]] = {}
     for i, (src, t) in enumerate(zip(plan.sources, plan.transforms)):
         if t is None or users[id(t)] > 1:

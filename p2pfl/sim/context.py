@@ -9,6 +9,7 @@ What a protocol finds, it reports (``report_clusters``); the kernel scores it ag
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Collection, Generator, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Protocol, TypeVar, overload
@@ -29,6 +30,7 @@ from p2pfl.sim.profiles import DeviceProfile
 
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.data import Federation, Shard
+    from p2pfl.data.shards import Samples
     from p2pfl.executors.base import Executor
     from p2pfl.learning.train import TrainingSpec
     from p2pfl.metrics.recorder import Recorder
@@ -381,16 +383,8 @@ class DeviceContext(NodeContext):
         """
         sim = self._sim
         self._read_deferred()
-
-        def build() -> tuple[TrainJob, int]:
-            job = TrainJob(self.id, model, self.shard.held("train_x") if x is None else x,
-                           self.shard.train_y if y is None else y, sim.training, self.torch_gen,
-                           threads=sim.threads, epochs=epochs, lr=lr, momentum=momentum, penalty=penalty,
-                           loss=loss)
-            job.flops = flops = train_flops(sim.forward_flops(model), job.samples)
-            job.state = clone_state(live_state(model)) if delta and job.samples else None
-            return job, flops
-
+        build = functools.partial(self._train_job, model, x, y, epochs=epochs, lr=lr, momentum=momentum,
+                                  penalty=penalty, loss=loss, delta=delta)
         job, outcome = yield from self._run_job(build, "train")
         t0 = time.perf_counter()
         start = job.state
@@ -418,21 +412,27 @@ class DeviceContext(NodeContext):
         its values: the caller sends the returned state and loads the server's next model before it reads
         ``model`` again. This device's generator takes the job's state when the outcome is read, at the
         latest before this device's next job."""
-        sim = self._sim
         self._read_deferred()
         live = live_state(model)
-
-        def build() -> tuple[TrainJob, int]:
-            job = TrainJob(self.id, model, self.shard.held("train_x"), self.shard.train_y, sim.training, self.torch_gen,
-                           threads=sim.threads)
-            job.flops = flops = train_flops(sim.forward_flops(model), job.samples)
-            return job, flops
-
-        _, future = yield from self._run_job(build, "train", defer=True)
+        _, future = yield from self._run_job(functools.partial(self._train_job, model), "train", defer=True)
         deferred = DeferredState(future, live.layout if isinstance(live, FlatState) else None, payload_bytes(live),
                                  self._took_deferred)
         self._deferred = deferred
         return deferred
+
+    def _train_job(self, model: nn.Module, x: Optional[Samples] = None, y: Optional[torch.Tensor] = None, *,
+                   epochs: Optional[int] = None, lr: Optional[float] = None, momentum: Optional[float] = None,
+                   penalty: Optional[Penalty] = None, loss: Optional[BatchLoss] = None,
+                   delta: bool = False) -> tuple[TrainJob, int]:
+        """The training job of ``train`` / ``deferred_train``, from the model and generator as they are now
+        (this device's shard unless ``x`` / ``y`` are given), and its modelled FLOPs."""
+        sim = self._sim
+        job = TrainJob(self.id, model, self.shard.held("train_x") if x is None else x,
+                       self.shard.train_y if y is None else y, sim.training, self.torch_gen,
+                       threads=sim.threads, epochs=epochs, lr=lr, momentum=momentum, penalty=penalty, loss=loss)
+        job.flops = flops = train_flops(sim.forward_flops(model), job.samples)
+        job.state = clone_state(live_state(model)) if delta and job.samples else None
+        return job, flops
 
     def _took_deferred(self, deferred: DeferredState, outcome: Any) -> None:
         """A deferred outcome was read: this device's generator moves on as the job left it."""
