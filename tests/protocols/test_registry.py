@@ -6,10 +6,7 @@ import ast
 import importlib
 import inspect
 import json
-import os
 import pkgutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -101,20 +98,23 @@ def _installed_plugin(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.slow
-def test_a_protocol_registered_by_an_entry_point_runs_from_the_command(tmp_path: Path) -> None:
-    site = _installed_plugin(tmp_path / "site")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(EXAMPLE)])}
+def test_a_protocol_registered_by_an_entry_point_runs_from_the_command(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # in-process through main(): the entry point is found on sys.path as an installed distribution's would be
+    # (tests/e2e/test_cli_errors.py runs the real `python -m p2pfl` once)
+    from p2pfl.cli import main
+
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    monkeypatch.syspath_prepend(str(_installed_plugin(tmp_path / "site")))
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "p2pfl", "run", str(EXAMPLE / "scenario.yaml"), "--set", "protocol.name=fanout",
-           "--set", "protocol.rounds=2", "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    assert main(["run", str(EXAMPLE / "scenario.yaml"), "--set", "protocol.name=fanout", "--set", "protocol.rounds=2",
+                 "--out", str(out), "--quiet"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["protocol"] == "fanout_gossip" and summary["messages_total"] == 2 * 8 * 2
-    listed = subprocess.run([sys.executable, "-m", "p2pfl", "list", "protocols"], capture_output=True, text=True,
-                            env=env, timeout=120)
-    assert listed.returncode == 0 and any(line.startswith("fanout ") for line in listed.stdout.splitlines())
+    capsys.readouterr()
+    assert main(["list", "protocols"]) == 0
+    assert any(line.startswith("fanout ") for line in capsys.readouterr().out.splitlines())
 
 
 def test_a_user_model_named_by_import_path_is_built_and_trained(monkeypatch: pytest.MonkeyPatch) -> None:
