@@ -38,7 +38,7 @@ from p2pfl.metrics.claims import (
     paired,
     per_part,
 )
-from p2pfl.metrics.report import band
+from p2pfl.metrics.report import bands
 from p2pfl.metrics.runs import load_nodes, load_runs
 from p2pfl.metrics.tables import markdown_table, report_main
 
@@ -390,12 +390,7 @@ def figure(runs: Any, exp: Experiment, path: Path) -> None:
     axes = fig.subplots(1, 2, sharey=True)
     for ax, (kind, variants) in zip(axes, (("federated", FEDERATED), ("pooled", POOLED))):
         for i, v in enumerate(variants):
-            ys, los, his = [], [], []
-            for c in cols:
-                m, lo, hi = band(list(scores(runs, exp.key, v, c).values()))
-                ys.append(m)
-                los.append(lo)
-                his.append(hi)
+            ys, los, his = bands([list(scores(runs, exp.key, v, c).values()) for c in cols])
             if all(math.isnan(y) for y in ys):
                 continue
             x = list(range(len(cols)))

@@ -14,7 +14,6 @@ seed by seed (same seed: same demos, split and initial weights) with ``p2pfl.met
 from __future__ import annotations
 
 import json
-import subprocess
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +34,7 @@ from p2pfl.metrics.claims import (
     paired,
     per_part,
 )
-from p2pfl.metrics.runs import load_nodes, load_runs, log_entries
+from p2pfl.metrics.runs import load_nodes, load_runs, log_entries, revision_includes
 from p2pfl.metrics.tables import markdown_table, report_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,16 +122,8 @@ def by_seed(groups: Groups, table: str, label: str, settings: list[str]) -> dict
 
 # ------------------------------------------------------------------------------------------ claims
 def _includes(revision: Optional[str], commit: str) -> Optional[bool]:
-    """Whether the code a run ran (its git revision) includes ``commit``, asked of git in this repository; None
-    when git cannot tell (no revision, no git, a revision this history does not have)."""
-    if not isinstance(revision, str) or not revision:
-        return None
-    try:
-        rc = subprocess.run(["git", "merge-base", "--is-ancestor", commit, revision], cwd=ROOT,
-                            capture_output=True).returncode
-    except OSError:
-        return None
-    return {0: True, 1: False}.get(rc)
+    """Whether the code a run ran includes ``commit`` (``revision_includes`` in this repository)."""
+    return revision_includes(revision, commit, ROOT)
 
 
 def method_differs(rows: list[dict[str, Any]]) -> Optional[str]:

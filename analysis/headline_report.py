@@ -53,8 +53,9 @@ from p2pfl.metrics.claims import (
     short,
     target_accuracy,
 )
+from p2pfl.metrics.curves import at_time, at_traffic, first_reaching, pareto
 from p2pfl.metrics.runs import load_curves, load_nodes, load_runs
-from p2pfl.metrics.tables import markdown_table, report_main
+from p2pfl.metrics.tables import fmt_bytes, fmt_num, fmt_s, markdown_table, report_main
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = ("for n in 100 1000; do p2pfl sweep scenarios/studies/headline_n$n.yaml --jobs 2 --out runs/headline/n$n "
@@ -199,23 +200,6 @@ def server_arm(arms: dict[str, list[Row]], protocol: str = SERVER_ARM) -> Option
 
 
 # ------------------------------------------------------------------------------------------ readings
-def at_traffic(curve: Sequence[tuple[int, float, float, float]], budget: float) -> Optional[float]:
-    """Accuracy at the last evaluation whose traffic was at most ``budget`` (None: none was)."""
-    ok = [acc for _, _, acc, b in curve if b <= budget * (1 + 1e-9)]
-    return ok[-1] if ok else None
-
-
-def at_time(curve: Sequence[tuple[int, float, float, float]], t: float) -> Optional[float]:
-    """Accuracy at the last evaluation at or before simulated time ``t`` (None: none was)."""
-    ok = [acc for _, tt, acc, _ in curve if tt <= t * (1 + 1e-12)]
-    return ok[-1] if ok else None
-
-
-def first_reaching(curve: Sequence[tuple[int, float, float, float]], target: float) -> Optional[tuple[float, float]]:
-    """(simulated time, traffic) of the first evaluation at or above ``target``; None if never."""
-    return next(((t, b) for _, t, acc, b in curve if acc >= target), None)
-
-
 def gains(runs: list[Row], local: dict[int, float], oracle: dict[int, float],
           acc_of: Any = None) -> dict[int, float]:
     """Headroom gain per seed (``acc_of(run)`` the accuracy read; default the final one)."""
@@ -278,24 +262,6 @@ def verdicts(table: dict[Group, dict[str, list[Row]]]) -> dict[tuple[Group, str]
 def md(header: Sequence[str], rows: list[list[Any]], align: str = "") -> list[str]:
     """``markdown_table`` then a blank line (``align``: default left for the first column, right for the rest)."""
     return [*markdown_table(rows, header, align=align or "l" + "r" * (len(header) - 1)), ""]
-
-
-def fmt_bytes(b: float) -> str:
-    if b is None or math.isnan(b):
-        return "—"
-    for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if b >= k:
-            return f"{b / k:.2f} {unit}"
-    return f"{b:.0f} B"
-
-
-def fmt_s(t: Optional[float]) -> str:
-    return "—" if t is None or math.isnan(t) else (f"{t:.2f} s" if t < 100 else f"{t:,.0f} s")
-
-
-def fmt_num(x: float, spec: str) -> str:
-    """``x`` formatted by ``spec``; "—" for NaN (a reference or arm that has not run yet)."""
-    return "—" if math.isnan(x) else format(x, spec)
 
 
 def mean_of(runs: list[Row], field: str) -> float:
@@ -389,12 +355,6 @@ def _fewer_bytes(c: dict[str, Any]) -> bool:
 
 def _pays(c: dict[str, Any], v: str) -> bool:
     return v == HOLDS and (_fewer_bytes(c) or float(np.mean(c["time_ratio"])) < 1.0)
-
-
-def pareto(points: dict[str, tuple[float, float]]) -> list[str]:
-    """Arms no other arm beats on (accuracy up, traffic down) at once: name -> (accuracy, traffic)."""
-    return [a for a, (acc, b) in points.items() if not any(
-        acc2 >= acc and b2 <= b and (acc2, b2) != (acc, b) for a2, (acc2, b2) in points.items() if a2 != a)]
 
 
 def accuracy_table(g: Group, arms: dict[str, list[Row]]) -> list[str]:

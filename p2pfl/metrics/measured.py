@@ -7,6 +7,9 @@
     run_command(scenario, ...)   ``p2pfl run`` in a fresh interpreter; run_env(): its environment, glibc's
                                  allocator at its defaults
     machine_line(tree)           the line a benchmark table starts with: commit, CPUs, torch, Python
+    best_of(fn, repeat)          seconds per call of ``fn`` in this process: the fastest of ``repeat`` runs
+    rss_bytes()                  this process's resident memory now (not its peak)
+    top_shares(folded)           where a py-spy profile's samples went, by function
 
 Peak memory is the largest sum of PSS (proportional set size: a page shared by k processes, such as
 torch's libraries or shards in shared memory, counts 1/k in each) over the process and every descendant,
@@ -20,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import json
+import math
 import os
 import signal
 import subprocess
@@ -27,13 +31,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["Measured", "commit_of", "emit", "machine_line", "measure", "result_of", "run_command", "run_env",
-           "tree_pids"]
+__all__ = ["Measured", "best_of", "commit_of", "emit", "machine_line", "measure", "result_of", "rss_bytes",
+           "run_command", "run_env", "top_shares", "tree_pids"]
 
 RESULT_TAG = "P2PFL_RESULT "
 
@@ -205,3 +209,49 @@ def machine_line(tree: Path, note: str = "") -> str:
         torch_version = "not installed"
     return (f"commit {commit}{dirty}; CPUs {os.cpu_count()} (usable {usable}); torch {torch_version}; "
             f"python {sys.version.split()[0]}{'; ' + note if note else ''}")
+
+
+def best_of(fn: Callable[[], Any], repeat: int, calls: int = 1) -> float:
+    """Seconds per call: after one warm-up call, the fastest of ``repeat`` runs of ``calls`` calls (the fastest is
+    the least disturbed by a loaded machine)."""
+    fn()
+    best = math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best
+
+
+def rss_bytes() -> int:
+    """Resident memory of this process now, from ``/proc/self/status`` (Linux only)."""
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS"))
+
+
+def top_shares(folded: Path, k: int = 8) -> dict[str, list[tuple[str, float]]]:
+    """Where a run's samples went, from py-spy's raw (folded) stacks, in % of all samples, ``k`` largest each:
+    ``self`` (the innermost frame's function) and ``p2pfl`` (inclusive, the package's own functions under 60 %,
+    i.e. not the run's outer loops)."""
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    samples = 0
+    for line in folded.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        c = int(count)
+        samples += c
+        frames = stack.split(";")[1:]  # frame 0 names the process
+        if frames:
+            leaf = frames[-1].split(" (")[0]
+            own[leaf] = own.get(leaf, 0) + c
+        for name in {f.split(" (")[0] for f in frames if "p2pfl/" in f}:
+            inclusive[name] = inclusive.get(name, 0) + c
+
+    def ranked(counts: dict[str, int], cap: float) -> list[tuple[str, float]]:
+        shares = [(name, round(100 * c / max(samples, 1), 1)) for name, c in counts.items()]
+        return sorted((x for x in shares if x[1] < cap), key=lambda x: -x[1])[:k]
+
+    return {"self": ranked(own, 101.0), "p2pfl": ranked(inclusive, 60.0)}

@@ -32,7 +32,7 @@ from p2pfl.metrics.summary import LOWER_IS_BETTER, metric_label
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Score", "run_score", "time_to_fraction", "QUANTITIES", "ci95", "band", "group_stats", "report_table",
+__all__ = ["Score", "run_score", "time_to_fraction", "QUANTITIES", "ci95", "band", "bands", "group_stats", "report_table",
            "write_csv", "build_figure", "report_figure", "write_report"]
 
 #: load_runs column -> CSV stem (``{m}``: the group's metric) -> markdown header (``{label}``: the metric's)
@@ -74,6 +74,12 @@ def band(values: Sequence[float]) -> tuple[float, float, float]:
     all NaN for none."""
     mean, _, low, high = ci95(values)
     return (mean, mean, mean) if math.isnan(low) else (mean, low, high)
+
+
+def bands(groups: Sequence[Sequence[float]]) -> tuple[list[float], list[float], list[float]]:
+    """``band`` of each group of values (one per point of a plotted line): the means, the lows and the highs."""
+    found = [band(values) for values in groups]
+    return [b[0] for b in found], [b[1] for b in found], [b[2] for b in found]
 
 
 def _values(col: Any) -> list[float]:

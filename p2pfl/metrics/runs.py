@@ -7,6 +7,7 @@
     load_nodes(*dirs)          one row per run and device: path, metric, node, value, bytes, compute, samples
     load_log(*dirs, name=...)  one row per run and entry of a log (logs.<name>): path, t, round, value, ...
     log_entries(*dirs, name=...)  the same entries per run directory: path -> list of records
+    revision_includes(rev, commit)  whether the code a run ran (its ``git_revision``) includes a commit
 
 Each dir is a run directory or any folder holding run directories, found at any depth by their
 ``summary.json`` (temporary ``.*.tmp-*`` folders are skipped). A run written by ``p2pfl sweep``
@@ -27,6 +28,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import subprocess
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["Score", "run_score", "time_to_fraction", "find_runs", "scenario_hash", "load_runs", "load_curves",
-           "load_nodes", "load_log", "log_entries", "TMP_PATTERN", "CELL_FIELDS"]
+           "load_nodes", "load_log", "log_entries", "revision_includes", "TMP_PATTERN", "CELL_FIELDS"]
 
 #: temporary run directories (``write_run_dir``): never read
 TMP_PATTERN = ".*.tmp-*"
@@ -374,3 +376,16 @@ def log_entries(*dirs: str | Path, name: str) -> dict[str, list[dict[str, Any]]]
     """``load_log``'s rows per run: path -> its entries in order, each a record of the table's columns (``path``
     included; a field the entry lacks is missing). A run without the log has no key."""
     return {str(path): sub.to_dict("records") for path, sub in load_log(*dirs, name=name).groupby("path", sort=False)}
+
+
+def revision_includes(revision: Any, commit: str, repo: str | Path = ".") -> Optional[bool]:
+    """Whether the code a run ran (its ``git_revision``) includes ``commit``, asked of git in ``repo``; None
+    when git cannot tell (no revision, no git, a revision this history does not have)."""
+    if not isinstance(revision, str) or not revision:
+        return None
+    try:
+        rc = subprocess.run(["git", "merge-base", "--is-ancestor", commit, revision], cwd=repo,
+                            capture_output=True).returncode
+    except OSError:
+        return None
+    return {0: True, 1: False}.get(rc)

@@ -1,6 +1,8 @@
 """Writing a report from run directories: markdown tables, and the command line every report script shares.
 
     markdown_table(rows, header)    the lines of a markdown table (rows: a DataFrame or lists of cells)
+    fmt_num(x, spec)                a number for a cell ("—" when missing); fmt_bytes, fmt_s: bytes in kB/MB/GB,
+                                    seconds
     report_main(write, doc, md)     ``python analysis/<report>.py DIR [DIR ...] [--md FILE]``
 
 The reports in ``analysis/`` read runs with ``p2pfl.metrics.runs`` (``load_runs`` and its long forms),
@@ -23,15 +25,17 @@ from p2pfl.errors import UserError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["markdown_table", "report_main"]
+__all__ = ["markdown_table", "fmt_num", "fmt_bytes", "fmt_s", "report_main"]
 
 _RULE = {"l": "---", "r": "---:", "c": ":---:"}
 
 
+def _missing(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
 def _cell(value: Any, na: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return na
-    return str(value)
+    return na if _missing(value) else str(value)
 
 
 def markdown_table(rows: pd.DataFrame | Iterable[Sequence[Any]], header: Optional[Sequence[str]] = None, *,
@@ -61,6 +65,26 @@ def markdown_table(rows: pd.DataFrame | Iterable[Sequence[Any]], header: Optiona
             raise ValueError(f"a row has {len(cells)} cells for a header of {len(header)}: {cells}")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def fmt_num(x: Optional[float], spec: str, na: str = "—") -> str:
+    """``x`` formatted by ``spec``; ``na`` when it is missing (None or NaN: an arm that has not run yet)."""
+    return na if _missing(x) else format(x, spec)
+
+
+def fmt_bytes(b: Optional[float]) -> str:
+    """Bytes with two decimals in the largest of GB, MB and kB they reach (10^3 steps), else whole bytes; "—" missing."""
+    if b is None or math.isnan(b):
+        return "—"
+    for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if b >= k:
+            return f"{b / k:.2f} {unit}"
+    return f"{b:.0f} B"
+
+
+def fmt_s(t: Optional[float]) -> str:
+    """Seconds: two decimals under 100 s, else whole seconds with thousands separators; "—" missing."""
+    return "—" if t is None or math.isnan(t) else (f"{t:.2f} s" if t < 100 else f"{t:,.0f} s")
 
 
 def report_main(write: Callable[..., Any], doc: Optional[str], md: str | Path,
