@@ -8,7 +8,7 @@ nothing else running: wall and build seconds from its ``timing.json``, peak memo
 process (``wait4``, ``p2pfl.metrics.measured``), the modelled discovery FLOPs (``clustering_flops``) and simulated time from
 its ``summary.json``. A run past ``--limit-s`` is stopped and reported as such. ``--profile`` samples
 each run with py-spy at 10 Hz (its processes and their workers) and writes the folded stacks beside it,
-with the largest shares by function (``top_shares``).
+with the largest shares by function (``p2pfl.metrics.measured.top_shares``).
 
     python analysis/bench_clustering.py --n 100 1000 --before /tmp/before --out runs/bench_clustering
 """
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from p2pfl.metrics.measured import commit_of, measure, run_command, run_env
+from p2pfl.metrics.measured import commit_of, measure, run_command, run_env, top_shares
 from p2pfl.metrics.tables import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,32 +68,6 @@ def run_cell(tree: Path, n: int, protocol: str, out: Path, limit_s: float, profi
                discovery_gflop=(summary.get("clustering_flops") or 0) / 1e9, acc=summary.get("accuracy_mean"),
                ari=summary.get("ari"))
     return row
-
-
-def top_shares(folded: Path, k: int = 8) -> dict[str, list[tuple[str, float]]]:
-    """Where a run's samples went, in % of all samples: ``self`` (the innermost frame's function) and
-    ``p2pfl`` (inclusive, the package's own functions under 60 %, i.e. not the run's outer loops)."""
-    own: dict[str, int] = {}
-    inclusive: dict[str, int] = {}
-    samples = 0
-    for line in folded.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not count.isdigit():
-            continue
-        c = int(count)
-        samples += c
-        frames = stack.split(";")[1:]  # frame 0 names the process
-        if frames:
-            leaf = frames[-1].split(" (")[0]
-            own[leaf] = own.get(leaf, 0) + c
-        for name in {f.split(" (")[0] for f in frames if "p2pfl/" in f}:
-            inclusive[name] = inclusive.get(name, 0) + c
-
-    def ranked(counts: dict[str, int], cap: float) -> list[tuple[str, float]]:
-        shares = [(name, round(100 * c / max(samples, 1), 1)) for name, c in counts.items()]
-        return sorted((x for x in shares if x[1] < cap), key=lambda x: -x[1])[:k]
-
-    return {"self": ranked(own, 101.0), "p2pfl": ranked(inclusive, 60.0)}
 
 
 def table(rows: list[dict[str, Any]]) -> str:

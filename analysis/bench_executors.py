@@ -30,7 +30,6 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -39,6 +38,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from p2pfl.metrics import measured
+from p2pfl.metrics.measured import Outcome, outcome_of
 from p2pfl.metrics.tables import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,30 +193,10 @@ def _average(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 # --- the parent: subprocesses, their memory, the tables -------------------------------------------------
-@dataclass(frozen=True)
-class Outcome:
-    """One configuration's result as the parent saw it."""
-
-    status: str  # "ok", "timeout", "n/a (not built)" or "failed: <last stderr line>"
-    wall_s: float
-    peak_pss_mib: float
-    data: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-
 def run_child(spec: dict[str, Any], timeout: float) -> Outcome:
     """Run ``spec`` in a fresh interpreter (its own session), measuring its tree's memory."""
-    m = measured.measure([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
-                         timeout_s=timeout, cwd=ROOT)
-    data = measured.result_of(m)
-    if m.failure or data is None:
-        status = "timeout" if m.timed_out else f"failed: {m.failure or 'no result'}"
-    else:
-        status = f"n/a ({data['na']})" if "na" in data else "ok"
-    return Outcome(status, m.wall_s, m.peak_pss_mib, data if status == "ok" else {})
+    return outcome_of(measured.measure([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
+                                       timeout_s=timeout, cwd=ROOT))
 
 
 def run_together(spec: dict[str, Any], parts: int, timeout: float) -> Outcome:

@@ -19,18 +19,11 @@ import gc
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def rss_mib() -> float:
-    """Resident memory of this process now (not the peak)."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096 / 2**20
+from p2pfl.metrics.measured import rss_bytes
 
 
 def median_step_s(env, rng: np.random.Generator, n: int = 100) -> float:
@@ -66,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     lay = ObsLayout(joint=7, gripper=2, action=7)
     policy = ResNetTPolicy(lay).eval()
     rows: list[tuple[str, str]] = []
-    base = rss_mib()
+    base = rss_bytes() / 2**20
     t0 = time.perf_counter()
     env = LiberoEnv(a.suite, task, lay.image, "bench")
     rows.append(("build one env (s)", f"{time.perf_counter() - t0:.2f}"))
@@ -100,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(a.steps):
             env.step(np.zeros(7))
         gc.collect()
-        mem.append(rss_mib())
+        mem.append(rss_bytes() / 2**20)
     env.close()
     rows.append((f"RSS after episodes 1, 10, {a.episodes} of one reused env (MiB)",
                  f"{mem[0]:.0f}, {mem[min(9, len(mem) - 1)]:.0f}, {mem[-1]:.0f} (before the env: {base:.0f})"))
@@ -112,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(a.steps):
             e.step(np.zeros(7))
         kept.append(e)
-        old.append(rss_mib())
+        old.append(rss_bytes() / 2**20)
     rows.append(("RSS after episodes 1, 2, 3 with a new env each, not closed (MiB)",
                  ", ".join(f"{m:.0f}" for m in old)))
     print(f"LIBERO {a.suite}/{task}; torch {torch.__version__}, 1 thread\n")

@@ -37,7 +37,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any, Optional
 
-from p2pfl.metrics.measured import emit, machine_line, measure, result_of, run_command, run_env
+from p2pfl.metrics.measured import emit, machine_line, measure, result_of, rss_bytes, run_command, run_env
 from p2pfl.metrics.tables import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,20 +144,16 @@ def budget_child(n: int, trace: bool) -> None:
     from p2pfl.api import resolve
     from p2pfl.sim.kernel import Simulation
 
-    def rss() -> int:
-        with open("/proc/self/status") as fh:
-            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS"))
-
     sc = resolve(ROOT / "scenarios" / "bench" / "scale.yaml", overrides=[
         f"topology.n={n}", f"topology.radius={radius(n):.6f}", "protocol.rounds=1", "protocol.eval_every=1",
         "executor=inline"])
-    before = rss()
+    before = rss_bytes()
     if trace:
         tracemalloc.start()
         start = tracemalloc.take_snapshot()
     sim = Simulation(sc)
     sim.run()
-    grown = rss() - before
+    grown = rss_bytes() - before
     parts: dict[str, int] = {}
     for stat in tracemalloc.take_snapshot().compare_to(start, "filename") if trace else []:
         name = stat.traceback[0].filename

@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import math
-import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -41,24 +38,13 @@ from p2pfl.learning.models import MLP
 from p2pfl.learning.stacked import average_losses
 from p2pfl.learning.state import flatten_live_, live_state, load_state_
 from p2pfl.learning.train import average_loss
+from p2pfl.metrics.measured import best_of
 from p2pfl.metrics.tables import markdown_table
 from p2pfl.protocols.serverless.dac import cosine_similarities
 from p2pfl.seeding import torch_generator
 
 SHAPE = (1, 28, 28)
 N_SAMPLES = 100
-
-
-def best_of(fn: Callable[[], Any], repeat: int, calls: int = 1) -> float:
-    """Seconds per call: after one warm-up call, the fastest of ``repeat`` runs of ``calls`` calls."""
-    fn()
-    best = math.inf
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best
 
 
 # ------------------------------------------------------------------------------------------ RND

@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from p2pfl.metrics.tables import markdown_table
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -46,11 +48,10 @@ def main() -> None:
             rows.append((jobs, summaries(out), wall))
     first_summaries, first_wall = rows[0][1], rows[0][2]
     print(f"study: {Path(args.study).name}; wall time includes process start-up and validation\n")
-    print("| --jobs | cells | wall s | cells / min | speed-up | summaries identical to first row |")
-    print("|---:|---:|---:|---:|---:|:---|")
-    for jobs, sums, wall in rows:
-        same = "yes" if sums == first_summaries else "NO"
-        print(f"| {jobs} | {len(sums)} | {wall:.1f} | {60 * len(sums) / wall:.1f} | {first_wall / wall:.2f}x | {same} |")
+    table = [[jobs, len(sums), f"{wall:.1f}", f"{60 * len(sums) / wall:.1f}", f"{first_wall / wall:.2f}x",
+              "yes" if sums == first_summaries else "NO"] for jobs, sums, wall in rows]
+    print("\n".join(markdown_table(table, ["--jobs", "cells", "wall s", "cells / min", "speed-up",
+                                             "summaries identical to first row"], align="rrrrrl")))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
                                  process tree, its own peak RSS, its output; killed (with everything
                                  it started) past the timeout
     emit(result) / result_of(m)  a child's figures as one tagged JSON line on stdout, and back
+    outcome_of(m)                a child's run as a table row needs it: ok, timeout, n/a or failed, and its figures
     run_command(scenario, ...)   ``p2pfl run`` in a fresh interpreter; run_env(): its environment, glibc's
                                  allocator at its defaults
     machine_line(tree)           the line a benchmark table starts with: commit, CPUs, torch, Python
@@ -32,11 +33,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["Measured", "best_of", "commit_of", "emit", "machine_line", "measure", "result_of", "rss_bytes",
+__all__ = ["Measured", "Outcome", "best_of", "commit_of", "emit", "machine_line", "measure", "outcome_of", "result_of", "rss_bytes",
            "run_command", "run_env", "top_shares", "tree_pids"]
 
 RESULT_TAG = "P2PFL_RESULT "
@@ -170,6 +171,30 @@ def result_of(m: Measured) -> Optional[dict[str, Any]]:
     """The figures the child emitted last, or None when it emitted none."""
     tagged = [line[len(RESULT_TAG):] for line in m.stdout.splitlines() if line.startswith(RESULT_TAG)]
     return json.loads(tagged[-1]) if tagged else None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A child's run as a table row needs it: its status, wall seconds, the peak PSS of its tree, its figures."""
+
+    status: str  # "ok", "timeout", "n/a (<why>)" (it emitted {"na": why}) or "failed: <why>"
+    wall_s: float
+    peak_pss_mib: float
+    data: dict[str, Any] = field(default_factory=dict)  # what it emitted; empty unless ok
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def outcome_of(m: Measured) -> Outcome:
+    """The ``Outcome`` of a measured child that ``emit``s its figures."""
+    data = result_of(m)
+    if m.failure or data is None:
+        status = "timeout" if m.timed_out else f"failed: {m.failure or 'no result'}"
+    else:
+        status = f"n/a ({data['na']})" if "na" in data else "ok"
+    return Outcome(status, m.wall_s, m.peak_pss_mib, data if data is not None and status == "ok" else {})
 
 
 def run_command(scenario: str | Path, sets: Sequence[str], out: str | Path, *,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
-from p2pfl.metrics.measured import best_of, rss_bytes, top_shares
+from p2pfl.metrics.measured import best_of, measure, outcome_of, rss_bytes, top_shares
 from p2pfl.metrics.runs import revision_includes
 
 
@@ -47,3 +48,17 @@ def test_revision_includes_asks_git(tmp_path: Path):
     assert revision_includes(first, second, tmp_path) is False
     assert revision_includes("0" * 40, first, tmp_path) is None  # not in this history
     assert revision_includes(None, first, tmp_path) is None and revision_includes(float("nan"), first) is None
+
+
+def test_outcome_of_a_child_that_emits_its_figures():
+    def run(code: str):
+        return outcome_of(measure([sys.executable, "-c", code], timeout_s=60))
+
+    ok = run("from p2pfl.metrics.measured import emit; emit({'run_s': 1.5})")
+    assert ok.ok and ok.status == "ok" and ok.data == {"run_s": 1.5}
+    na = run("from p2pfl.metrics.measured import emit; emit({'na': 'not built'})")
+    assert na.status == "n/a (not built)" and na.data == {} and not na.ok
+    assert run("print('nothing tagged')").status == "failed: no result"
+    assert run("raise SystemExit('boom')").status == "failed: boom"
+    slow = outcome_of(measure([sys.executable, "-c", "import time; time.sleep(30)"], timeout_s=0.5))
+    assert slow.status == "timeout" and slow.data == {}
