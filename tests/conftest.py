@@ -23,6 +23,18 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with the most ``slow`` tests first, each file's tests in their order (stable sort).
+
+    pytest-xdist (``--dist loadfile``) hands out files in collection order, so the long ones start first and
+    the suite ends on short files on both workers instead of one worker finishing a long file alone."""
+    slow: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        slow[path] = slow.get(path, 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])
+
+
 @pytest.fixture
 def env() -> simpy.Environment:
     return simpy.Environment()

@@ -65,6 +65,12 @@ def stacks_well(model: nn.Module) -> bool:
         isinstance(m, nn.Linear) for m in model.modules())
 
 
+def start_method(threads: int, renders: bool) -> str:
+    """How process workers start: ``"fork"`` (sharing the parent's memory) where that is safe, single-threaded
+    jobs that do not render (an OpenGL context does not survive a fork), else ``"spawn"``."""
+    return "fork" if threads == 1 and not renders and "fork" in mp.get_all_start_methods() else "spawn"
+
+
 def make_executor(kind: str, spec: ExecutorSpec, *, threads: int, cores: Optional[int] = None,
                   renders: bool = False, work_flops: float = 0.0) -> Executor:
     """The executor of ``kind`` (from ``resolve_kind``) with ``spec``'s settings; ``workers`` defaults to
@@ -78,11 +84,11 @@ def make_executor(kind: str, spec: ExecutorSpec, *, threads: int, cores: Optiona
     (``work_flops``, e.g. RND discovery) would take ``AUTO_PROCESS_MIN_S`` on one core."""
     cores = _cores(cores)
     workers = spec.workers or max(1, cores // threads)
-    fork = threads == 1 and not renders and "fork" in mp.get_all_start_methods()
+    start = start_method(threads, renders)
     if kind == "process":
         from p2pfl.executors.process import ProcessExecutor
 
-        return ProcessExecutor(workers, start="fork" if fork else "spawn", parent_share=workers >= 2)
+        return ProcessExecutor(workers, start=start, parent_share=workers >= 2)
     if kind == "ray":
         from p2pfl.executors.ray import RayExecutor
 
@@ -92,7 +98,7 @@ def make_executor(kind: str, spec: ExecutorSpec, *, threads: int, cores: Optiona
         from p2pfl.executors.process import ProcessExecutor
 
         wanted = spec.workers is not None or work_flops / REAL_FLOPS_PER_S >= AUTO_PROCESS_MIN_S
-        pool = ProcessExecutor(workers, start="fork" if fork else "spawn", parent_share=True) \
+        pool = ProcessExecutor(workers, start=start, parent_share=True) \
             if wanted and workers >= 2 else None
         return BatchedExecutor(pool)
     from p2pfl.executors.inline import InlineExecutor
