@@ -10,6 +10,8 @@ ties the layers together) and ``importlib.import_module("p2pfl....")`` with a li
 Known circles are listed in ``KNOWN_CIRCLES`` by the one edge whose removal breaks them, with the
 reason they are still here; a listed edge that no longer closes a circle fails the suite too, so
 the list only shrinks.
+
+On the same graph, the package stands in ``FLOORS``: no module imports from a floor above its own.
 """
 
 from __future__ import annotations
@@ -26,6 +28,39 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: (importer, imported) -> why the circle this edge closes is tolerated for now.
 KNOWN_CIRCLES: dict[tuple[str, str], str] = {}
+
+
+#: The package's floors, from the bottom: a module belongs to the floor of its longest listed prefix and
+#: imports only from its own floor or below (within a floor, the circle test keeps the order).
+FLOORS: list[tuple[str, tuple[str, ...]]] = [
+    ("leaves", ("p2pfl.errors", "p2pfl.limits", "p2pfl.seeding", "p2pfl.plugins", "p2pfl.version",
+                "p2pfl.validation")),
+    ("ingredients", ("p2pfl.data", "p2pfl.learning", "p2pfl.topology", "p2pfl.metrics", "p2pfl.conditioning",
+                     "p2pfl.robotics")),
+    ("runtime: what a protocol is handed", ("p2pfl.executors", "p2pfl.sim", "p2pfl.clustering")),
+    ("protocols", ("p2pfl.protocols", "p2pfl.registry")),
+    ("scenario and kernel", ("p2pfl.config", "p2pfl.sim.kernel")),
+    ("entry points", ("p2pfl.api", "p2pfl.study", "p2pfl.progress")),
+    ("command line", ("p2pfl.cli", "p2pfl.__main__", "p2pfl")),
+]
+
+
+def floor_of(module: str) -> int:
+    """The floor (index into ``FLOORS``) of ``module``: that of its longest listed prefix."""
+    best, length = -1, -1
+    for i, (_, prefixes) in enumerate(FLOORS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > length:
+                best, length = i, len(p)
+    if best < 0:
+        raise KeyError(f"{module} is on no floor; add it (or its package) to FLOORS")
+    return best
+
+
+def imports_upward(g: nx.DiGraph) -> list[str]:
+    """Every import statement of ``g`` whose module sits on a floor above the importer's."""
+    return [f"{imp} ({FLOORS[floor_of(u)][0]} imports from {FLOORS[floor_of(v)][0]})"
+            for u, v, d in g.edges(data=True) if floor_of(v) > floor_of(u) for imp in d["imports"]]
 
 
 @dataclass(frozen=True)
@@ -155,6 +190,21 @@ def test_every_known_circle_still_exists(graph: nx.DiGraph) -> None:
     """A listed edge that closes no circle any more must leave ``KNOWN_CIRCLES`` (the list only shrinks)."""
     stale = [e for e in KNOWN_CIRCLES if not (graph.has_edge(*e) and nx.has_path(graph, e[1], e[0]))]
     assert not stale, f"these circles are gone; delete them from KNOWN_CIRCLES: {stale}"
+
+
+def test_no_module_imports_from_a_floor_above_its_own(graph: nx.DiGraph) -> None:
+    assert imports_upward(graph) == []
+
+
+def test_the_floor_check_sees_an_upward_import(graph: nx.DiGraph) -> None:
+    g = graph.copy()
+    g.add_edge("p2pfl.sim.context", "p2pfl.protocols.base",
+               imports=[Import("p2pfl.sim.context", "p2pfl.protocols.base", ROOT / "p2pfl/sim/context.py", 1, "lazy")])
+    assert imports_upward(g) == ["p2pfl.sim.context -> p2pfl.protocols.base (context.py:1, lazy) "
+                                 "(runtime: what a protocol is handed imports from protocols)"]
+    assert floor_of("p2pfl.sim.kernel") > floor_of("p2pfl.protocols.gossip") > floor_of("p2pfl.sim.context")
+    with pytest.raises(KeyError, match="on no floor"):
+        floor_of("elsewhere.module")
 
 
 def test_the_data_package_builds_without_lazy_imports(graph: nx.DiGraph) -> None:
