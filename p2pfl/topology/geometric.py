@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import networkx as nx
 import numpy as np
-from scipy.spatial import cKDTree
 
 from p2pfl.errors import TopologyError
 from p2pfl.topology._common import fresh_graph, retry_connected
@@ -33,6 +32,8 @@ def random_geometric(n: int, radius: float, *, seed: int, tries: int = 100, conn
         raise TopologyError(f"random_geometric needs radius > 0; got radius={radius!r}")
     if placement not in ("scattered", "strips"):
         raise TopologyError(f"random_geometric placement must be 'scattered' or 'strips'; got {placement!r}")
+
+    from scipy.spatial import cKDTree  # here, not at the top: scipy.spatial costs a fresh process 0.5 s
 
     def make(s: int) -> nx.Graph:
         xy = np.random.default_rng(s).random((n, 2))

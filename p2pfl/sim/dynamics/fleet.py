@@ -18,7 +18,6 @@ from typing import Any, Optional
 import networkx as nx
 import numpy as np
 import simpy
-from scipy.spatial import cKDTree
 
 from p2pfl.topology import Link
 
@@ -257,6 +256,8 @@ class Fleet:
 
     def set_positions(self, pos: np.ndarray, moved: int) -> None:
         """New positions: the live links become the radius graph of ``pos`` (mobility)."""
+        from scipy.spatial import cKDTree  # only mobility needs it (0.5 s to import)
+
         assert self.radius is not None
         self.pos = pos
         pairs = cKDTree(pos).query_pairs(self.radius, output_type="ndarray")
