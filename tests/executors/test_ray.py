@@ -1,4 +1,6 @@
-"""The Ray executor: same bytes as inline, job errors surface with the task's traceback, a clear error without Ray."""
+"""Ray, on one local Ray for the module: the executor gives the same bytes as inline and job errors surface with the
+task's traceback (a clear error without Ray); ``p2pfl sweep --jobs ray`` runs every cell as a Ray task, with the same
+files as ``--jobs 1``, failures reported, resumable."""
 
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ import pytest
 import torch
 from torch import nn
 
+import p2pfl
 from p2pfl.config import load
 from p2pfl.errors import ConfigError
 from p2pfl.executors.base import ExecutorError
 from p2pfl.executors.jobs import TrainJob
 from p2pfl.learning.train import TrainingSpec
 from p2pfl.sim.kernel import Simulation
+from tests.study.test_sweep import FEDAVG, _write_study
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -28,7 +32,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def ray_local():
-    """One small local Ray for the module (the executor joins it and leaves it running)."""
+    """One small local Ray for the module (the executor and the sweep join it and leave it running)."""
     ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'p2pfl-sim[ray]')")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True, configure_logging=False)
     yield ray
@@ -72,3 +76,28 @@ def test_without_ray_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(ConfigError, match=r"field 'executor': kind 'ray' needs Ray; pip install 'p2pfl-sim\[ray\]'"):
         RayExecutor(None, workers=None, threads=1)
+
+
+def _files(cell: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(cell.iterdir()) if p.name not in ("timing.json", "manifest.json")}
+
+
+@pytest.mark.sweep
+@pytest.mark.slow
+def test_ray_cells_are_byte_identical_to_jobs_1_failures_are_reported_and_a_rerun_resumes(ray_local, tmp_path):
+    # fedavg without a server: a user error in its task, reported as for worker processes
+    study = _write_study(tmp_path, name="onray", grid={"training.lr": [0.02, 0.05]}, seeds=[0],
+                         variants={"gossip": {}, "fedavg": {"unset": FEDAVG["unset"], "set": {"protocol.name": "fedavg"}}})
+    on_ray = p2pfl.sweep(study, jobs="ray", out=tmp_path / "ray")
+    assert sorted(on_ray.ran) == ["gossip__training.lr=0.02__seed0", "gossip__training.lr=0.05__seed0"]
+    assert set(on_ray.failed) == {"fedavg__training.lr=0.02__seed0", "fedavg__training.lr=0.05__seed0"}
+    assert all("protocol 'fedavg' needs a server" in m for m in on_ray.failed.values())
+    assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == [".sweep.lock", *sorted(on_ray.ran)]
+    assert ray_local.is_initialized()  # the sweep did not stop a Ray it did not start
+    local = p2pfl.sweep(study, jobs=1, out=tmp_path / "local")
+    assert sorted(local.ran) == sorted(on_ray.ran)
+    for cell in on_ray.ran:
+        assert _files(tmp_path / "ray" / cell) == _files(tmp_path / "local" / cell)
+        assert (tmp_path / "ray" / cell / "cell.json").is_file()
+    again = p2pfl.sweep(study, jobs="ray", out=tmp_path / "ray")
+    assert sorted(again.skipped) == sorted(on_ray.ran) and not again.ran and set(again.failed) == set(on_ray.failed)
