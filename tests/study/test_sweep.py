@@ -56,7 +56,7 @@ def _wait_for_a_complete_cell(proc: subprocess.Popen, out: Path, timeout: float 
         time.sleep(0.005)
 
 
-def _cells(study: Path, rounds: tuple[int, ...] = (2, 12), seeds: tuple[int, ...] = (0,)) -> dict[str, dict]:
+def _cells(study: Path, rounds: tuple[int, ...] = (2, 40), seeds: tuple[int, ...] = (0,)) -> dict[str, dict]:
     """The expected cell.json of every cell of a ``_write_study(..., grid={"protocol.rounds": rounds})`` study, by id."""
     out = {}
     for variant in ("gossip", "fedavg"):
@@ -72,9 +72,9 @@ def _cells(study: Path, rounds: tuple[int, ...] = (2, 12), seeds: tuple[int, ...
 @pytest.mark.sweep
 @pytest.mark.slow
 def test_kill_9_mid_sweep_then_rerun_gives_the_bytes_of_p2pfl_run(tmp_path, capsys):
-    # 4 cells in submission order: gossip 2 rounds, gossip 12, fedavg 2, fedavg 12. The kill comes within
-    # milliseconds of the first cell's completion, while the 12-round one runs beside it: cells are still to finish.
-    study = _write_study(tmp_path, grid={"protocol.rounds": [2, 12]}, seeds=[0])
+    # 4 cells in submission order: gossip 2 rounds, gossip 40, fedavg 2, fedavg 40. The kill comes as the first
+    # cell is complete; the 40-round cells (about a second each on a quiet machine) are then still to finish.
+    study = _write_study(tmp_path, grid={"protocol.rounds": [2, 40]}, seeds=[0])
     out = tmp_path / "out"
     expected = _cells(study)
     proc = _sweep(str(study), "--jobs", "2", "--out", str(out))
@@ -105,7 +105,7 @@ def test_kill_9_mid_sweep_then_rerun_gives_the_bytes_of_p2pfl_run(tmp_path, caps
     for cid, record in expected.items():
         assert json.loads((out / cid / "cell.json").read_text()) == record
 
-    assert "] done fedavg__protocol.rounds=12__seed0 (" in stdout  # plain lines when stdout is not a terminal
+    assert "] done fedavg__protocol.rounds=40__seed0 (" in stdout  # plain lines when stdout is not a terminal
     # cells from 2 workers (before the kill) and from 1 (after) are the bytes `p2pfl run` writes for each cell
     for cid in expected:
         assert main(["run", str(out / cid / "scenario.yaml"), "--out", str(tmp_path / cid), "--quiet"]) == 0
