@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -246,15 +246,22 @@ def comparison(arms: dict[str, list[Row]], name: str) -> Optional[dict[str, Any]
     }
 
 
-def verdicts(table: dict[Group, dict[str, list[Row]]]) -> dict[tuple[Group, str], tuple[dict[str, Any], str]]:
+def verdicts(table: dict[Group, dict[str, list[Row]]], family: Mapping[int, int] = {}
+             ) -> dict[tuple[Group, str], tuple[dict[str, Any], str]]:
     """(group, serverless arm) -> (its comparison, the Holm-corrected 'matches at equal traffic' verdict), Holm
-    over all of them at the same N (the decision table's family)."""
+    over all of them at the same N (the decision table's family): ``family[N]`` comparisons where given (the
+    study's plan, ``planned_families``: those not run yet count as not rejected, so a verdict stands when they
+    come in), else the comparisons at hand."""
     out: dict[tuple[Group, str], tuple[dict[str, Any], str]] = {}
     for n in sorted({g[0] for g in table}):
         comps = {(g, name): c for g, arms in table.items() if g[0] == n for name in SERVERLESS_ARMS
                  if (c := comparison(arms, name)) is not None}
-        held = at_least_holm([c["equal_traffic"] for c in comps.values()], MARGIN)
-        out.update({key: (c, NO_READING if v == NOT_RUN else v) for (key, c), v in zip(comps.items(), held)})
+        tested = sum(len(c["equal_traffic"]) >= 2 for c in comps.values())
+        held = at_least_holm([c["equal_traffic"] for c in comps.values()], MARGIN,
+                             family=max(family[n], tested) if n in family else None)
+        # "not run" from Holm: fewer than two seeds; with none read at IFCA's traffic, that is no reading there
+        out.update({key: (c, NO_READING if v == NOT_RUN and not c["equal_traffic"] else v)
+                    for (key, c), v in zip(comps.items(), held)})
     return out
 
 
@@ -273,16 +280,23 @@ def group_name(g: Group) -> str:
     return f"N = {g[0]:,}, {g[1]}, {g[2]}"
 
 
+def _ratio(x: float) -> str:
+    """A ratio with two decimals, or one significant digit below 0.01 (0.003, not 0.00)."""
+    return f"{x:.2f}" if x >= 0.01 else f"{x:.1g}"
+
+
 def recommend(c_by_arm: dict[str, tuple[dict[str, Any], str]], fedavg_gain: float,
               server_gain: float) -> tuple[str, str]:
-    """(what to run, because ...) for one group from the serverless arms' verdicts."""
+    """(what to run, because ...) for one group from the serverless arms' verdicts (an arm read on one seed only
+    is left out)."""
+    c_by_arm = {a: cv for a, cv in c_by_arm.items() if cv[1] != NOT_RUN}
     holds = [(a, c) for a, (c, v) in c_by_arm.items() if v == HOLDS]
     if holds:
         a, c = max(holds, key=lambda ac: float(np.mean(ac[1]["gain"])))
         fewer = _fewer_bytes(c)
         why = (f"matches the server's IFCA at its traffic (gain {fmt_diff(c['equal_traffic'], 1.0, 2)} vs IFCA)"
                + ("; at the end it sent ≥ 10% fewer bytes" if fewer else "") +
-               f"; simulated time {np.mean(c['time_ratio']):.2f}x IFCA's")
+               f"; simulated time {_ratio(float(np.mean(c['time_ratio'])))}x IFCA's")
         return f"drop the server: {a}", why
     if c_by_arm and all(v == DOES_NOT_HOLD for _, v in c_by_arm.values()):
         why = "every serverless arm trails IFCA by more than 10% of the headroom at IFCA's traffic"
@@ -290,7 +304,7 @@ def recommend(c_by_arm: dict[str, tuple[dict[str, Any], str]], fedavg_gain: floa
             return "keep a server: FedAvg", why + f"; FedAvg's gain {fedavg_gain:.2f} ≥ IFCA's {server_gain:.2f}"
         return "keep the server: IFCA", why
     if not c_by_arm:
-        return "—", "the arms have not run here yet"
+        return "—", "the arms have not run here yet (on two seeds or more)"
     if all(v == NO_READING for _, v in c_by_arm.values()):
         return "no reading at IFCA's traffic", (
             "each arm's first fleet-wide evaluation came after it had sent more than IFCA's whole traffic (a round's "
@@ -319,9 +333,10 @@ def decision_table(table: dict[Group, dict[str, list[Row]]],
         local, oracle = reference(arms, "local"), reference(arms, "oracle")
         g_srv, g_fa = (mean_gain(arms, a, local, oracle) for a in (server, server_arm(arms, "fedavg")))
         what, why = recommend(by_arm, g_fa, g_srv)
-        cells = [f"{fmt_diff(c['equal_traffic'], 1.0, 2)}: {short(v)}" if v != NO_READING else "no reading at IFCA's traffic"
-                 for c, v in by_arm.values()]
-        cells += ["—"] * (len(SERVERLESS_ARMS) - len(cells))
+        cells = ["—" if a not in by_arm else "no reading at IFCA's traffic" if by_arm[a][1] == NO_READING else
+                 f"{fmt_diff(by_arm[a][0]['equal_traffic'], 1.0, 2)}: "
+                 + ("fewer than two seeds" if by_arm[a][1] == NOT_RUN else short(by_arm[a][1]))
+                 for a in SERVERLESS_ARMS]
         head = 100 * (float(np.mean(list(oracle.values()))) - float(np.mean(list(local.values())))) \
             if local and oracle else math.nan
         seeds = len(arms[server]) if server else 0
@@ -408,10 +423,11 @@ def discovery_table(table: dict[Group, dict[str, list[Row]]]) -> list[str]:
 
 
 def comparisons_table(verdict: dict[tuple[Group, str], tuple[dict[str, Any], str]]) -> list[str]:
+    """One row per comparison on two seeds or more (one seed is shown in the decision table only)."""
     rows = [[group_name(g), a, c["n_seeds"], fmt_diff(c["equal_traffic"], 1.0, 2), v,
              f"{fmt_diff(c['equal_time'], 1.0, 2)} ({len(c['equal_time'])})", fmt_diff(c["end"], 1.0, 2),
              f"{np.mean(c['traffic_ratio']):.2f}", f"{np.mean(c['time_ratio']):.3f}"]
-            for (g, a), (c, v) in verdict.items()]
+            for (g, a), (c, v) in verdict.items() if v != NOT_RUN]
     return md(["fleet", "serverless arm", "seeds", "gain − IFCA's at IFCA's traffic", "matches (Holm, margin 0.10)",
                "at equal time (seeds evaluated by then)", "at the ends", "traffic ratio (end)", "sim time ratio (end)"],
               rows, "lllrlrrrr")
@@ -450,6 +466,25 @@ def curves_figure(table: dict[Group, dict[str, list[Row]]], n: int, dyn: str, ou
 
 
 # ------------------------------------------------------------------------------------------ report
+def planned_families() -> dict[int, int]:
+    """N -> the comparisons its study plans: one per serverless arm and (heterogeneity, dynamics) it runs."""
+    from p2pfl.study.spec import load_study
+
+    out = {}
+    for n in (100, 1000, 10000):
+        path = ROOT / "scenarios" / "studies" / f"headline_n{n}.yaml"
+        if path.is_file():
+            out[n] = len({(c.variant, c.scenario.data.partition.kind, _planned_dynamics(c.scenario.dynamics))
+                          for c in load_study(path).cells if c.variant in SERVERLESS_ARMS})
+    return out
+
+
+def _planned_dynamics(spec: Any) -> str:
+    if spec is not None and spec.mobility is not None:
+        return "mobility"
+    return "churn" if spec is not None and spec.churn is not None and spec.churn.offline > 0 else "static"
+
+
 def study_status(rows: list[Row]) -> str:
     """Runs archived against each study's cells."""
     from p2pfl.study.spec import load_study
@@ -468,7 +503,8 @@ def write(dirs: list[Path], report: Path) -> None:
     """The report from the runs in ``dirs``, its figures beside it."""
     rows = load(dirs)
     table = groups(rows)
-    verdict = verdicts(table)
+    family = planned_families()
+    verdict = verdicts(table, family)
     out_dir = report.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     figs = [f for n in sorted({g[0] for g in table}) for dyn in DYNAMICS
@@ -484,7 +520,10 @@ def write(dirs: list[Path], report: Path) -> None:
         "Budget, samples and test sets come from the pilot (`headline_pilot.md`); the study headers state them. "
         f"Arms fixed before the runs: server **{SERVER_ARM}**, serverless **{' and '.join(SERVERLESS_ARMS)}**. "
         f"Gains are (acc − Local) / (Oracle − Local) per seed; 'matches' = the paired gain difference at IFCA's "
-        f"traffic lies above −{MARGIN} with Holm's correction over each N's comparisons; 'fewer bytes' = at least "
+        f"traffic lies above −{MARGIN} with Holm's correction over each N's planned comparisons ("
+        + ", ".join(f"{m} at N = {n:,}" for n, m in family.items())
+        + "; those not run yet count as not rejected, so a verdict given now stands when they come in); "
+        f"'fewer bytes' = at least "
         f"{100 * BYTES_TOL:.0f}% fewer. Traffic = bytes sent by every node (devices and servers) per device. "
         "Under churn a round's fleet-wide evaluation waits for its slowest device, so churned runs are read over "
         "simulated time where they have that curve (summary.json's accuracy_over_time: each device's latest "

@@ -255,7 +255,8 @@ def paired_p(diffs: Sequence[float], margin: float = 0.0, side: Literal["greater
     return float(t.sf(sign * (mean - margin) / (sd / math.sqrt(n)), n - 1))
 
 
-def at_least_holm(diffs_list: Sequence[Sequence[float]], margin: float, alpha: float = 0.05) -> list[str]:
+def at_least_holm(diffs_list: Sequence[Sequence[float]], margin: float, alpha: float = 0.05,
+                  family: Optional[int] = None) -> list[str]:
     """``at_least`` verdicts ('a >= b - margin', diffs a - b) for a table of m comparisons, Holm-corrected.
 
     Each comparison's two-sided paired t-test of mean(diff) = -margin, p = 2 min(p_greater, p_less)
@@ -266,10 +267,18 @@ def at_least_holm(diffs_list: Sequence[Sequence[float]], margin: float, alpha: f
     ``at_least``'s "not resolved" string: the adjusted p-value exceeds alpha (that interval spans the
     margin, or an earlier step stopped the procedure). Fewer than two seeds: "not run", left out of m.
     Directional decisions after Holm: Shaffer (1980), Ann. Statist. 8:1342-1347.
+
+    ``family``: the comparisons planned, when some have not run yet (at least those tested here). Each one
+    missing enters Holm's procedure as p = 1, so a verdict given now stands once they come in, whatever they
+    show (their real p-values are at most 1, and Holm's thresholds only grow as they fall).
     """
     tested = [k for k, d in enumerate(diffs_list) if len(d) >= 2]
     p = [min(1.0, 2 * min(paired_p(diffs_list[k], -margin, "greater"), paired_p(diffs_list[k], -margin, "less")))
          for k in tested]
+    if family is not None:
+        if family < len(p):
+            raise ValueError(f"family={family} is smaller than the {len(p)} comparisons tested")
+        p += [1.0] * (family - len(p))
     out = [NOT_RUN] * len(diffs_list)
     for k, rejected in zip(tested, holm(p, alpha)):
         if not rejected:

@@ -107,6 +107,22 @@ def test_not_run_comparisons_are_left_out_of_the_family():
     assert at_least_holm([borderline, around(-margin)], margin)[0].startswith("not resolved")
 
 
+def test_a_planned_family_counts_the_comparisons_not_run_yet_as_not_rejected():
+    margin = 0.02
+    borderline = around(-margin + 3 * 0.00707107)  # two-sided p = 0.040: rejected only when m = 1
+    clear = around(0.05)  # p ~ 6e-4: rejected at Holm's first step for every m here (<= 8)
+    assert at_least_holm([borderline], margin) == ["holds"]
+    assert at_least_holm([borderline], margin, family=1) == ["holds"]
+    assert at_least_holm([borderline], margin, family=2)[0].startswith("not resolved")  # the study plans two
+    # the same verdicts as with the missing comparisons present at p = 1 (zero spread, exactly at the margin)
+    for family in (2, 5, 8):
+        padded = [clear, borderline] + [[-margin] * 3] * (family - 2)
+        assert at_least_holm([clear, borderline], margin, family=family) == at_least_holm(padded, margin)[:2]
+    assert at_least_holm([clear, [0.1]], margin, family=3) == ["holds", "not run"]  # one seed: not tested
+    with pytest.raises(ValueError, match="family=1 is smaller than the 2 comparisons tested"):
+        at_least_holm([clear, borderline], margin, family=1)
+
+
 @pytest.mark.parametrize("diffs", [
     [-0.010, -0.012, -0.011], [0.03, 0.01, 0.02], [-0.02, 0.01, -0.01], [-0.1, -0.12, -0.09], [-0.2, 0.3]])
 @pytest.mark.parametrize("margin", [0.005, 0.02])

@@ -91,6 +91,16 @@ def test_holm_runs_over_each_ns_comparisons_and_can_turn_a_pass_into_not_resolve
     # at another N the family is separate: group a alone at N = 1,000 holds
     alone = rep.verdicts(rep.groups(a + _group([0.75] * 3, [0.746, 0.742, 0.738], arm_traffic=1e6, n=1000)))
     assert {g[0]: v for (g, _), (_, v) in alone.items()} == {100: "holds", 1000: "holds"}
+    # ... unless its study plans more comparisons there: those not run yet count as not rejected
+    planned = rep.verdicts(rep.groups(a + _group([0.75] * 3, [0.746, 0.742, 0.738], arm_traffic=1e6, n=1000)),
+                           {1000: 2})
+    assert planned[((1000, "rotation", "static"), "rnd_gossip_h1")][1].startswith("not resolved")
+    assert planned[((100, "rotation", "static"), "rnd_gossip_h1")][1] == "holds"
+
+
+def test_the_planned_families_count_each_studys_serverless_comparisons() -> None:
+    # N = 100: 4 heterogeneities x 3 dynamics x 2 arms; N = 1,000: 2 x 2 x 2; N = 10,000: rotation x 2 x 2
+    assert rep.planned_families() == {100: 24, 1000: 8, 10000: 4}
 
 
 def test_server_and_local_cells_are_reused_for_mobility_rows_and_marked() -> None:
@@ -124,6 +134,19 @@ def test_an_arm_that_sent_more_than_the_server_before_its_first_reading_has_no_v
     line = rep.decision_table(table, verdict)[2]
     assert "| no reading at IFCA's traffic | — |" in line and "**no reading at IFCA's traffic**" in line
     assert "at the ends: rnd_gossip_h1 -0.25 [" in line
+
+
+def test_an_arm_read_on_one_seed_is_reported_but_decides_nothing() -> None:
+    # dac_original alone, one seed, read at IFCA's traffic (its half-way point, 0.64: gain 0.20 against IFCA's
+    # 0.75): its column (the second) says so; no decision yet
+    rows = [r for r in _group([0.75] * 3, [0.74] * 3) if r["protocol"] != "rnd_gossip_h1"]
+    rows.append(_run("dac_original", 0, 0.74, 2e6, 5.0))
+    table = rep.groups(rows)
+    verdict = rep.verdicts(table)
+    assert verdict[((100, "rotation", "static"), "dac_original")][1] == "not run"
+    line = rep.decision_table(table, verdict)[2]
+    assert "| — | -0.55 (n=1): fewer than two seeds | **—** | the arms have not run here yet (on two seeds or more) |" \
+        in line
 
 
 def test_an_arm_that_trails_beside_one_without_a_reading_keeps_the_server() -> None:
