@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -94,7 +95,8 @@ def report_main(write: Callable[..., Any], doc: Optional[str], md: str | Path,
     Calls ``write(dirs, md, **switches)``: ``dirs`` the run directories or folders of them (Paths),
     ``md`` the markdown to write (default ``md``), one boolean keyword per entry of ``flags`` (name ->
     help; ``--no-statistics`` arrives as ``no_statistics``). The description is the first paragraph of
-    ``doc``. A ``UserError`` (no runs there, an unreadable file) ends it with its one line and status 2.
+    ``doc``. The report's folder is made when missing. A ``UserError`` (no runs there, an unreadable file)
+    ends it with its one line and status 2, and a folder made for it is removed (nothing half-written).
     """
     ap = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     ap.add_argument("dirs", nargs="+", type=Path,
@@ -103,9 +105,13 @@ def report_main(write: Callable[..., Any], doc: Optional[str], md: str | Path,
     for name, text in flags.items():
         ap.add_argument(f"--{name}", action="store_true", help=text)
     args = ap.parse_args(argv)
+    made = next((d for d in reversed([args.md.parent, *args.md.parent.parents]) if not d.exists()), None)
+    args.md.parent.mkdir(parents=True, exist_ok=True)
     try:
         write(args.dirs, args.md, **{n.replace("-", "_"): getattr(args, n.replace("-", "_")) for n in flags})
     except UserError as err:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

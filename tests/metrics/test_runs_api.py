@@ -153,3 +153,20 @@ def test_report_main_passes_dirs_md_and_switches(tmp_path, capsys):
     assert capsys.readouterr().err == "error: runs/x: not a run directory\n"
     with pytest.raises(SystemExit):
         report_main(write, doc, "x.md", [])  # no run directories: argparse's usage error
+
+
+def test_report_main_makes_the_reports_folder_and_leaves_none_behind_on_an_error(tmp_path):
+    def write(dirs, md):
+        md.write_text("# report\n")
+        (md.parent / "figure.png").write_bytes(b"png")
+
+    def fails(dirs, md):
+        (md.parent / "figure.png").write_bytes(b"half")
+        raise UserError("runs/x: not a run directory")
+
+    assert report_main(write, "", "x.md", ["runs", "--md", str(tmp_path / "a" / "b" / "r.md")]) == 0
+    assert (tmp_path / "a" / "b" / "r.md").read_text() == "# report\n"
+    assert report_main(fails, "", "x.md", ["runs", "--md", str(tmp_path / "c" / "d" / "r.md")]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]  # c/ (made for the report) is gone
+    assert report_main(fails, "", "x.md", ["runs", "--md", str(tmp_path / "a" / "r.md")]) == 2
+    assert (tmp_path / "a" / "b" / "r.md").is_file()  # a folder that was there is kept
