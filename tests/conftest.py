@@ -1,4 +1,5 @@
-"""Shared fixtures: a SimPy env and a seeded RNG (SimPy/networkx test style)."""
+"""Shared fixtures (a SimPy env and a seeded RNG: SimPy/networkx test style) and the suite's hooks (torch threads per
+worker, long files first)."""
 
 from __future__ import annotations
 
