@@ -144,9 +144,13 @@ def budget_child(n: int, trace: bool) -> None:
     from p2pfl.api import resolve
     from p2pfl.sim.kernel import Simulation
 
-    sc = resolve(ROOT / "scenarios" / "bench" / "scale.yaml", overrides=[
-        f"topology.n={n}", f"topology.radius={radius(n):.6f}", "protocol.rounds=1", "protocol.eval_every=1",
-        "executor=inline"])
+    def scenario(n: int) -> Any:
+        return resolve(ROOT / "scenarios" / "bench" / "scale.yaml", overrides=[
+            f"topology.n={n}", f"topology.radius={radius(n):.6f}", "protocol.rounds=1", "protocol.eval_every=1",
+            "executor=inline"])
+
+    sc = scenario(n)
+    Simulation(scenario(16)).run()  # modules a run imports on first use (scipy.spatial, ...) load before measuring
     before = rss_bytes()
     if trace:
         tracemalloc.start()
