@@ -26,6 +26,7 @@ the group-mobility rows (marked), as is Local's (it sends nothing).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -466,17 +467,19 @@ def curves_figure(table: dict[Group, dict[str, list[Row]]], n: int, dyn: str, ou
 
 
 # ------------------------------------------------------------------------------------------ report
-def planned_families() -> dict[int, int]:
-    """N -> the comparisons its study plans: one per serverless arm and (heterogeneity, dynamics) it runs."""
+@functools.cache
+def studies() -> dict[int, Any]:
+    """N -> its headline study (``load_study``: every cell validated, seconds each), for those on disk."""
     from p2pfl.study.spec import load_study
 
-    out = {}
-    for n in (100, 1000, 10000):
-        path = ROOT / "scenarios" / "studies" / f"headline_n{n}.yaml"
-        if path.is_file():
-            out[n] = len({(c.variant, c.scenario.data.partition.kind, _planned_dynamics(c.scenario.dynamics))
-                          for c in load_study(path).cells if c.variant in SERVERLESS_ARMS})
-    return out
+    paths = {n: ROOT / "scenarios" / "studies" / f"headline_n{n}.yaml" for n in (100, 1000, 10000)}
+    return {n: load_study(path) for n, path in paths.items() if path.is_file()}
+
+
+def planned_families() -> dict[int, int]:
+    """N -> the comparisons its study plans: one per serverless arm and (heterogeneity, dynamics) it runs."""
+    return {n: len({(c.variant, c.scenario.data.partition.kind, _planned_dynamics(c.scenario.dynamics))
+                    for c in study.cells if c.variant in SERVERLESS_ARMS}) for n, study in studies().items()}
 
 
 def _planned_dynamics(spec: Any) -> str:
@@ -487,16 +490,8 @@ def _planned_dynamics(spec: Any) -> str:
 
 def study_status(rows: list[Row]) -> str:
     """Runs archived against each study's cells."""
-    from p2pfl.study.spec import load_study
-
-    parts = []
-    for n in (100, 1000, 10000):
-        path = ROOT / "scenarios" / "studies" / f"headline_n{n}.yaml"
-        if path.is_file():
-            expected = len(load_study(path).cells)
-            done = sum(r["study"] == f"headline_n{n}" for r in rows)
-            parts.append(f"N = {n:,}: {done} of {expected} cells")
-    return "; ".join(parts)
+    return "; ".join(f"N = {n:,}: {sum(r['study'] == f'headline_n{n}' for r in rows)} of {len(study.cells)} cells"
+                     for n, study in studies().items())
 
 
 def write(dirs: list[Path], report: Path) -> None:

@@ -98,6 +98,7 @@ def test_holm_runs_over_each_ns_comparisons_and_can_turn_a_pass_into_not_resolve
     assert planned[((100, "rotation", "static"), "rnd_gossip_h1")][1] == "holds"
 
 
+@pytest.mark.slow
 def test_the_planned_families_count_each_studys_serverless_comparisons() -> None:
     # N = 100: 4 heterogeneities x 3 dynamics x 2 arms; N = 1,000: 2 x 2 x 2; N = 10,000: rotation x 2 x 2
     assert rep.planned_families() == {100: 24, 1000: 8, 10000: 4}
