@@ -2,14 +2,15 @@
 
     python analysis/bench_scale.py [--protocols gossip dsgd fedavg] [--sizes 10000 100000] [--rounds 10]
                                    [--huge 1000000] [--huge-rounds 2] [--executor batched] [--timeout 3600]
-                                   [--dynamics N] [--heap N] [--budget N] [--quick]
+                                   [--engine events] [--dynamics N] [--heap N] [--budget N] [--quick]
 
 Scale table: ``scenarios/bench/scale.yaml`` (gossip), ``scale_dsgd.yaml`` and ``scale_fedavg.yaml`` (MLP with
 64 hidden units on 16 synthetic samples per device) at each N, radius 1.6 sqrt(ln N / (pi N)). Each row is one
 ``p2pfl run`` in a fresh process (``p2pfl.metrics.measured``): wall seconds (start-up and set-up included),
 build and run seconds (``timing.json``), peak PSS of the process tree, the time per device-round outside
 training, ``(run_wall_s - train_wall_s) / (N rounds)``, SimPy events per device-round (``timing.json``'s
-``sim_events``; absent before it was recorded), and peak PSS per device.
+``sim_events``; absent before it was recorded), and peak PSS per device. ``--engine tensor``: the rows under
+``engine: tensor`` (``p2pfl.engine``; the executor does not apply there).
 
 ``--dynamics N``: gossip at N devices, 5 rounds, inline, with each kind of dynamics (a reply timeout set, as
 dynamics require): none, an empty churn block, 30% churn, link failures, random-waypoint mobility.
@@ -83,9 +84,10 @@ def scale_rows(args: argparse.Namespace, tmp: Path) -> list[list[str]]:
     for protocol in args.protocols:
         for n, rounds in sizes:
             sets = [f"topology.n={n}", f"topology.radius={radius(n):.6f}", f"protocol.rounds={rounds}",
-                    f"protocol.eval_every={rounds}", f"executor={args.executor}"]
+                    f"protocol.eval_every={rounds}", f"executor={args.executor}", f"engine={args.engine}"]
             r = run(ROOT / "scenarios" / "bench" / SCENARIO[protocol], sets, tmp / f"{protocol}-{n}", args.timeout)
-            head = [protocol, f"{n:,}", str(rounds), args.executor, f"{r['wall_s']:.1f}"]
+            how = "tensor engine" if args.engine == "tensor" else args.executor
+            head = [protocol, f"{n:,}", str(rounds), how, f"{r['wall_s']:.1f}"]
             if "failed" in r:
                 rows.append([*head, r["failed"], "", f"{r['peak_pss_gb']:.2f}", "", "", ""])
                 continue
@@ -193,6 +195,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--huge", type=int, help="also this many devices (e.g. 1000000), --huge-rounds rounds")
     ap.add_argument("--huge-rounds", type=int, default=2)
     ap.add_argument("--executor", default="batched")
+    ap.add_argument("--engine", default="events", choices=["events", "tensor"])
     ap.add_argument("--dynamics", type=int, metavar="N", help="the dynamics table at N devices")
     ap.add_argument("--heap", type=int, metavar="N", help="the heap table at N devices")
     ap.add_argument("--budget", type=int, metavar="N", help="the memory budget per device at N devices")
@@ -211,7 +214,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.sizes or args.huge:
             print("\nScale (" + ", ".join(f"{p}: scenarios/bench/{SCENARIO[p]}" for p in args.protocols) + ")\n")
             print("\n".join(markdown_table(scale_rows(args, Path(tmp)), [
-                "protocol", "N", "rounds", "executor", "wall s", "build s", "run s", "peak PSS GB",
+                "protocol", "N", "rounds", "executor / engine", "wall s", "build s", "run s", "peak PSS GB",
                 "outside training ms / device-round", "SimPy events / device-round", "peak PSS kB / device"],
                 align="lrrlrrrrrrr")))
         if args.dynamics:

@@ -155,6 +155,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from p2pfl.sim.kernel import build_only
 
     sc = resolve(args.scenario, seed=args.seed, overrides=args.overrides, unset=args.unset)
+    if sc.engine == "tensor":
+        from p2pfl.engine.simulation import TensorSimulation
+
+        fleet = TensorSimulation(sc)  # builds the arrays a run holds (every check a run makes), no round
+        data = fleet.data
+        print(f"{args.scenario}: ok ({sc.protocol.name}, {fleet.n} devices, engine tensor, "
+              f"{len(fleet.adjacency.indices) // 2} links, {data.dataset} with {data.num_classes} classes)")
+        return 0
     sim = build_only(sc)  # builds topology, data, network and protocol: every check a run makes, no run
     topo, fed = sim.topology, sim.federation
     print(f"{args.scenario}: ok ({sc.protocol.name}, {topo.n_devices} devices, {len(topo.servers)} servers, "

@@ -20,6 +20,7 @@ round(n * f / (1 - f)) test samples, f = test_fraction.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TypedDict
 
 import numpy as np
@@ -30,7 +31,7 @@ from p2pfl.data.shards import Federation, Shard
 from p2pfl.data.splitters import assign_clusters
 from p2pfl.seeding import stream
 
-__all__ = ["build_synthetic", "cluster_parameters", "ClusterParameters", "DEFAULT_SAMPLES"]
+__all__ = ["build_synthetic", "synthetic_draws", "synthetic_task", "cluster_parameters", "ClusterParameters", "DEFAULT_SAMPLES"]
 
 DEFAULT_SAMPLES = 200
 
@@ -68,23 +69,36 @@ def _draw(params: ClusterParameters, n: int, logistic: bool, noise_std: float,
     return torch.from_numpy(x.astype(np.float32)), torch.from_numpy(y.astype(np.float32))
 
 
+def synthetic_task(spec: DataSpec, n_devices: int) -> tuple[np.ndarray, int, int]:
+    """Each device's cluster, and the training and test samples every device draws."""
+    p = spec.partition_as(ParameterShiftPartition)
+    clusters = assign_clusters(n_devices, p.n_clusters, p.assignment)
+    n_train = spec.samples_per_client or DEFAULT_SAMPLES
+    n_test = spec.test_samples_per_client or max(1, int(np.floor(n_train * spec.test_fraction / (1 - spec.test_fraction) + 0.5)))
+    return clusters, n_train, n_test
+
+
+def synthetic_draws(spec: DataSpec, n_devices: int, *, seed: int) -> Iterator[tuple[torch.Tensor, ...]]:
+    """Device by device, its training inputs and targets, then its test inputs and targets."""
+    p = spec.partition_as(ParameterShiftPartition)
+    logistic = spec.dataset == "synthetic_logistic"
+    clusters, n_train, n_test = synthetic_task(spec, n_devices)
+    params = [cluster_parameters(seed, k, p.n_features) for k in range(p.n_clusters)]
+    for i, c in enumerate(clusters):
+        rng = stream(seed, "data.synthetic.samples", i)
+        yield (*_draw(params[c], n_train, logistic, p.noise_std, rng), *_draw(params[c], n_test, logistic, p.noise_std, rng))
+
+
 def build_synthetic(spec: DataSpec, n_devices: int, *, seed: int) -> Federation:
     """A Federation of vector data for ``synthetic_linear`` / ``synthetic_logistic``."""
     p = spec.partition_as(ParameterShiftPartition)
     logistic = spec.dataset == "synthetic_logistic"
-    clusters = assign_clusters(n_devices, p.n_clusters, p.assignment)
-    params = [cluster_parameters(seed, k, p.n_features) for k in range(p.n_clusters)]
-    n_train = spec.samples_per_client or DEFAULT_SAMPLES
-    n_test = spec.test_samples_per_client or max(1, int(np.floor(n_train * spec.test_fraction / (1 - spec.test_fraction) + 0.5)))
-    shards = []
-    for i, c in enumerate(clusters):
-        rng = stream(seed, "data.synthetic.samples", i)
-        trx, try_ = _draw(params[c], n_train, logistic, p.noise_std, rng)
-        tex, tey = _draw(params[c], n_test, logistic, p.noise_std, rng)
-        shards.append(Shard(trx, try_, tex, tey, int(c), np.arange(n_train), np.arange(n_test), spec.dataset))
+    clusters, n_train, n_test = synthetic_task(spec, n_devices)
+    shards = tuple(Shard(trx, try_, tex, tey, int(c), np.arange(n_train), np.arange(n_test), spec.dataset)
+                   for c, (trx, try_, tex, tey) in zip(clusters, synthetic_draws(spec, n_devices, seed=seed)))
     return Federation(
         dataset=spec.dataset,
-        shards=tuple(shards),
+        shards=shards,
         num_classes=2 if logistic else 0,
         input_shape=(p.n_features,),
         true_clusters=tuple(int(c) for c in clusters),

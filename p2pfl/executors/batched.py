@@ -50,6 +50,7 @@ from p2pfl.learning.aggregate import clone_state
 from p2pfl.learning.clone import clone_module, is_plain
 from p2pfl.learning.flat import FlatState, Layout
 from p2pfl.learning.rows import ModelTable, RowModel
+from p2pfl.learning.stacked_sgd import stacked_sgd
 from p2pfl.learning.state import live_state
 from p2pfl.learning.train import TrainResult, task_loss
 
@@ -310,35 +311,15 @@ def _train_group(jobs: list[TrainJob], templates: dict[str, nn.Module]) -> list[
 
     X = torch.stack([j.inputs() for j in jobs])
     Y = torch.stack([j.y for j in jobs])
-    rows = torch.arange(k).unsqueeze(1)
 
     def loss_of(p: dict[str, torch.Tensor], b: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return task_loss(functional_call(template, {**p, **b}, (x,)), y)
 
     batched_loss = vmap(loss_of, in_dims=(0, 0, 0, 0))
-    momentum_buf: list[Optional[torch.Tensor]] = [None] * len(leaves)
-    totals = torch.zeros(k, dtype=torch.float64)
-    batches = 0
-    for _ in range(epochs):
-        order = torch.stack([torch.randperm(n, generator=j.generator) for j in jobs])
-        for start in range(0, n, bs):
-            idx = order[:, start : start + bs]
-            losses = batched_loss(parameters(), rest, X[rows, idx], Y[rows, idx])
-            grads = torch.autograd.grad(losses.sum(), leaves)
-            with torch.no_grad():
-                for i, (p, g) in enumerate(zip(leaves, grads)):
-                    if spec.weight_decay:
-                        g = g.add(p, alpha=spec.weight_decay)
-                    if momentum:
-                        buf = momentum_buf[i]
-                        if buf is None:
-                            buf = momentum_buf[i] = g.detach().clone()
-                        else:
-                            buf.mul_(momentum).add_(g)
-                        g = buf
-                    p.add_(g, alpha=-lr)
-            totals += losses.detach().double()
-            batches += 1
+    totals, batches = stacked_sgd(lambda p, x, y: batched_loss(p, rest, x, y), leaves, parameters, X, Y,
+                                  lambda _: torch.stack([torch.randperm(n, generator=j.generator) for j in jobs]),
+                                  epochs=epochs, batch_size=bs, lr=lr, momentum=momentum,
+                                  weight_decay=spec.weight_decay)
     samples = n * epochs
 
     def state(i: int) -> Mapping[str, torch.Tensor]:

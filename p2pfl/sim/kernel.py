@@ -393,6 +393,10 @@ class Simulation:
         ]
         return devices, servers
 
+    def progress_total(self) -> int:
+        """``on_round`` calls of a whole run (the protocol's count)."""
+        return self.protocol.progress_total()
+
     def run(self) -> dict[str, Any]:
         """Run to completion and return the summary (see ``summary``)."""
         t0 = time.perf_counter()

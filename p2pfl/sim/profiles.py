@@ -35,7 +35,7 @@ from pydantic import Field, model_validator
 
 from p2pfl.validation import Strict
 
-__all__ = ["DeviceProfile", "DeviceProfilesSpec", "draw_profiles"]
+__all__ = ["DeviceProfile", "DeviceProfilesSpec", "draw_profiles", "profile_columns"]
 
 
 class Uniform(Strict):
@@ -121,9 +121,14 @@ def _draw(q: object, rng: np.random.Generator, n: int) -> np.ndarray:
 def draw_profiles(spec: DeviceProfilesSpec, n: int, rng: np.random.Generator) -> list[DeviceProfile]:
     """One profile per device; each field drawn in a fixed order from ``rng`` (a fixed number draws
     nothing, and the energy constants come last, so they never change the other fields' draws)."""
-    columns = [_draw(q, rng, n) for q in (spec.flops_per_s, spec.uplink_bps, spec.downlink_bps,
-                                          spec.send_j_per_bit, spec.receive_j_per_bit, spec.j_per_flop)]
+    columns = profile_columns(spec, n, rng)
     return [DeviceProfile(*(float(c[i]) for c in columns)) for i in range(n)]
+
+
+def profile_columns(spec: DeviceProfilesSpec, n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``draw_profiles``'s draws as six arrays (``DeviceProfile``'s fields in order), no object a device."""
+    return [_draw(q, rng, n) for q in (spec.flops_per_s, spec.uplink_bps, spec.downlink_bps,
+                                       spec.send_j_per_bit, spec.receive_j_per_bit, spec.j_per_flop)]
 
 
 #: servers are not devices: unlimited, and outside the energy account

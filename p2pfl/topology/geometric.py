@@ -15,7 +15,7 @@ import numpy as np
 from p2pfl.errors import TopologyError
 from p2pfl.topology._common import fresh_graph, retry_connected
 
-__all__ = ["random_geometric"]
+__all__ = ["random_geometric", "geometric_pairs"]
 
 
 def random_geometric(n: int, radius: float, *, seed: int, tries: int = 100, connected: bool = True,
@@ -33,17 +33,24 @@ def random_geometric(n: int, radius: float, *, seed: int, tries: int = 100, conn
     if placement not in ("scattered", "strips"):
         raise TopologyError(f"random_geometric placement must be 'scattered' or 'strips'; got {placement!r}")
 
-    from scipy.spatial import cKDTree  # here, not at the top: scipy.spatial costs a fresh process 0.5 s
-
     def make(s: int) -> nx.Graph:
-        xy = np.random.default_rng(s).random((n, 2))
-        if placement == "strips":
-            xy = xy[np.argsort(xy[:, 0], kind="stable")]
-        # A k-d tree finds the pairs within range in O(n log n) (a dense distance matrix is O(n^2)).
-        close = cKDTree(xy).query_pairs(radius, output_type="ndarray")
-        close = close[np.lexsort((close[:, 1], close[:, 0]))] if len(close) else close
+        xy, close = geometric_pairs(n, radius, s, placement)
         g = fresh_graph(n, ((int(u), int(v)) for u, v in close))
         nx.set_node_attributes(g, {i: (float(x), float(y)) for i, (x, y) in enumerate(xy)}, "pos")
         return g
 
     return retry_connected(make, name="random_geometric", seed=seed, tries=tries, connected=connected)
+
+
+def geometric_pairs(n: int, radius: float, draw_seed: int, placement: str = "scattered") -> tuple[np.ndarray, np.ndarray]:
+    """One draw: positions ``(n, 2)`` from ``draw_seed`` and the pairs ``(u, v)``, u < v, within ``radius``,
+    sorted (the edges of ``random_geometric``'s graph; ``p2pfl.engine.graph`` builds its arrays from them)."""
+    from scipy.spatial import cKDTree  # here, not at the top: scipy.spatial costs a fresh process 0.5 s
+
+    xy = np.random.default_rng(draw_seed).random((n, 2))
+    if placement == "strips":
+        xy = xy[np.argsort(xy[:, 0], kind="stable")]
+    # A k-d tree finds the pairs within range in O(n log n) (a dense distance matrix is O(n^2)).
+    close = cKDTree(xy).query_pairs(radius, output_type="ndarray")
+    close = close[np.lexsort((close[:, 1], close[:, 0]))] if len(close) else close
+    return xy, close

@@ -39,7 +39,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
                      "p2pfl.robotics")),
     ("runtime: what a protocol is handed", ("p2pfl.executors", "p2pfl.sim", "p2pfl.clustering")),
     ("protocols", ("p2pfl.protocols", "p2pfl.registry")),
-    ("scenario and kernel", ("p2pfl.config", "p2pfl.sim.kernel")),
+    ("scenario and kernel", ("p2pfl.config", "p2pfl.sim.kernel", "p2pfl.engine")),
     ("entry points", ("p2pfl.api", "p2pfl.study", "p2pfl.progress")),
     ("command line", ("p2pfl.cli", "p2pfl.__main__", "p2pfl")),
 ]

@@ -1,0 +1,85 @@
+"""The fleet's data as stacked tensors: ``x[i]`` is device i's training inputs, ``test_x[i]`` its test inputs.
+
+Synthetic tasks (``synthetic_linear``, ``synthetic_logistic``) are drawn device by device straight into
+preallocated arrays: the same values ``p2pfl.data.synthetic`` puts in its shards (the same draws), without
+a shard object a device. Every other dataset is built by ``p2pfl.data`` and its shards stacked, which
+needs every device to hold as many samples as every other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from p2pfl.data.datasets import dataset_info
+from p2pfl.data.schema import DataSpec, ParameterShiftPartition
+from p2pfl.data.synthetic import synthetic_draws, synthetic_task
+from p2pfl.errors import ConfigError
+from p2pfl.sim.world import build_any_federation
+
+__all__ = ["FleetData", "fleet_data"]
+
+
+@dataclass(frozen=True)
+class FleetData:
+    """Every device's shard as rows of four tensors, with the task's facts."""
+
+    x: torch.Tensor  # (N, S, *input_shape) float32
+    y: torch.Tensor  # (N, S) int64 labels, or float32 targets (regression)
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    true_clusters: np.ndarray
+    dataset: str
+    num_classes: int
+    input_shape: tuple[int, ...]
+    task: str
+
+    @property
+    def metric(self) -> str:
+        return "rmse" if self.task == "regression" else "accuracy"
+
+    @property
+    def samples(self) -> int:
+        """Training samples per device (the same for every device)."""
+        return int(self.x.shape[1])
+
+    def stats(self) -> dict[str, object]:
+        """The summary's ``partition`` block, the sizes and groups of the kernel's (no per-device class lists)."""
+        n = int(self.x.shape[0])
+        return {"dataset": self.dataset, "num_classes": self.num_classes, "input_shape": list(self.input_shape),
+                "samples_per_device": self.samples, "test_samples_per_device": int(self.test_x.shape[1]),
+                "n_devices": n, "n_clusters": len(np.unique(self.true_clusters))}
+
+
+def fleet_data(spec: DataSpec, n: int, seed: int) -> FleetData:
+    """The data of ``n`` devices under run seed ``seed``."""
+    if dataset_info(spec.dataset).synthetic:
+        return _synthetic(spec, n, seed)
+    fed = build_any_federation(spec, n, seed)
+    sizes = {(int(s.train_y.shape[0]), int(s.test_y.shape[0])) for s in fed.shards}
+    if len(sizes) != 1:
+        raise ConfigError(f"engine: tensor needs every device to hold as many samples as every other; here they "
+                          f"hold {len(sizes)} different (train, test) sizes; set data.samples_per_client and "
+                          "data.test_samples_per_client, or use engine: events")
+    return FleetData(x=torch.stack([s.train_x for s in fed.shards]), y=torch.stack([s.train_y for s in fed.shards]),
+                     test_x=torch.stack([s.test_x for s in fed.shards]), test_y=torch.stack([s.test_y for s in fed.shards]),
+                     true_clusters=np.asarray(fed.true_clusters, dtype=np.int64), dataset=fed.dataset,
+                     num_classes=fed.num_classes, input_shape=tuple(fed.input_shape), task=fed.task)
+
+
+def _synthetic(spec: DataSpec, n: int, seed: int) -> FleetData:
+    p = spec.partition_as(ParameterShiftPartition)
+    logistic = spec.dataset == "synthetic_logistic"
+    clusters, n_train, n_test = synthetic_task(spec, n)
+    label = torch.int64 if logistic else torch.float32
+    x = torch.empty((n, n_train, p.n_features))
+    y = torch.empty((n, n_train), dtype=label)
+    tx = torch.empty((n, n_test, p.n_features))
+    ty = torch.empty((n, n_test), dtype=label)
+    for i, (a, b, c, d) in enumerate(synthetic_draws(spec, n, seed=seed)):
+        x[i], y[i], tx[i], ty[i] = a, b, c, d
+    return FleetData(x=x, y=y, test_x=tx, test_y=ty, true_clusters=np.asarray(clusters, dtype=np.int64),
+                     dataset=spec.dataset, num_classes=2 if logistic else 0, input_shape=(p.n_features,),
+                     task="classification" if logistic else "regression")

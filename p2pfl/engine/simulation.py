@@ -1,0 +1,242 @@
+"""``engine: tensor``: a scenario's fleet as tensors, its rounds as array programs (``p2pfl.engine.rounds``).
+
+The event kernel (``p2pfl.sim.kernel``) gives every device SimPy processes, a context, message objects and
+events; at 10^4-10^5 devices that Python is most of a run (``analysis/results/bench_scale.md``). Here the
+fleet is a handful of arrays: the models as rows of one ``(N, P)`` tensor (FedAvg: one row), the data as
+``(N, S, ...)`` tensors, the graph as CSR arrays, the profiles as columns. A round trains every device a chunk
+of rows at a time and combines the rows as the protocol's messages say; bytes, FLOPs and simulated time are
+the kernel's arithmetic over arrays. It runs what the arrays can express: gossip (``mode: sync``,
+``push_pull``), DSGD and FedAvg, on a static, lossless fleet with one kind of link, plain models (float
+parameters only) trained by SGD. :func:`check` names what a scenario asks beyond that.
+
+The summary has the kernel's fields, with the same meaning, so reports read both; ``engine: tensor`` in it
+says which ran. events.jsonl holds one ``round`` line a round, not an event per device.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from p2pfl.config.scenario import Scenario
+from p2pfl.data.datasets import dataset_info
+from p2pfl.engine.data import fleet_data
+from p2pfl.engine.graph import adjacency
+from p2pfl.engine.rounds import PROGRAMS, FedAvgRounds, Fleet, Round, RoundProgram
+from p2pfl.engine.train import RowTrainer
+from p2pfl.errors import ConfigError
+from p2pfl.learning.models import build_model
+from p2pfl.learning.rows import table_for
+from p2pfl.metrics.energy import EnergyModel, energy_summary
+from p2pfl.metrics.summary import scores
+from p2pfl.seeding import child_seed, stream
+from p2pfl.sim.cost import forward_flops_per_sample, train_flops
+from p2pfl.sim.kernel import torch_threads
+from p2pfl.sim.profiles import profile_columns
+from p2pfl.topology.build import ServerNode, link_of
+
+__all__ = ["TensorSimulation", "check", "CHUNK_FLOATS"]
+
+#: A chunk of rows trained or mixed at once holds about this many parameters (16 MB of float32).
+CHUNK_FLOATS = 1 << 22
+
+
+def check(sc: Scenario) -> None:
+    """Raise ConfigError naming the first field that ``engine: tensor`` cannot run, and the fix."""
+    p, topo = sc.protocol, sc.topology
+
+    def no(field: str, why: str) -> ConfigError:
+        return ConfigError(f"{field}: {why} under engine: tensor; change it, or set engine: events")
+
+    if p.name not in PROGRAMS:
+        raise no("protocol.name", f"{p.name!r} does not run (gossip, dsgd and fedavg do)")
+    if p.name == "gossip" and (p.mode != "sync" or p.exchange != "push_pull"):  # type: ignore[attr-defined]
+        raise no("protocol.mode", "gossip runs with mode: sync and exchange: push_pull only")
+    if sc.dynamics is not None:
+        raise no("dynamics", "the fleet is static")
+    if topo.edges:
+        raise no("topology.edges", "every link is the topology's link (no per-edge overrides)")
+    if topo.link.loss or any(s.link.loss for s in topo.servers):
+        raise no("topology.link.loss", "links are lossless")
+    if p.name == "fedavg":
+        if len(topo.servers) != 1 or topo.servers[0].attach != "all":
+            raise no("topology.servers", "FedAvg needs one server attached to all devices")
+        if topo.ingress != "parallel" or topo.servers[0].ingress_bps is not None:
+            raise no("topology.ingress", "a server receives in parallel (no ingress limit)")
+    elif topo.servers:
+        raise no("topology.servers", f"{p.name} runs without servers")
+    t = sc.training
+    if t.optimizer != "sgd" or t.grad_clip is not None:
+        raise no("training.optimizer", "training is SGD without gradient clipping")
+    if sc.torch_device != "cpu":
+        raise no("torch_device", "rows live on the CPU")
+
+
+class TensorSimulation:
+    """Build a scenario's fleet as tensors and run it (the event kernel's ``Simulation`` interface)."""
+
+    def __init__(self, scenario: Scenario, *, on_round: Optional[Callable[[], None]] = None,
+                 on_setup: Optional[Callable[[str], None]] = None, events_path: Optional[Path] = None) -> None:
+        t0 = time.perf_counter()
+        check(scenario)
+        setup = on_setup or (lambda step: None)
+        self.scenario = sc = scenario
+        self.seed = seed = sc.seed
+        self._on_round = on_round
+        with torch_threads(sc.threads):
+            setup("topology")
+            self.adjacency = adjacency(sc.topology, seed)
+            n = self.adjacency.n
+            setup("data")
+            self.data = data = fleet_data(sc.data, n, seed)
+            setup("models")
+            spec = sc.model
+            own = dataset_info(sc.data.dataset).model
+            if spec.name == "auto" and own is not None:
+                spec = spec.model_copy(update={"name": own})
+            common = build_model(spec, data.input_shape, data.num_classes, seed=child_seed(seed, "init"))
+            table = table_for(common, chunk=1)
+            if table is None:
+                raise ConfigError(f"model: {spec.name!r} has state beyond float parameters (buffers) and cannot be "
+                                  "held as rows under engine: tensor; set engine: events")
+            layout = table.layout
+            width = layout.offsets[-1]
+            chunk = max(1, CHUNK_FLOATS // width)
+            self.chunk = chunk
+            trainer = RowTrainer(table.template, layout, data, sc.training, seed=seed, jobs=sc.protocol.rounds,
+                                 chunk=chunk)
+            flops, up, down, send_j, recv_j, j_flop = profile_columns(sc.devices, n, stream(seed, "profiles"))
+            self.energy = EnergyModel(send_j_per_bit=tuple(send_j.tolist()), receive_j_per_bit=tuple(recv_j.tolist()),
+                                      j_per_flop=tuple(j_flop.tolist()))
+            forward = forward_flops_per_sample(common, data.input_shape)
+            self.job_flops = int(train_flops(forward, data.samples * sc.training.epochs))
+            fleet = Fleet(trainer=trainer, adjacency=self.adjacency, flops_per_s=flops, uplink_bps=up,
+                          downlink_bps=down, link=link_of(sc.topology.link), state_bytes=width * layout.dtype.itemsize,
+                          job_flops=float(self.job_flops), seed=seed, chunk=chunk)
+            first = layout.pack(common.state_dict())
+            self.program: RoundProgram
+            if sc.protocol.name == "fedavg":
+                s = sc.topology.servers[0]
+                server = ServerNode(name=s.name, attached=(), link=link_of(s.link), egress_bps=s.egress_bps)
+                self.program = FedAvgRounds(sc.protocol, fleet, None, global_row=first, server=server)
+            else:
+                rows = torch.empty((n, width), dtype=layout.dtype)
+                if getattr(sc.protocol, "init", "common") == "independent":
+                    for i in range(n):
+                        own_model = build_model(spec, data.input_shape, data.num_classes, seed=child_seed(seed, "init", i))
+                        rows[i] = layout.pack(own_model.state_dict())
+                else:
+                    rows[:] = first
+                self.program = PROGRAMS[sc.protocol.name](sc.protocol, fleet, rows)
+        self.n = n
+        self._events = None if events_path is None else open(events_path, "w", encoding="utf-8")  # noqa: SIM115
+        self.n_events = 0
+        self.build_wall_s = time.perf_counter() - t0
+        self.train_wall_s = self.run_wall_s = 0.0
+        self._summary: dict[str, Any] = {}
+
+    def progress_total(self) -> int:
+        """``on_round`` calls of a whole run: one a device a round (the kernel's count for serverless
+        protocols), one a round for FedAvg (the server's)."""
+        rounds = self.scenario.protocol.rounds
+        return rounds if isinstance(self.program, FedAvgRounds) else rounds * self.n
+
+    def _event(self, **fields: Any) -> None:
+        self.n_events += 1
+        if self._events is not None:
+            self._events.write(json.dumps(fields, separators=(",", ":")) + "\n")
+
+    def run(self) -> dict[str, Any]:
+        """Run every round and return the summary."""
+        t0 = time.perf_counter()
+        sc, n, prog = self.scenario, self.n, self.program
+        servers = len(prog.servers)
+        sent = np.zeros(n + servers, dtype=np.int64)
+        received = np.zeros_like(sent)
+        jobs = np.zeros(n, dtype=np.int64)
+        by_kind: dict[str, int] = {}
+        messages, now = 0, 0.0
+        curve: list[dict[str, Any]] = []
+        durations: list[float] = []
+        logs: list[dict[str, Any]] = []
+        metric = self.data.metric
+        values = np.full(n, np.nan)
+        with torch_threads(sc.threads):
+            if (cd := prog.consensus_distance()) is not None:
+                logs.append({"t": 0.0, "value": cd, "round": 0})
+            for r in range(1, sc.protocol.rounds + 1):
+                step: Round = prog.round(r)
+                now += step.duration_s
+                durations.append(step.duration_s)
+                sent += step.sent
+                received += step.received
+                jobs[step.trained] += 1
+                messages += step.messages
+                for kind, b in step.by_kind.items():
+                    by_kind[kind] = by_kind.get(kind, 0) + b
+                if (cd := prog.consensus_distance()) is not None:
+                    logs.append({"t": now, "value": cd if np.isfinite(cd) else None, "round": r})
+                point: dict[str, Any] = {"round": r, "t": now}
+                if r == sc.protocol.rounds or (sc.protocol.eval_every is not None and r % sc.protocol.eval_every == 0):
+                    values = prog.scores()
+                    point[f"{metric}_mean"] = float(values.mean())
+                    curve.append({**point, "bytes_per_device": int(sent[:n].sum()) / n,
+                                  "bytes_servers": int(sent[n:].sum())})
+                self._event(kind="round", **point, bytes_total=int(sent.sum()))
+                if self._on_round is not None:
+                    for _ in range(1 if servers else n):
+                        self._on_round()
+        self.run_wall_s = time.perf_counter() - t0
+        flops = (jobs * self.job_flops).tolist()
+        head = {"scenario": sc.name, "protocol": sc.protocol.name, "seed": self.seed, "rounds": sc.protocol.rounds}
+        names = prog.servers
+        d2d = int(sent[:n].sum()) if not servers else 0
+        p50, p95 = np.quantile(np.asarray(durations), [0.5, 0.95])
+        self._summary = {
+            **head, "engine": "tensor", "n_devices": n, "n_servers": servers, "sim_time_s": now,
+            **scores(metric, [float(v) for v in values]),
+            "bytes_total": int(sent.sum()), "messages_total": messages, "messages_dropped": 0,
+            "messages_dropped_by_reason": {}, "bytes_dropped_by_reason": {},
+            "bytes_per_node": sent[:n].tolist(), "bytes_received_per_node": received[:n].tolist(),
+            "bytes_relayed_per_node": [0] * n,
+            "bytes_per_server": {name: int(sent[n + k]) for k, name in enumerate(names)},
+            "bytes_received_per_server": {name: int(received[n + k]) for k, name in enumerate(names)},
+            "bytes_wan": int(sent.sum()) - d2d, "bytes_device_to_device": d2d,
+            "bytes_by_kind": dict(sorted(by_kind.items())),
+            "compute_flops_total": int(sum(flops)),
+            "compute_sim_s_total": float((jobs * self.job_flops / self.program.fleet.flops_per_s).sum()),
+            "compute_flops_per_node": flops,
+            "energy": energy_summary(self.energy, bytes_sent=sent[:n].tolist(), bytes_received=received[:n].tolist(),
+                                     bytes_relayed=[0] * n, flops=flops),
+            f"{metric}_curve": curve,
+            f"{metric}_over_time": [{k: v for k, v in p.items() if k != "round"} | {"devices_scored": n}
+                                    for p in curve],
+            "round_latency": {"rounds_of": "fleet", "n": len(durations), "p50": float(p50), "p95": float(p95),
+                              "max": float(max(durations))},
+            "logs": {"consensus_distance": logs} if logs else {},
+            "true_clusters": self.data.true_clusters.tolist(), "partition": self.data.stats(),
+            "messages_in_flight": 0, **prog.result(),
+        }
+        return self._summary
+
+    def close(self) -> None:
+        if self._events is not None:
+            self._events.close()
+            self._events = None
+
+    def timing(self) -> dict[str, float]:
+        """Measured wall-clock seconds (never steer the simulation): ``train_wall_s`` the rows' training,
+        ``kernel_wall_s`` the rest of the run (mixing, timing, scoring); no SimPy events."""
+        train = self.program.fleet.trainer.train_wall_s
+        return {"build_wall_s": self.build_wall_s, "run_wall_s": self.run_wall_s, "train_wall_s": train,
+                "eval_wall_s": 0.0, "kernel_wall_s": max(self.run_wall_s - train, 0.0), "events": self.n_events,
+                "sim_events": 0}
+
+    def artifacts(self) -> dict[str, bytes]:
+        return {}

@@ -1,0 +1,54 @@
+"""Minibatch SGD of k models of one architecture at once: the loop of ``train_local`` over stacked weights.
+
+The batched executor trains a group of pending jobs with it, the tensor engine a chunk of the fleet's
+rows. Each model keeps its own batch order (``orders(epoch)``: a ``(k, n)`` permutation per model), its
+own momentum and its own loss; the step is ``train_local``'s element-wise SGD update on the stacked
+leaves, so only the batched matmul's float reductions differ from k separate runs (tolerance:
+``p2pfl.executors.batched.ATOL`` / ``RTOL``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Optional
+
+import torch
+
+__all__ = ["stacked_sgd"]
+
+
+def stacked_sgd(loss_of: Callable[[dict[str, torch.Tensor], torch.Tensor, torch.Tensor], torch.Tensor],
+                leaves: list[torch.Tensor], parameters: Callable[[], dict[str, torch.Tensor]], x: torch.Tensor,
+                y: torch.Tensor, orders: Callable[[int], torch.Tensor], *, epochs: int, batch_size: int, lr: float,
+                momentum: float, weight_decay: float) -> tuple[torch.Tensor, int]:
+    """Train ``leaves`` (tensors with a leading model dimension k, requiring grad) in place.
+
+    ``loss_of(parameters(), xb, yb)`` is the ``(k,)`` mean batch loss of each model on its own batch;
+    ``x``/``y`` are ``(k, n, ...)``. Returns each model's summed batch losses (float64) and the batch count.
+    """
+    k, n = int(x.shape[0]), int(x.shape[1])
+    rows = torch.arange(k).unsqueeze(1)
+    momentum_buf: list[Optional[torch.Tensor]] = [None] * len(leaves)
+    totals = torch.zeros(k, dtype=torch.float64)
+    batches = 0
+    for epoch in range(epochs):
+        order = orders(epoch)
+        for start in range(0, n, batch_size):
+            idx = order[:, start : start + batch_size]
+            losses = loss_of(parameters(), x[rows, idx], y[rows, idx])
+            grads = torch.autograd.grad(losses.sum(), leaves)
+            with torch.no_grad():
+                for i, (p, g) in enumerate(zip(leaves, grads)):
+                    if weight_decay:
+                        g = g.add(p, alpha=weight_decay)
+                    if momentum:
+                        buf = momentum_buf[i]
+                        if buf is None:
+                            buf = momentum_buf[i] = g.detach().clone()
+                        else:
+                            buf.mul_(momentum).add_(g)
+                        g = buf
+                    p.add_(g, alpha=-lr)
+            totals += losses.detach().double()
+            batches += 1
+    return totals, batches

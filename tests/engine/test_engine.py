@@ -1,0 +1,154 @@
+"""engine: tensor against the event kernel, and its parts against hand-built values."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pytest
+import torch
+
+from p2pfl import api
+from p2pfl.engine.data import fleet_data
+from p2pfl.engine.graph import Adjacency, adjacency
+from p2pfl.engine.simulation import TensorSimulation, check
+from p2pfl.engine.timing import fifo
+from p2pfl.errors import ConfigError
+from p2pfl.sim.world import build_any_federation
+from p2pfl.topology.build import build_topology
+
+SCALE = {"gossip": "scenarios/bench/scale.yaml", "dsgd": "scenarios/bench/scale_dsgd.yaml",
+         "fedavg": "scenarios/bench/scale_fedavg.yaml"}
+
+
+def small(protocol: str, n: int = 24, rounds: int = 3) -> list[str]:
+    radius = 1.6 * math.sqrt(math.log(n) / (math.pi * n))
+    return [f"topology.n={n}", f"topology.radius={radius}", f"protocol.rounds={rounds}", "protocol.eval_every=1",
+            "executor=inline"]
+
+
+def both(protocol: str, **kw: int) -> tuple[dict, dict]:
+    sets = small(protocol, **kw)
+    events = api.run(SCALE[protocol], overrides=[*sets, "engine=events"], write=False).summary
+    tensor = api.run(SCALE[protocol], overrides=[*sets, "engine=tensor"], write=False).summary
+    return events, tensor
+
+
+@pytest.mark.parametrize("placement", ["scattered", "strips"])
+def test_geometric_adjacency_is_the_kernels_graph(placement: str) -> None:
+    sc = api.resolve(SCALE["gossip"], overrides=["topology.n=300", "topology.radius=0.12",
+                                                   f"topology.placement={placement}"])
+    adj = adjacency(sc.topology, seed=5)
+    graph = build_topology(sc.topology, seed=5).graph
+    assert adj.n == 300
+    assert sorted((i, j) for i in range(300) for j in adj.neighbors(i) if i < j) == sorted(
+        (min(u, v), max(u, v)) for u, v in graph.edges())
+    assert all(adj.neighbors(i) == tuple(sorted(graph.neighbors(i))) for i in range(300))
+
+
+def test_adjacency_of_other_kinds_and_components() -> None:
+    ring = Adjacency.from_graph(nx.cycle_graph(5))
+    assert ring.indptr.tolist() == [0, 2, 4, 6, 8, 10]
+    assert ring.neighbors(0) == (1, 4) and ring.components() == 1
+    two = Adjacency.from_pairs(4, np.array([[0, 1], [2, 3]]))
+    assert two.components() == 2 and two.sources.tolist() == [0, 1, 2, 3]
+
+
+def test_synthetic_rows_are_the_kernels_shards() -> None:
+    sc = api.resolve(SCALE["gossip"], overrides=["topology.n=12", "data.partition.n_clusters=3"])
+    rows = fleet_data(sc.data, 12, seed=3)
+    fed = build_any_federation(sc.data, 12, 3)
+    for i, s in enumerate(fed.shards):
+        assert torch.equal(rows.x[i], s.train_x) and torch.equal(rows.y[i], s.train_y)
+        assert torch.equal(rows.test_x[i], s.test_x) and torch.equal(rows.test_y[i], s.test_y)
+    assert rows.true_clusters.tolist() == list(fed.true_clusters)
+
+
+def test_fifo_serves_each_queue_in_order() -> None:
+    # queue 0: ready 0, 0, 5 with service 1, 2, 1 -> ends 1, 3, 6; queue 1: ready 1, service 4 -> 5
+    done = fifo(np.array([0.0, 0.0, 1.0, 5.0]), np.array([1.0, 2.0, 4.0, 1.0]), np.array([0, 0, 1, 0]), 2)
+    assert done.tolist() == [1.0, 3.0, 5.0, 6.0]
+    one = fifo(np.array([2.0, 0.0, 0.5]), np.array([1.0, 1.0, 1.0]), np.zeros(3, dtype=np.int64), 1)
+    assert one.tolist() == [3.0, 1.0, 2.0]
+
+
+@pytest.mark.slow
+def test_dsgd_matches_the_event_kernel() -> None:
+    """DSGD is synchronous: the same batch orders, the same mixing, the same messages."""
+    ev, te = both("dsgd")
+    assert te["accuracy_per_node"] == ev["accuracy_per_node"]
+    assert [p["accuracy_mean"] for p in te["accuracy_curve"]] == [p["accuracy_mean"] for p in ev["accuracy_curve"]]
+    for key in ("bytes_per_node", "bytes_received_per_node", "messages_total", "bytes_by_kind",
+                "compute_flops_per_node"):
+        assert te[key] == ev[key], key
+    # rounds as barriers: never earlier than the kernel, where a device starts when its neighbours' models came
+    assert ev["sim_time_s"] <= te["sim_time_s"] <= 1.05 * ev["sim_time_s"]
+
+
+@pytest.mark.slow
+def test_fedavg_matches_the_event_kernel() -> None:
+    ev, te = both("fedavg")
+    assert te["accuracy_per_node"] == ev["accuracy_per_node"]
+    for key in ("bytes_per_node", "bytes_per_server", "bytes_received_per_server", "messages_total", "bytes_by_kind",
+                "compute_flops_total"):
+        assert te[key] == ev[key], key
+    assert te["sim_time_s"] == pytest.approx(ev["sim_time_s"], rel=1e-12)
+
+
+@pytest.mark.slow
+def test_gossip_sends_what_the_kernel_sends_and_reruns_identically() -> None:
+    ev, te = both("gossip")
+    for key in ("bytes_total", "messages_total", "bytes_by_kind", "compute_flops_total"):
+        assert te[key] == ev[key], key
+    again = api.run(SCALE["gossip"], overrides=[*small("gossip"), "engine=tensor"], write=False).summary
+    assert json.dumps(again, sort_keys=True) == json.dumps(te, sort_keys=True)
+    assert te["engine"] == "tensor" and te["exchanges_without_peer"] == 0
+    assert abs(te["accuracy_mean"] - ev["accuracy_mean"]) < 0.1  # the same task, other pairs (module docstring)
+
+
+def test_gossip_mix_keeps_the_mean_and_averages_a_lone_pair() -> None:
+    sc = api.resolve(SCALE["gossip"], overrides=small("gossip", n=16))
+    sim = TensorSimulation(sc)
+    prog = sim.program
+    assert prog.rows is not None
+    prog.rows.copy_(torch.randn(prog.rows.shape, generator=torch.Generator().manual_seed(0)))
+    before = prog.rows.double().mean(dim=0)
+    x0, x1 = prog.rows[0].clone(), prog.rows[1].clone()
+    src, dst = np.array([0, 2, 3, 4, 5]), np.array([1, 3, 4, 5, 2])  # 0-1 alone; 2-3-4-5 a cycle
+    prog._mix(src, dst)  # type: ignore[attr-defined]
+    assert torch.allclose(prog.rows.double().mean(dim=0), before, atol=1e-6)
+    assert torch.allclose(prog.rows[0], (x0 + x1) / 2) and torch.allclose(prog.rows[1], (x0 + x1) / 2)
+
+
+def test_run_directory_holds_a_line_a_round(tmp_path: Path) -> None:
+    res = api.run(SCALE["dsgd"], overrides=[*small("dsgd", n=12, rounds=2), "engine=tensor"], out=tmp_path / "run")
+    lines = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    assert [(e["kind"], e["round"]) for e in lines] == [("round", 1), ("round", 2)]
+    assert lines[-1]["bytes_total"] == res.summary["bytes_total"]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["engine"] == "tensor"
+
+
+@pytest.mark.parametrize(("setting", "field"), [
+    ("protocol.name=dac", "protocol.name"),
+    ("protocol.mode=async", "protocol.mode"),
+    ("topology.link.loss=0.1", "topology.link.loss"),
+    ("training.optimizer=adamw", "training.optimizer"),
+])
+def test_what_the_engine_cannot_run_is_named(setting: str, field: str) -> None:
+    sets = [s for s in small("gossip") if not s.startswith("protocol.eval")]
+    if setting.startswith("protocol.name"):
+        sets = [*sets, "protocol.mode=null", "protocol.exchange=null"]
+    sc = api.resolve(SCALE["gossip"], overrides=[*sets, setting, "engine=tensor"])
+    with pytest.raises(ConfigError, match=f"^{field}: .*set engine: events$"):
+        check(sc)
+
+
+def test_serialized_ingress_is_refused_and_nothing_written(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError, match=r"^topology\.ingress: "):
+        api.run(SCALE["fedavg"], overrides=[*small("fedavg"), "topology.ingress=serialized", "engine=tensor"],
+                out=out)
+    assert not out.exists() and not list(tmp_path.iterdir())
