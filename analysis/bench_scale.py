@@ -19,7 +19,8 @@ dynamics require): none, an empty churn block, 30% churn, link failures, random-
 once per fleet round (``p2pfl.sim.heap``, the default), glibc's mmap threshold pinned at 64 KiB, and glibc's
 default; the three ``summary.json`` must be the same bits (the table says whether they are).
 
-``--budget N``: memory per device of gossip at N devices after one round (inline executor): what the
+``--budget N`` (with ``--engine tensor``: the arrays the tensor engine holds the fleet in, by array, and the
+peak, which holds the round's mixing copy of the rows): memory per device of gossip at N devices after one round (inline executor): what the
 process's resident memory grew by (a fresh process), and in a second one under ``tracemalloc`` the Python
 objects by the part of the code that made them (the file of the allocating frame); beside them the model's
 own bytes and a torch generator's state (one per device); the rest is tensor storage and allocator slack.
@@ -171,6 +172,70 @@ def budget_child(n: int, trace: bool) -> None:
     emit({"n": n, "model": model_bytes, "parts": parts, "generators": gen_bytes, "rss": grown})
 
 
+def tensor_budget_child(n: int) -> None:
+    """Run gossip at ``n`` devices for one round under ``engine: tensor``; emit what resident memory grew by
+    (after the run and at its peak) and the bytes of each array the fleet is held in."""
+    import resource
+
+    import numpy as np
+
+    from p2pfl.api import resolve
+    from p2pfl.engine.simulation import TensorSimulation
+
+    def scenario(n: int) -> Any:
+        return resolve(ROOT / "scenarios" / "bench" / "scale.yaml", overrides=[
+            f"topology.n={n}", f"topology.radius={radius(n):.6f}", "protocol.rounds=1", "protocol.eval_every=1",
+            "engine=tensor"])
+
+    TensorSimulation(scenario(16)).run()  # modules loaded on first use load before measuring
+    before, peak_before = rss_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    sim = TensorSimulation(scenario(n))
+    sim.run()
+    grown = rss_bytes() - before
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - peak_before
+    fleet, data, adj = sim.program.fleet, sim.data, sim.adjacency
+    rows = sim.program.rows
+    assert rows is not None
+    arrays = {
+        "data: training and test samples (tensors)": sum(t.numel() * t.element_size()
+                                                         for t in (data.x, data.y, data.test_x, data.test_y)),
+        "batch orders of every job (small integers)": fleet.trainer.orders.numel() * fleet.trainer.orders.element_size(),
+        "graph: CSR arrays": adj.indptr.nbytes + adj.indices.nbytes,
+        "profiles: arrays; jobs done": sum(a.nbytes for a in (fleet.flops_per_s, fleet.uplink_bps, fleet.downlink_bps,
+                                                              fleet.trainer.jobs_done, data.true_clusters)),
+    }
+    floats = [v for v in vars(sim.energy).values() if isinstance(v, tuple)]
+    arrays["energy constants (Python floats)"] = sum(len(t) * (8 + 24) for t in floats)
+    lists = [v for v in sim._summary.values() if isinstance(v, list) and len(v) == n]
+    arrays["summary: per-device lists (Python)"] = sum(len(v) * 8 + sum(0 if x is None or isinstance(x, bool) else 24
+                                                                         for x in v[:1]) * len(v) for v in lists)
+    emit({"n": n, "model": rows[0].numel() * rows.element_size(), "arrays": arrays, "rss": grown, "peak": peak,
+          "numpy": np.__version__})
+
+
+def tensor_budget_rows(n: int, timeout_s: float) -> list[list[str]]:
+    """Per device: the slope of memory between N and 2N (chunk-sized buffers, a fixed cost, drop out of it)."""
+    results = []
+    for size in (n, 2 * n):
+        print(f"running the tensor engine's budget at N = {size} ...", file=sys.stderr, flush=True)
+        m = measure([sys.executable, __file__, "--budget-child", str(size), "--engine", "tensor"],
+                    timeout_s=timeout_s, cwd=ROOT)
+        r = result_of(m)
+        if r is None:
+            return [["failed", m.failure or "no result"]]
+        results.append(r)
+    small, big = results
+    named = {k: (big["arrays"][k] - small["arrays"][k]) / n for k in small["arrays"]}
+    rss, peak = ((big[k] - small[k]) / n for k in ("rss", "peak"))
+    return [["the model's parameters (a row)", f"{small['model']:,}"],
+            *[[k, f"{v:,.0f}"] for k, v in sorted(named.items(), key=lambda kv: -kv[1])],
+            ["the parts above, all told", f"{small['model'] + sum(named.values()):,.0f}"],
+            ["resident memory a device adds, measured after the run", f"{rss:,.0f}"],
+            ["peak resident memory a device adds (the round's mixing copy of the rows included)", f"{peak:,.0f}"],
+            [f"fixed: resident memory grown at N = {n:,} beyond N devices' share (chunk buffers)",
+             f"{(small['rss'] - n * rss) / 2**20:,.0f} MiB"]]
+
+
 def budget_rows(n: int, timeout_s: float) -> list[list[str]]:
     print(f"running the budget at N = {n} ...", file=sys.stderr, flush=True)
     runs = [measure([sys.executable, __file__, "--budget-child", str(n), *t], timeout_s=timeout_s, cwd=ROOT)
@@ -205,7 +270,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--quick", action="store_true", help="N = 200 and 2,000, 2 rounds: a check of the script")
     args = ap.parse_args(argv)
     if args.budget_child:
-        budget_child(args.budget_child, args.trace)
+        if args.engine == "tensor":
+            tensor_budget_child(args.budget_child)
+        else:
+            budget_child(args.budget_child, args.trace)
         return 0
     if args.quick:
         args.sizes, args.rounds, args.huge = [200, 2000], 2, None
@@ -226,7 +294,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             rows, same = heap_rows(args.heap, args.timeout, Path(tmp))
             print(f"\nHeap: scenarios/headline/gossip.yaml, {args.heap} devices (summary.json identical: {same})\n")
             print("\n".join(markdown_table(rows, ["malloc", "wall s", "peak RSS GB"], align="lrr")))
-        if args.budget:
+        if args.budget and args.engine == "tensor":
+            print(f"\nMemory per device: gossip, N = {args.budget:,} and {2 * args.budget:,}, one round, engine: tensor\n")
+            print("\n".join(markdown_table(tensor_budget_rows(args.budget, args.timeout), ["part", "bytes / device"],
+                                            align="lr")))
+        elif args.budget:
             print(f"\nMemory per device: gossip, N = {args.budget}, after one round (inline executor)\n")
             print("\n".join(markdown_table(budget_rows(args.budget, args.timeout), ["part", "bytes / device"],
                                             align="lr")))

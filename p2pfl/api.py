@@ -102,8 +102,7 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, seed: Optional[i
     A ``KeyboardInterrupt`` (Ctrl-C) propagates; the run directory is then written
     whole or not at all (``write_run_dir`` removes its temporary directory).
     """
-    from p2pfl.engine.simulation import TensorSimulation
-    from p2pfl.sim.kernel import Simulation
+    from p2pfl.engine.select import make_simulation
 
     t0 = time.perf_counter()
     extra_files = dict(extra_files or {})
@@ -114,13 +113,8 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, seed: Optional[i
         out_path = Path(out) if out is not None else default_out_dir(sc)
         tmp = start_run_dir(out_path)  # events.jsonl streams into it while the run goes
     try:
-        events_path = None if tmp is None else tmp / "events.jsonl"
-        sim: Simulation | TensorSimulation
-        if sc.engine == "tensor":
-            sim = TensorSimulation(sc, on_round=on_round, on_setup=_setup_hook(sc, on_setup), events_path=events_path)
-        else:
-            sim = Simulation(sc, on_round=on_round, on_setup=_setup_hook(sc, on_setup), events_path=events_path,
-                             cores=cores)
+        sim = make_simulation(sc, on_round=on_round, on_setup=_setup_hook(sc, on_setup),
+                              events_path=None if tmp is None else tmp / "events.jsonl", cores=cores)
         try:
             if on_start is not None:
                 on_start(sim.progress_total())

@@ -152,18 +152,15 @@ def _cmd_sweep(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from p2pfl.api import resolve
-    from p2pfl.sim.kernel import build_only
+    from p2pfl.engine.select import build_only
+    from p2pfl.engine.simulation import TensorSimulation
 
     sc = resolve(args.scenario, seed=args.seed, overrides=args.overrides, unset=args.unset)
-    if sc.engine == "tensor":
-        from p2pfl.engine.simulation import TensorSimulation
-
-        fleet = TensorSimulation(sc)  # builds the arrays a run holds (every check a run makes), no round
-        data = fleet.data
-        print(f"{args.scenario}: ok ({sc.protocol.name}, {fleet.n} devices, engine tensor, "
-              f"{len(fleet.adjacency.indices) // 2} links, {data.dataset} with {data.num_classes} classes)")
+    sim = build_only(sc)  # builds what a run builds (topology, data, network and protocol): every check, no run
+    if isinstance(sim, TensorSimulation):
+        print(f"{args.scenario}: ok ({sc.protocol.name}, {sim.n} devices, engine tensor, "
+              f"{len(sim.adjacency.indices) // 2} links, {sim.data.dataset} with {sim.data.num_classes} classes)")
         return 0
-    sim = build_only(sc)  # builds topology, data, network and protocol: every check a run makes, no run
     topo, fed = sim.topology, sim.federation
     print(f"{args.scenario}: ok ({sc.protocol.name}, {topo.n_devices} devices, {len(topo.servers)} servers, "
           f"{topo.graph.number_of_edges()} links, {fed.dataset} with {fed.num_classes} classes)")

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fifo", "tx_s"]
+__all__ = ["fifo", "tx_s", "SHORT"]
+
+#: Queues up to this long are served together (a pass per position); longer ones one at a time.
+SHORT = 64
 
 
 def tx_s(size_bytes: int, bandwidth_bps: np.ndarray) -> np.ndarray:
@@ -24,25 +27,28 @@ def fifo(ready: np.ndarray, service: np.ndarray, queue: np.ndarray, n_queues: in
     """When each item leaves its queue: items of one queue served one at a time in order of ``ready`` (ties:
     in the order given), each for ``service`` seconds, the queue idle at first.
 
-    One pass of array operations per position in the longest queue; a single queue is one cumulative
-    maximum (its k-th end is S_k + max over m <= k of (ready_m - S_{m-1}), S the running service)."""
+    A queue's k-th end is S_k + max over m <= k of (ready_m - S_{m-1}), S its running service: one cumulative
+    maximum a queue. Short queues (gossip's replies) go together, one pass of array operations per position
+    in the longest; long ones (a server's) one queue at a time."""
     done = np.empty(len(ready), dtype=np.float64)
     if len(ready) == 0:
         return done
     order = np.lexsort((np.arange(len(ready)), ready, queue))
     q, r, s = queue[order], ready[order], service[order]
-    if n_queues == 1 or (q[0] == q[-1]):
-        total = np.cumsum(s)
-        done[order] = total + np.maximum.accumulate(r - (total - s))
-        return done
     starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
-    rank = np.arange(len(q)) - np.repeat(starts, np.diff(np.r_[starts, len(q)]))
-    free = np.zeros(n_queues, dtype=np.float64)
+    ends = np.r_[starts[1:], len(q)]
     out = np.empty(len(q), dtype=np.float64)
-    for k in range(int(rank.max()) + 1):
-        at = np.flatnonzero(rank == k)
-        end = np.maximum(r[at], free[q[at]]) + s[at]
-        free[q[at]] = end
-        out[at] = end
+    if int((ends - starts).max()) > SHORT:
+        for a, b in zip(starts, ends):
+            total = np.cumsum(s[a:b])
+            out[a:b] = total + np.maximum.accumulate(r[a:b] - (total - s[a:b]))
+    else:
+        rank = np.arange(len(q)) - np.repeat(starts, ends - starts)
+        free = np.zeros(n_queues, dtype=np.float64)
+        for k in range(int(rank.max()) + 1):
+            at = np.flatnonzero(rank == k)
+            end = np.maximum(r[at], free[q[at]]) + s[at]
+            free[q[at]] = end
+            out[at] = end
     done[order] = out
     return done

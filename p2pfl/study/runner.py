@@ -139,7 +139,7 @@ def _build_all(cells: Sequence[Cell], progress: bool = False, every_s: float = 5
     """Build each cell as ``p2pfl validate`` does (topology, data, protocol; no run, no executor workers):
     {id: error} of those that fail. ``progress``: a line on stderr at most every ``every_s`` seconds (building
     a study of 1,000-device cells takes minutes)."""
-    from p2pfl.sim.kernel import build_only
+    from p2pfl.engine.select import build_only
 
     failed = {}
     t0 = last = time.perf_counter()

@@ -15,7 +15,7 @@ from p2pfl import api
 from p2pfl.engine.data import fleet_data
 from p2pfl.engine.graph import Adjacency, adjacency
 from p2pfl.engine.simulation import TensorSimulation, check
-from p2pfl.engine.timing import fifo
+from p2pfl.engine.timing import SHORT, fifo
 from p2pfl.errors import ConfigError
 from p2pfl.sim.world import build_any_federation
 from p2pfl.topology.build import build_topology
@@ -73,6 +73,24 @@ def test_fifo_serves_each_queue_in_order() -> None:
     assert done.tolist() == [1.0, 3.0, 5.0, 6.0]
     one = fifo(np.array([2.0, 0.0, 0.5]), np.array([1.0, 1.0, 1.0]), np.zeros(3, dtype=np.int64), 1)
     assert one.tolist() == [3.0, 1.0, 2.0]
+
+
+def by_hand(ready: np.ndarray, service: np.ndarray, queue: np.ndarray) -> np.ndarray:
+    out = np.empty(len(ready))
+    for qid in np.unique(queue):  # one item after another, in order of readiness
+        free = 0.0
+        for i in sorted(np.flatnonzero(queue == qid), key=lambda i: (ready[i], i)):
+            free = out[i] = max(ready[i], free) + service[i]
+    return out
+
+
+@pytest.mark.parametrize("queues", [3, 200])  # queues longer than SHORT (one at a time), and all short (together)
+def test_fifo_agrees_with_a_hand_loop(queues: int) -> None:
+    rng = np.random.default_rng(queues)
+    k = 3 * (SHORT + 10)
+    ready, service, queue = rng.random(k) * 5, rng.random(k) * 0.1, rng.integers(0, queues, k)
+    assert (np.bincount(queue).max() > SHORT) == (queues == 3)
+    assert np.allclose(fifo(ready, service, queue, queues), by_hand(ready, service, queue), rtol=0, atol=1e-12)
 
 
 @pytest.mark.slow

@@ -1,0 +1,30 @@
+"""Which engine runs a scenario (``engine:``): the event kernel, or the fleet as tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Optional, Union
+
+from p2pfl.config.scenario import Scenario
+from p2pfl.engine.simulation import TensorSimulation
+from p2pfl.sim.kernel import Simulation
+from p2pfl.sim.kernel import build_only as build_events
+
+__all__ = ["make_simulation", "build_only", "AnySimulation"]
+
+AnySimulation = Union[Simulation, TensorSimulation]
+
+
+def make_simulation(sc: Scenario, *, on_round: Optional[Callable[[], None]] = None,
+                    on_setup: Optional[Callable[[str], None]] = None, events_path: Optional[Path] = None,
+                    cores: Optional[int] = None) -> AnySimulation:
+    """The built simulation of ``sc`` under its engine (``cores``: the event kernel's executor's share)."""
+    if sc.engine == "tensor":
+        return TensorSimulation(sc, on_round=on_round, on_setup=on_setup, events_path=events_path)
+    return Simulation(sc, on_round=on_round, on_setup=on_setup, events_path=events_path, cores=cores)
+
+
+def build_only(sc: Scenario) -> AnySimulation:
+    """Build ``sc`` as a run would (every check a run makes), without running it and without workers."""
+    return TensorSimulation(sc) if sc.engine == "tensor" else build_events(sc)
