@@ -1,4 +1,4 @@
-"""Gossip, DSGD and FedAvg as programs over the fleet's rows: a round is a few tensor operations.
+"""Gossip, DSGD, FedAvg and IFCA as programs over the fleet's rows: a round is a few tensor operations.
 
 Each program trains every device of the round (``RowTrainer``, a chunk at a time), combines the models as
 the protocol says, and returns what the round sent and how long it took (``p2pfl.engine.timing``). What a
@@ -12,6 +12,8 @@ the messages the protocol sends, and count those messages' bytes as the event ke
 - FedAvg (McMahan et al. 2017; ``p2pfl.protocols.server.fedavg``): the global model is one row; each
   selected device trains a copy of it (a chunk at a time, never N rows at once), the server averages
   weighted by samples (float64, as ``weighted_average``).
+- IFCA (Ghosh et al. 2020, Alg. 2; ``p2pfl.protocols.server.ifca``): K cluster models as K rows; the E-step
+  scores them on every device's training data a chunk at a time (:class:`IFCARounds`).
 - Gossip (Boyd et al. 2006; ``p2pfl.protocols.serverless.gossip``, ``mode: sync``, ``push_pull``): each
   device picks a neighbour uniformly at random and the pair exchange models. The event kernel runs the
   exchanges one after another as messages arrive (an exchange that overlaps another averages with a model
@@ -29,7 +31,8 @@ from __future__ import annotations
 
 import warnings
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -42,7 +45,8 @@ from p2pfl.protocols.server.fedavg import select_clients
 from p2pfl.seeding import stream
 from p2pfl.topology.build import Link
 
-__all__ = ["Fleet", "Round", "RoundProgram", "GossipRounds", "DSGDRounds", "FedAvgRounds", "PROGRAMS"]
+__all__ = ["Fleet", "Round", "RoundProgram", "GossipRounds", "DSGDRounds", "ServerRounds", "FedAvgRounds", "IFCARounds",
+           "PROGRAMS"]
 
 
 @dataclass
@@ -58,6 +62,7 @@ class Fleet:
     link: Link
     state_bytes: int  # the model's tensor bytes (a message adds the header and its scalars)
     job_flops: float  # modelled FLOPs of one device's training job
+    forward_flops: float  # modelled FLOPs of one forward pass of one sample
     seed: int
     chunk: int
 
@@ -80,7 +85,16 @@ class Round:
     messages: int
     by_kind: dict[str, int]
     trained: np.ndarray  # devices that ran a training job
-    counts: dict[str, int] = field(default_factory=dict)
+    flops: Optional[np.ndarray] = None  # modelled FLOPs each device computed besides its training job
+
+    def then(self, nxt: Round) -> Round:
+        """This round's traffic and time followed by ``nxt``'s (the trained devices and FLOPs: both)."""
+        kinds = dict(self.by_kind)
+        for k, b in nxt.by_kind.items():
+            kinds[k] = kinds.get(k, 0) + b
+        flops = self.flops if nxt.flops is None else nxt.flops if self.flops is None else self.flops + nxt.flops
+        return Round(self.duration_s + nxt.duration_s, self.sent + nxt.sent, self.received + nxt.received,
+                     self.messages + nxt.messages, kinds, np.concatenate([self.trained, nxt.trained]), flops)
 
 
 class RoundProgram(ABC):
@@ -128,6 +142,10 @@ class RoundProgram(ABC):
 
     def result(self) -> dict[str, Any]:
         return {}
+
+    def clusters(self) -> Optional[list[list[int]]]:
+        """The federations the protocol found (None: it does not cluster)."""
+        return None
 
 
 class GossipRounds(RoundProgram):
@@ -246,18 +264,52 @@ class DSGDRounds(RoundProgram):
                 x[part] = torch.sparse.mm(block, x64).to(x.dtype)
 
 
-class FedAvgRounds(RoundProgram):
-    """FedAvg through one server attached to every device (module docstring)."""
+class ServerRounds(RoundProgram):
+    """A server attached to every device: its broadcast and the devices' uploads, timed as the kernel times them."""
 
-    servers = ("server",)
-
-    def __init__(self, params: Any, fleet: Fleet, rows: Optional[torch.Tensor], *, global_row: torch.Tensor,
-                 server: Any) -> None:
+    def __init__(self, params: Any, fleet: Fleet, rows: Optional[torch.Tensor], *, server: Any,
+                 serialized: bool = False) -> None:
         super().__init__(params, fleet, None)
-        self.global_row = global_row
         self.server = server  # p2pfl.topology.build.ServerNode
+        self.serialized = serialized  # ``topology.ingress: serialized``: the server receives one upload at a time
         self.servers = (server.name,)
         self.rng = stream(fleet.seed, "node", fleet.n)  # the server's stream in the event kernel
+
+    def consensus_distance(self) -> Optional[float]:
+        return None
+
+    def exchange(self, chosen: np.ndarray, down: int, up: int, compute_s: np.ndarray) -> tuple[float, np.ndarray,
+                                                                                                 np.ndarray]:
+        """The server sends ``down`` bytes to each of ``chosen`` in id order over its egress slots (each at
+        min(link, egress, the device's downlink); slots taken in turn, the kernel's order when the devices'
+        downlinks are equal); each device computes for ``compute_s`` and uploads ``up`` bytes (a server
+        receives in parallel). The round's end and the bytes each node sent and received."""
+        f, n, link = self.fleet, self.fleet.n, self.server.link
+        egress = self.server.egress_bps
+        slots = 1 if egress is None else max(1, int(egress // link.bandwidth_bps))
+        server_up = np.inf if egress is None else egress
+        bw = np.minimum(np.minimum(link.bandwidth_bps, server_up), f.downlink_bps[chosen])
+        got = fifo(np.zeros(len(chosen)), tx_s(down, bw), np.arange(len(chosen)) % slots, slots) + link.latency_s
+        ready = got + compute_s
+        upload = tx_s(up, np.minimum(link.bandwidth_bps, f.uplink_bps[chosen]))
+        arrive = fifo(ready, upload, np.zeros(len(chosen), dtype=np.int64), 1) if self.serialized else ready + upload
+        end = float((arrive + link.latency_s).max(initial=0.0))
+        sent = np.zeros(n + 1, dtype=np.int64)
+        received = np.zeros(n + 1, dtype=np.int64)
+        sent[chosen] = up
+        received[chosen] = down
+        sent[n] = down * len(chosen)
+        received[n] = up * len(chosen)
+        return end, sent, received
+
+
+class FedAvgRounds(ServerRounds):
+    """FedAvg through one server attached to every device (module docstring)."""
+
+    def __init__(self, params: Any, fleet: Fleet, rows: Optional[torch.Tensor], *, global_row: torch.Tensor,
+                 server: Any, serialized: bool = False) -> None:
+        super().__init__(params, fleet, None, server=server, serialized=serialized)
+        self.global_row = global_row
 
     def scores(self) -> np.ndarray:
         f = self.fleet
@@ -267,12 +319,9 @@ class FedAvgRounds(RoundProgram):
             out[part] = f.trainer.score(rows, torch.arange(part.start, part.stop)).numpy()
         return out
 
-    def consensus_distance(self) -> Optional[float]:
-        return None
-
     def round(self, r: int) -> Round:
-        f, n, link = self.fleet, self.fleet.n, self.server.link
-        chosen = np.asarray(select_clients(tuple(range(n)), self.params.client_fraction, self.rng), dtype=np.int64)
+        f = self.fleet
+        chosen = np.asarray(select_clients(tuple(range(f.n)), self.params.client_fraction, self.rng), dtype=np.int64)
         weight = float(f.trainer.data.samples)
         acc = torch.zeros_like(self.global_row, dtype=torch.float64)
         total = weight * len(chosen)
@@ -283,24 +332,101 @@ class FedAvgRounds(RoundProgram):
             acc += (rows.double() * (weight / total)).sum(dim=0)
         self.global_row = acc.to(self.global_row.dtype)
         down, up = 64 + f.state_bytes, 64 + f.state_bytes + 8  # the global model; a model and its sample count
-        # time: the server sends in id order over its egress slots, each device trains, then uploads
-        egress = self.server.egress_bps
-        slots = 1 if egress is None else max(1, int(egress // link.bandwidth_bps))
-        server_up = np.inf if egress is None else egress
-        bw = np.minimum(np.minimum(link.bandwidth_bps, server_up), f.downlink_bps[chosen])
-        got = fifo(np.zeros(len(chosen)), tx_s(down, bw), np.arange(len(chosen)) % slots, slots) + link.latency_s
-        ready = got + f.compute_s()[chosen]
-        server_down = np.inf if self.server.ingress_bps is None else self.server.ingress_bps
-        arrive = ready + tx_s(up, np.minimum(np.minimum(link.bandwidth_bps, f.uplink_bps[chosen]), server_down))
-        end = float((arrive + link.latency_s).max(initial=0.0))
-        sent = np.zeros(n + 1, dtype=np.int64)
-        received = np.zeros(n + 1, dtype=np.int64)
-        sent[chosen] = up
-        received[chosen] = down
-        sent[n] = down * len(chosen)
-        received[n] = up * len(chosen)
+        end, sent, received = self.exchange(chosen, down, up, f.compute_s()[chosen])
         k = len(chosen)
         return Round(end, sent, received, 2 * k, {"model": k * down, "update": k * up}, chosen)
 
 
-PROGRAMS: dict[str, type[RoundProgram]] = {"gossip": GossipRounds, "dsgd": DSGDRounds, "fedavg": FedAvgRounds}
+class IFCARounds(ServerRounds):
+    """IFCA (Ghosh et al. 2020, Alg. 2; ``p2pfl.protocols.server.ifca``): the server broadcasts K cluster
+    models; each device picks the one with the lowest loss on its training data (E-step, K forward passes
+    charged), trains a copy and uploads it with its cluster id; each cluster's model becomes the
+    sample-weighted average of its uploads (float64, in id order), a cluster nobody chose keeps its own. With
+    ``balanced_init``, probes redraw the K inits until every cluster is picked by ceil(n / 2K) devices."""
+
+    def __init__(self, params: Any, fleet: Fleet, rows: Optional[torch.Tensor], *, server: Any,
+                 init: Callable[[int], torch.Tensor], serialized: bool = False) -> None:
+        super().__init__(params, fleet, None, server=server, serialized=serialized)
+        self.init = init  # draw -> (K, P) cluster models (the kernel's ``IFCA.init_models``)
+        self.models = init(0)
+        self.assignment = np.zeros(fleet.n, dtype=np.int64)
+        self.init_balanced: list[tuple[bool, float]] = []  # each probe's verdict and when (from the round's start)
+
+    @property
+    def k(self) -> int:
+        return int(self.params.n_clusters)
+
+    def estep_flops(self) -> float:
+        return float(self.k * self.fleet.forward_flops * self.fleet.trainer.data.samples)
+
+    def choose(self) -> np.ndarray:
+        """Each device's cluster: the argmin of the K models' mean training loss (ties: the lowest id)."""
+        f = self.fleet
+        out = np.empty(f.n, dtype=np.int64)
+        for part in chunks(f.n, max(1, f.chunk // self.k)):
+            losses = f.trainer.losses(self.models, torch.arange(part.start, part.stop))
+            out[part] = losses.argmin(dim=1).numpy()
+        return out
+
+    def probe(self) -> Round:
+        """The balanced initializer (the reference code's; off by default, as in the paper): what it sent."""
+        from p2pfl.protocols.server.ifca import is_balanced
+
+        f, n = self.fleet, self.fleet.n
+        everyone = np.arange(n)
+        down, up = 64 + self.k * f.state_bytes, 64 + 8  # K models; a cluster id
+        spent: Optional[Round] = None
+        for draw in range(self.params.init_tries):
+            picks = self.choose()
+            end, sent, received = self.exchange(everyone, down, up, self.estep_flops() / f.flops_per_s)
+            step = Round(end, sent, received, 2 * n, {"probe": n * down, "probe_reply": n * up},
+                         np.zeros(0, dtype=np.int64), np.full(n, self.estep_flops()))
+            spent = step if spent is None else spent.then(step)
+            balanced = is_balanced(picks.tolist(), self.k)
+            self.init_balanced.append((balanced, spent.duration_s))
+            if balanced or draw == self.params.init_tries - 1:
+                break
+            self.models = self.init(draw + 1)
+        assert spent is not None
+        return spent
+
+    def round(self, r: int) -> Round:
+        f, n = self.fleet, self.fleet.n
+        probed = self.probe() if self.params.balanced_init and r == 1 else None
+        chosen = self.choose()
+        weight = float(f.trainer.data.samples)
+        acc = torch.zeros((self.k, self.models.shape[1]), dtype=torch.float64)
+        counts = np.bincount(chosen, minlength=self.k)
+        for part in chunks(n, f.chunk):
+            devices = torch.arange(part.start, part.stop)
+            cluster = torch.from_numpy(chosen[part])
+            rows = self.models[cluster].clone()
+            f.trainer.train(rows, devices)
+            acc.index_add_(0, cluster, rows.double() * weight)
+        for q in np.flatnonzero(counts):
+            self.models[q] = (acc[q] / (weight * counts[q])).to(self.models.dtype)
+        self.assignment = chosen
+        down, up = 64 + self.k * f.state_bytes, 64 + f.state_bytes + 16  # K models; a model, its samples and cluster
+        everyone = np.arange(n)
+        end, sent, received = self.exchange(everyone, down, up, self.estep_flops() / f.flops_per_s + f.compute_s())
+        step = Round(end, sent, received, 2 * n, {"models": n * down, "update": n * up}, everyone,
+                     np.full(n, self.estep_flops()))
+        return step if probed is None else probed.then(step)
+
+    def clusters(self) -> list[list[int]]:
+        """The non-empty clusters of the latest assignment, in cluster-id order (``clusters_from_assignment``)."""
+        order = np.argsort(self.assignment, kind="stable")
+        bounds = np.cumsum(np.bincount(self.assignment, minlength=self.k))[:-1]
+        return [g.tolist() for g in np.split(order, bounds) if len(g)]
+
+    def scores(self) -> np.ndarray:
+        f = self.fleet
+        out = np.empty(f.n)
+        for part in chunks(f.n, f.chunk):
+            rows = self.models[torch.from_numpy(self.assignment[part])]
+            out[part] = f.trainer.score(rows, torch.arange(part.start, part.stop)).numpy()
+        return out
+
+
+PROGRAMS: dict[str, type[RoundProgram]] = {"gossip": GossipRounds, "dsgd": DSGDRounds, "fedavg": FedAvgRounds,
+                                            "ifca": IFCARounds}

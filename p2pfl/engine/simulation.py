@@ -6,7 +6,7 @@ fleet is a handful of arrays: the models as rows of one ``(N, P)`` tensor (FedAv
 ``(N, S, ...)`` tensors, the graph as CSR arrays, the profiles as columns. A round trains every device a chunk
 of rows at a time and combines the rows as the protocol's messages say; bytes, FLOPs and simulated time are
 the kernel's arithmetic over arrays. It runs what the arrays can express: gossip (``mode: sync``,
-``push_pull``), DSGD and FedAvg, on a static, lossless fleet with one kind of link, plain models (float
+``push_pull``), DSGD, FedAvg and IFCA, on a static, lossless fleet with one kind of link, plain models (float
 parameters only) trained by SGD. :func:`check` names what a scenario asks beyond that.
 
 The summary has the kernel's fields, with the same meaning, so reports read both; ``engine: tensor`` in it
@@ -24,11 +24,12 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from p2pfl.clustering.scores import clustering_scores
 from p2pfl.config.scenario import Scenario
 from p2pfl.data.datasets import dataset_info
 from p2pfl.engine.data import fleet_data
 from p2pfl.engine.graph import adjacency
-from p2pfl.engine.rounds import PROGRAMS, FedAvgRounds, Fleet, Round, RoundProgram
+from p2pfl.engine.rounds import PROGRAMS, FedAvgRounds, Fleet, IFCARounds, Round, RoundProgram
 from p2pfl.engine.train import RowTrainer
 from p2pfl.errors import ConfigError
 from p2pfl.learning.models import build_model
@@ -55,7 +56,7 @@ def check(sc: Scenario) -> None:
         return ConfigError(f"{field}: {why} under engine: tensor; change it, or set engine: events")
 
     if p.name not in PROGRAMS:
-        raise no("protocol.name", f"{p.name!r} does not run (gossip, dsgd and fedavg do)")
+        raise no("protocol.name", f"{p.name!r} does not run (gossip, dsgd, fedavg and ifca do)")
     if p.name == "gossip" and (p.mode != "sync" or p.exchange != "push_pull"):  # type: ignore[attr-defined]
         raise no("protocol.mode", "gossip runs with mode: sync and exchange: push_pull only")
     if sc.dynamics is not None:
@@ -64,13 +65,16 @@ def check(sc: Scenario) -> None:
         raise no("topology.edges", "every link is the topology's link (no per-edge overrides)")
     if topo.link.loss or any(s.link.loss for s in topo.servers):
         raise no("topology.link.loss", "links are lossless")
-    if p.name == "fedavg":
+    if p.name in ("fedavg", "ifca"):
         if len(topo.servers) != 1 or topo.servers[0].attach != "all":
-            raise no("topology.servers", "FedAvg needs one server attached to all devices")
-        if topo.ingress != "parallel" or topo.servers[0].ingress_bps is not None:
-            raise no("topology.ingress", "a server receives in parallel (no ingress limit)")
+            raise no("topology.servers", f"{p.name} needs one server attached to all devices")
+        if topo.servers[0].ingress_bps is not None:
+            raise no("topology.servers[0].ingress_bps", "a server receives in parallel or one upload at a time "
+                                                        "(topology.ingress), not at a capacity")
     elif topo.servers:
         raise no("topology.servers", f"{p.name} runs without servers")
+    elif topo.ingress == "serialized":
+        raise no("topology.ingress", "devices receive in parallel (serialized ingress is for a server's uploads)")
     t = sc.training
     if t.optimizer != "sgd" or t.grad_clip is not None:
         raise no("training.optimizer", "training is SGD without gradient clipping")
@@ -118,19 +122,30 @@ class TensorSimulation:
             self.job_flops = int(train_flops(forward, data.samples * sc.training.epochs))
             fleet = Fleet(trainer=trainer, adjacency=self.adjacency, flops_per_s=flops, uplink_bps=up,
                           downlink_bps=down, link=link_of(sc.topology.link), state_bytes=width * layout.dtype.itemsize,
-                          job_flops=float(self.job_flops), seed=seed, chunk=chunk)
+                          job_flops=float(self.job_flops), forward_flops=float(forward), seed=seed, chunk=chunk)
             first = layout.pack(common.state_dict())
+
+            def weights(purpose: str, *ids: int) -> torch.Tensor:
+                model = build_model(spec, data.input_shape, data.num_classes, seed=child_seed(seed, purpose, *ids))
+                return layout.pack(model.state_dict())
+
             self.program: RoundProgram
+            servers = sc.topology.servers
+            server = None if not servers else ServerNode(name=servers[0].name, attached=(), link=link_of(servers[0].link),
+                                                         egress_bps=servers[0].egress_bps)
+            serialized = sc.topology.ingress == "serialized"
             if sc.protocol.name == "fedavg":
-                s = sc.topology.servers[0]
-                server = ServerNode(name=s.name, attached=(), link=link_of(s.link), egress_bps=s.egress_bps)
-                self.program = FedAvgRounds(sc.protocol, fleet, None, global_row=first, server=server)
+                self.program = FedAvgRounds(sc.protocol, fleet, None, global_row=first, server=server,
+                                            serialized=serialized)
+            elif sc.protocol.name == "ifca":
+                k = sc.protocol.n_clusters  # type: ignore[attr-defined]
+                self.program = IFCARounds(sc.protocol, fleet, None, server=server, serialized=serialized,
+                                          init=lambda draw: torch.stack([weights("ifca.init", draw, q) for q in range(k)]))
             else:
                 rows = torch.empty((n, width), dtype=layout.dtype)
                 if getattr(sc.protocol, "init", "common") == "independent":
                     for i in range(n):
-                        own_model = build_model(spec, data.input_shape, data.num_classes, seed=child_seed(seed, "init", i))
-                        rows[i] = layout.pack(own_model.state_dict())
+                        rows[i] = weights("init", i)
                 else:
                     rows[:] = first
                 self.program = PROGRAMS[sc.protocol.name](sc.protocol, fleet, rows)
@@ -167,6 +182,9 @@ class TensorSimulation:
         logs: list[dict[str, Any]] = []
         metric = self.data.metric
         values = np.full(n, np.nan)
+        extra = np.zeros(n)  # modelled FLOPs besides the training jobs (IFCA's E-steps)
+        events: list[dict[str, Any]] = []  # clustering reports, scored against the true clusters
+        logged: dict[str, list[dict[str, Any]]] = {}
         with torch_threads(sc.threads):
             if (cd := prog.consensus_distance()) is not None:
                 logs.append({"t": 0.0, "value": cd, "round": 0})
@@ -177,11 +195,22 @@ class TensorSimulation:
                 sent += step.sent
                 received += step.received
                 jobs[step.trained] += 1
+                if step.flops is not None:
+                    extra += step.flops
                 messages += step.messages
                 for kind, b in step.by_kind.items():
                     by_kind[kind] = by_kind.get(kind, 0) + b
                 if (cd := prog.consensus_distance()) is not None:
                     logs.append({"t": now, "value": cd if np.isfinite(cd) else None, "round": r})
+                if (found := prog.clusters()) is not None:
+                    scored = clustering_scores(tuple(self.data.true_clusters.tolist()), found)
+                    events.append({"round": r, "t": now, **scored})
+                    assert isinstance(prog, IFCARounds)
+                    if r == 1 and prog.init_balanced:
+                        logged["ifca_init_balanced"] = [{"t": at, "value": ok, "draw": d}
+                                                        for d, (ok, at) in enumerate(prog.init_balanced)]
+                    logged.setdefault("assignment", []).append({"t": now, "value": prog.assignment.tolist(), "round": r})
+                    logged.setdefault("ari", []).append({"t": now, "value": scored["ari"], "round": r})
                 point: dict[str, Any] = {"round": r, "t": now}
                 if r == sc.protocol.rounds or (sc.protocol.eval_every is not None and r % sc.protocol.eval_every == 0):
                     values = prog.scores()
@@ -193,7 +222,8 @@ class TensorSimulation:
                     for _ in range(1 if servers else n):
                         self._on_round()
         self.run_wall_s = time.perf_counter() - t0
-        flops = (jobs * self.job_flops).tolist()
+        flops_each = jobs * self.job_flops + extra
+        flops = [int(f) for f in flops_each]
         head = {"scenario": sc.name, "protocol": sc.protocol.name, "seed": self.seed, "rounds": sc.protocol.rounds}
         names = prog.servers
         d2d = int(sent[:n].sum()) if not servers else 0
@@ -210,7 +240,7 @@ class TensorSimulation:
             "bytes_wan": int(sent.sum()) - d2d, "bytes_device_to_device": d2d,
             "bytes_by_kind": dict(sorted(by_kind.items())),
             "compute_flops_total": int(sum(flops)),
-            "compute_sim_s_total": float((jobs * self.job_flops / self.program.fleet.flops_per_s).sum()),
+            "compute_sim_s_total": float((flops_each / self.program.fleet.flops_per_s).sum()),
             "compute_flops_per_node": flops,
             "energy": energy_summary(self.energy, bytes_sent=sent[:n].tolist(), bytes_received=received[:n].tolist(),
                                      bytes_relayed=[0] * n, flops=flops),
@@ -219,10 +249,12 @@ class TensorSimulation:
                                     for p in curve],
             "round_latency": {"rounds_of": "fleet", "n": len(durations), "p50": float(p50), "p95": float(p95),
                               "max": float(max(durations))},
-            "logs": {"consensus_distance": logs} if logs else {},
+            "logs": dict(sorted({**({"consensus_distance": logs} if logs else {}), **logged}.items())),
             "true_clusters": self.data.true_clusters.tolist(), "partition": self.data.stats(),
             "messages_in_flight": 0, **prog.result(),
         }
+        if events:  # the protocol's clustering fields (``Protocol.cluster_fields``: IFCA's are these two)
+            self._summary.update(clusters=events[-1]["clusters"], ari=events[-1]["ari"])
         return self._summary
 
     def close(self) -> None:

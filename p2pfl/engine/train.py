@@ -83,6 +83,26 @@ class RowTrainer:
         return totals / max(batches, 1)
 
     @torch.no_grad()
+    def losses(self, models: torch.Tensor, devices: torch.Tensor) -> torch.Tensor:
+        """``(len(devices), K)``: each of the K ``models``' (rows) mean task loss on each device's training data,
+        in eval mode as ``average_loss`` scores it (float64)."""
+        x, y = self.data.x[devices], self.data.y[devices]
+        k, s = int(models.shape[0]), int(x.shape[1])
+        flat_x = x.reshape(len(devices) * s, *x.shape[2:])
+        flat_y = y.reshape(-1)
+        out = torch.empty((len(devices), k), dtype=torch.float64)
+        views = self._views(models)
+        self.template.eval()
+        try:
+            for q in range(k):
+                logits = functional_call(self.template, {name: v[q] for name, v in views.items()}, (flat_x,))
+                per = task_loss(logits, flat_y, reduction="none").reshape(len(devices), -1)
+                out[:, q] = per.double().sum(dim=1) / s
+        finally:
+            self.template.train()
+        return out
+
+    @torch.no_grad()
     def score(self, rows: torch.Tensor, devices: torch.Tensor) -> torch.Tensor:
         """Each model's score on its device's test set: accuracy, or RMSE for regression (float64)."""
         x, y = self.data.test_x[devices], self.data.test_y[devices]

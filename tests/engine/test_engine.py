@@ -30,8 +30,8 @@ def small(protocol: str, n: int = 24, rounds: int = 3) -> list[str]:
             "executor=inline"]
 
 
-def both(protocol: str, **kw: int) -> tuple[dict, dict]:
-    sets = small(protocol, **kw)
+def both(protocol: str, ingress: str = "parallel", **kw: int) -> tuple[dict, dict]:
+    sets = [*small(protocol, **kw), f"topology.ingress={ingress}"]
     events = api.run(SCALE[protocol], overrides=[*sets, "engine=events"], write=False).summary
     tensor = api.run(SCALE[protocol], overrides=[*sets, "engine=tensor"], write=False).summary
     return events, tensor
@@ -107,13 +107,31 @@ def test_dsgd_matches_the_event_kernel() -> None:
 
 
 @pytest.mark.slow
-def test_fedavg_matches_the_event_kernel() -> None:
-    ev, te = both("fedavg")
+@pytest.mark.parametrize("ingress", ["parallel", "serialized"])
+def test_fedavg_matches_the_event_kernel(ingress: str) -> None:
+    ev, te = both("fedavg", ingress=ingress)
     assert te["accuracy_per_node"] == ev["accuracy_per_node"]
     for key in ("bytes_per_node", "bytes_per_server", "bytes_received_per_server", "messages_total", "bytes_by_kind",
                 "compute_flops_total"):
         assert te[key] == ev[key], key
     assert te["sim_time_s"] == pytest.approx(ev["sim_time_s"], rel=1e-12)
+
+
+@pytest.mark.slow
+def test_ifca_matches_the_event_kernel_balanced_init_included() -> None:
+    """IFCA's E-step, training and per-cluster averages are synchronous: the same clusters, scores and bytes."""
+    sets = [*small("gossip", n=40), "protocol.name=ifca", "protocol.n_clusters=2", "protocol.balanced_init=true",
+            "data.partition.n_clusters=2", "topology.servers=[{attach: all, egress_bps: 1.0e9}]"]
+    runs = [api.run(SCALE["gossip"], overrides=[*sets, f"engine={e}"], unset=["protocol.mode", "protocol.exchange"],
+                    write=False).summary for e in ("events", "tensor")]
+    ev, te = runs
+    for key in ("accuracy_per_node", "clusters", "ari", "bytes_per_node", "bytes_per_server", "bytes_by_kind",
+                "messages_total", "compute_flops_per_node"):
+        assert te[key] == ev[key], key
+    assert te["sim_time_s"] == pytest.approx(ev["sim_time_s"], rel=1e-12)
+    assert te["logs"]["ifca_init_balanced"] == ev["logs"]["ifca_init_balanced"]
+    assert [e["value"] for e in te["logs"]["assignment"]] == [e["value"] for e in ev["logs"]["assignment"]]
+    assert 0 < te["ari"] <= 1 and te["bytes_by_kind"]["probe"] > 0
 
 
 @pytest.mark.slow
@@ -154,6 +172,7 @@ def test_run_directory_holds_a_line_a_round(tmp_path: Path) -> None:
     ("protocol.mode=async", "protocol.mode"),
     ("topology.link.loss=0.1", "topology.link.loss"),
     ("training.optimizer=adamw", "training.optimizer"),
+    ("topology.ingress=serialized", "topology.ingress"),
 ])
 def test_what_the_engine_cannot_run_is_named(setting: str, field: str) -> None:
     sets = [s for s in small("gossip") if not s.startswith("protocol.eval")]
@@ -164,9 +183,9 @@ def test_what_the_engine_cannot_run_is_named(setting: str, field: str) -> None:
         check(sc)
 
 
-def test_serialized_ingress_is_refused_and_nothing_written(tmp_path: Path) -> None:
+def test_an_ingress_capacity_is_refused_and_nothing_written(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    with pytest.raises(ConfigError, match=r"^topology\.ingress: "):
-        api.run(SCALE["fedavg"], overrides=[*small("fedavg"), "topology.ingress=serialized", "engine=tensor"],
-                out=out)
+    with pytest.raises(ConfigError, match=r"^topology\.servers\[0\]\.ingress_bps: "):
+        api.run(SCALE["fedavg"], overrides=[*small("fedavg"), "engine=tensor",
+                                            "topology.servers=[{attach: all, ingress_bps: 1.0e9}]"], out=out)
     assert not out.exists() and not list(tmp_path.iterdir())
