@@ -4,7 +4,8 @@
                                    [--huge 1000000] [--huge-rounds 2] [--executor batched] [--timeout 3600]
                                    [--engine events] [--dynamics N] [--heap N] [--budget N] [--quick]
 
-Scale table: ``scenarios/bench/scale.yaml`` (gossip), ``scale_dsgd.yaml`` and ``scale_fedavg.yaml`` (MLP with
+Scale table: ``scenarios/bench/scale.yaml`` (gossip), ``scale_dsgd.yaml``, ``scale_fedavg.yaml`` and
+``scale_ifca.yaml`` (IFCA: two cluster models on two true clusters; ``--protocols ... ifca``) (MLP with
 64 hidden units on 16 synthetic samples per device) at each N, radius 1.6 sqrt(ln N / (pi N)). Each row is one
 ``p2pfl run`` in a fresh process (``p2pfl.metrics.measured``): wall seconds (start-up and set-up included),
 build and run seconds (``timing.json``), peak PSS of the process tree, the time per device-round outside
@@ -43,7 +44,7 @@ from p2pfl.metrics.measured import emit, machine_line, measure, result_of, rss_b
 from p2pfl.metrics.tables import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIO = {"gossip": "scale.yaml", "dsgd": "scale_dsgd.yaml", "fedavg": "scale_fedavg.yaml"}
+SCENARIO = {"gossip": "scale.yaml", "dsgd": "scale_dsgd.yaml", "fedavg": "scale_fedavg.yaml", "ifca": "scale_ifca.yaml"}
 DYNAMICS: dict[str, Optional[dict[str, Any]]] = {
     "none": None,
     "empty churn block": {"churn": {"offline": 0.0, "cycle_s": 1.0}},
@@ -254,7 +255,7 @@ def budget_rows(n: int, timeout_s: float) -> list[list[str]]:
 
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--protocols", nargs="+", default=list(SCENARIO), choices=list(SCENARIO))
+    ap.add_argument("--protocols", nargs="+", default=["gossip", "dsgd", "fedavg"], choices=list(SCENARIO))
     ap.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000])
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--huge", type=int, help="also this many devices (e.g. 1000000), --huge-rounds rounds")

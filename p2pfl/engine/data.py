@@ -35,6 +35,7 @@ class FleetData:
     num_classes: int
     input_shape: tuple[int, ...]
     task: str
+    partition: str
 
     @property
     def metric(self) -> str:
@@ -48,7 +49,7 @@ class FleetData:
     def stats(self) -> dict[str, object]:
         """The summary's ``partition`` block, the sizes and groups of the kernel's (no per-device class lists)."""
         n = int(self.x.shape[0])
-        return {"dataset": self.dataset, "num_classes": self.num_classes, "input_shape": list(self.input_shape),
+        return {"dataset": self.dataset, "partition": self.partition, "num_classes": self.num_classes, "input_shape": list(self.input_shape),
                 "samples_per_device": self.samples, "test_samples_per_device": int(self.test_x.shape[1]),
                 "n_devices": n, "n_clusters": len(np.unique(self.true_clusters))}
 
@@ -66,7 +67,8 @@ def fleet_data(spec: DataSpec, n: int, seed: int) -> FleetData:
     return FleetData(x=torch.stack([s.train_x for s in fed.shards]), y=torch.stack([s.train_y for s in fed.shards]),
                      test_x=torch.stack([s.test_x for s in fed.shards]), test_y=torch.stack([s.test_y for s in fed.shards]),
                      true_clusters=np.asarray(fed.true_clusters, dtype=np.int64), dataset=fed.dataset,
-                     num_classes=fed.num_classes, input_shape=tuple(fed.input_shape), task=fed.task)
+                     num_classes=fed.num_classes, input_shape=tuple(fed.input_shape), task=fed.task,
+                     partition=fed.partition)
 
 
 def _synthetic(spec: DataSpec, n: int, seed: int) -> FleetData:
@@ -82,4 +84,4 @@ def _synthetic(spec: DataSpec, n: int, seed: int) -> FleetData:
         x[i], y[i], tx[i], ty[i] = a, b, c, d
     return FleetData(x=x, y=y, test_x=tx, test_y=ty, true_clusters=np.asarray(clusters, dtype=np.int64),
                      dataset=spec.dataset, num_classes=2 if logistic else 0, input_shape=(p.n_features,),
-                     task="classification" if logistic else "regression")
+                     task="classification" if logistic else "regression", partition=p.kind)

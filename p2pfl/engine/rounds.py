@@ -15,16 +15,14 @@ the messages the protocol sends, and count those messages' bytes as the event ke
 - IFCA (Ghosh et al. 2020, Alg. 2; ``p2pfl.protocols.server.ifca``): K cluster models as K rows; the E-step
   scores them on every device's training data a chunk at a time (:class:`IFCARounds`).
 - Gossip (Boyd et al. 2006; ``p2pfl.protocols.serverless.gossip``, ``mode: sync``, ``push_pull``): each
-  device picks a neighbour uniformly at random and the pair exchange models. The event kernel runs the
-  exchanges one after another as messages arrive (an exchange that overlaps another averages with a model
-  that has already moved); here every exchange of a round is simultaneous. Our rule for that (the paper
-  defines pairwise exchanges, one at a time): over the round's exchange graph (i -- j when one picked the
-  other), x_i <- x_i + sum_j w_ij (x_j - x_i) with w_ij = 1 / (1 + max(e_i, e_j)), e_i the partners of i
-  this round. An exchange that overlaps no other is the pairwise average (w = 1/2); the matrix is
-  symmetric and doubly stochastic, so the fleet's mean model is kept exactly (up to rounding) in every
-  round, which the kernel's push-pull keeps only when exchanges do not overlap. Peers are drawn from one
-  fleet stream (``stream(seed, "engine.peers")``), not the kernel's per-device streams, so the pairs differ
-  from the kernel's: runs agree in distribution, not exchange by exchange.
+  device trains, then picks a neighbour uniformly at random, and the round's exchanges run one after
+  another in a random order, each moving both ends halfway to the other's current model: Boyd et al.'s
+  randomized gossip with N ticks a round. The event kernel runs the exchanges in the order its messages
+  arrive, and an exchange that overlaps another averages with a model sent before that one moved (a
+  push-pull reply); here each is atomic, so the fleet's mean model is kept in every round (up to
+  rounding). Peers and order come from one fleet stream (``stream(seed, "engine.peers")``), not the
+  kernel's per-device streams, so runs agree in distribution, not exchange by exchange
+  (``scenarios/studies/engine_check.yaml``).
 """
 
 from __future__ import annotations
@@ -149,7 +147,7 @@ class RoundProgram(ABC):
 
 
 class GossipRounds(RoundProgram):
-    """Sync push-pull gossip with simultaneous exchanges (module docstring)."""
+    """Sync push-pull gossip, the round's exchanges one after another (module docstring)."""
 
     def __init__(self, params: Any, fleet: Fleet, rows: Optional[torch.Tensor]) -> None:
         super().__init__(params, fleet, rows)
@@ -191,22 +189,27 @@ class GossipRounds(RoundProgram):
                      np.arange(n))
 
     def _mix(self, src: np.ndarray, dst: np.ndarray) -> None:
-        """x_i += sum_j w_ij (x_j - x_i) over the round's exchange graph, all from the round's models."""
+        """The round's exchanges one after another in a random order (Boyd et al.'s ticks): each moves both
+        ends halfway to the other's current model, as ``add_delta_(x, sub(y, x), 0.5)`` does. Run in layers:
+        an exchange goes once every earlier one sharing an end has gone, so a layer's pairs are disjoint and
+        the result is the sequential one's, bit for bit (tested)."""
         assert self.rows is not None
-        n = self.fleet.n
-        lo, hi = np.minimum(src, dst), np.maximum(src, dst)
-        key = np.unique(lo * n + hi)
-        a, b = key // n, key % n
-        e = np.bincount(a, minlength=n) + np.bincount(b, minlength=n)
-        w = torch.from_numpy(1.0 / (1.0 + np.maximum(e[a], e[b]))).to(self.rows.dtype)
-        x = self.rows
-        out = x.clone()
-        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-        for part in chunks(len(key), max(1, self.fleet.chunk)):
-            d = (x[tb[part]] - x[ta[part]]).mul_(w[part].unsqueeze(1))
-            out.index_add_(0, ta[part], d)
-            out.index_add_(0, tb[part], d, alpha=-1)
-        x.copy_(out)
+        x, n = self.rows, self.fleet.n
+        order = self.rng.permutation(len(src))
+        a, b = src[order], dst[order]
+        left = np.arange(len(a))
+        while len(left):
+            first = np.full(n, len(a), dtype=np.int64)  # each node's earliest exchange still to go
+            np.minimum.at(first, a[left], left)
+            np.minimum.at(first, b[left], left)
+            now = (first[a[left]] == left) & (first[b[left]] == left)
+            layer = left[now]
+            left = left[~now]
+            for part in chunks(len(layer), self.fleet.chunk):
+                ia, ib = torch.from_numpy(a[layer[part]]), torch.from_numpy(b[layer[part]])
+                xa, xb = x[ia], x[ib]
+                x[ia] = xa + (xb - xa) * 0.5
+                x[ib] = xb + (xa - xb) * 0.5
 
     def result(self) -> dict[str, Any]:
         return {"exchanges_without_peer": self.exchanges_without_peer}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -14,6 +15,7 @@ import torch
 from p2pfl import api
 from p2pfl.engine.data import fleet_data
 from p2pfl.engine.graph import Adjacency, adjacency
+from p2pfl.engine.rounds import GossipRounds
 from p2pfl.engine.simulation import TensorSimulation, check
 from p2pfl.engine.timing import SHORT, fifo
 from p2pfl.errors import ConfigError
@@ -145,18 +147,22 @@ def test_gossip_sends_what_the_kernel_sends_and_reruns_identically() -> None:
     assert abs(te["accuracy_mean"] - ev["accuracy_mean"]) < 0.1  # the same task, other pairs (module docstring)
 
 
-def test_gossip_mix_keeps_the_mean_and_averages_a_lone_pair() -> None:
+def test_gossip_mix_is_the_sequential_exchanges_bit_for_bit() -> None:
     sc = api.resolve(SCALE["gossip"], overrides=small("gossip", n=16))
-    sim = TensorSimulation(sc)
-    prog = sim.program
-    assert prog.rows is not None
+    prog = TensorSimulation(sc).program
+    assert isinstance(prog, GossipRounds) and prog.rows is not None
     prog.rows.copy_(torch.randn(prog.rows.shape, generator=torch.Generator().manual_seed(0)))
-    before = prog.rows.double().mean(dim=0)
-    x0, x1 = prog.rows[0].clone(), prog.rows[1].clone()
-    src, dst = np.array([0, 2, 3, 4, 5]), np.array([1, 3, 4, 5, 2])  # 0-1 alone; 2-3-4-5 a cycle
-    prog._mix(src, dst)  # type: ignore[attr-defined]
-    assert torch.allclose(prog.rows.double().mean(dim=0), before, atol=1e-6)
-    assert torch.allclose(prog.rows[0], (x0 + x1) / 2) and torch.allclose(prog.rows[1], (x0 + x1) / 2)
+    start = prog.rows.clone()
+    src, dst = np.array([0, 2, 3, 4, 5, 7, 3]), np.array([1, 3, 4, 5, 2, 3, 2])  # 0-1 alone; 2..5 and 7 overlap
+    order = copy.deepcopy(prog.rng).permutation(len(src))  # the draw _mix makes
+    prog._mix(src, dst)
+    x = start.clone()
+    for i, j in zip(src[order], dst[order]):  # by hand, one exchange after another
+        xi, xj = x[i].clone(), x[j].clone()
+        x[i], x[j] = xi + (xj - xi) * 0.5, xj + (xi - xj) * 0.5
+    assert torch.equal(prog.rows, x)
+    assert torch.allclose(prog.rows.double().mean(dim=0), start.double().mean(dim=0), atol=1e-6)
+    assert torch.allclose(prog.rows[0], (start[0] + start[1]) / 2, atol=1e-6) and torch.allclose(prog.rows[1], prog.rows[0], atol=1e-6)
 
 
 def test_run_directory_holds_a_line_a_round(tmp_path: Path) -> None:
