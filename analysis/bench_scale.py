@@ -20,11 +20,12 @@ dynamics require): none, an empty churn block, 30% churn, link failures, random-
 once per fleet round (``p2pfl.sim.heap``, the default), glibc's mmap threshold pinned at 64 KiB, and glibc's
 default; the three ``summary.json`` must be the same bits (the table says whether they are).
 
-``--budget N`` (with ``--engine tensor``: the arrays the tensor engine holds the fleet in, by array, and the
-peak, which holds the round's mixing copy of the rows): memory per device of gossip at N devices after one round (inline executor): what the
+``--budget N``: memory per device of gossip at N devices after one round (inline executor): what the
 process's resident memory grew by (a fresh process), and in a second one under ``tracemalloc`` the Python
 objects by the part of the code that made them (the file of the allocating frame); beside them the model's
 own bytes and a torch generator's state (one per device); the rest is tensor storage and allocator slack.
+With ``--engine tensor``: the bytes of each array the tensor engine holds the fleet in, and what resident
+memory a device adds (the slope between N and 2N devices, after the run and at the peak).
 """
 
 from __future__ import annotations
@@ -232,7 +233,7 @@ def tensor_budget_rows(n: int, timeout_s: float) -> list[list[str]]:
             *[[k, f"{v:,.0f}"] for k, v in sorted(named.items(), key=lambda kv: -kv[1])],
             ["the parts above, all told", f"{small['model'] + sum(named.values()):,.0f}"],
             ["resident memory a device adds, measured after the run", f"{rss:,.0f}"],
-            ["peak resident memory a device adds (the round's mixing copy of the rows included)", f"{peak:,.0f}"],
+            ["peak resident memory a device adds (the round's transient buffers included)", f"{peak:,.0f}"],
             [f"fixed: resident memory grown at N = {n:,} beyond N devices' share (chunk buffers)",
              f"{(small['rss'] - n * rss) / 2**20:,.0f} MiB"]]
 
