@@ -15,8 +15,9 @@ import torch
 
 from p2pfl.data.datasets import dataset_info
 from p2pfl.data.schema import DataSpec, ParameterShiftPartition
-from p2pfl.data.synthetic import synthetic_draws, synthetic_task
+from p2pfl.data.synthetic import cluster_parameters, synthetic_task
 from p2pfl.errors import ConfigError
+from p2pfl.seeding import stream
 from p2pfl.sim.world import build_any_federation
 
 __all__ = ["FleetData", "fleet_data"]
@@ -72,16 +73,36 @@ def fleet_data(spec: DataSpec, n: int, seed: int) -> FleetData:
 
 
 def _synthetic(spec: DataSpec, n: int, seed: int) -> FleetData:
+    """``synthetic_draws``'s values: each device's normals drawn from its own stream in one call (the same
+    numbers as its four draws in turn), the arithmetic done per cluster over all its devices at once."""
     p = spec.partition_as(ParameterShiftPartition)
     logistic = spec.dataset == "synthetic_logistic"
     clusters, n_train, n_test = synthetic_task(spec, n)
-    label = torch.int64 if logistic else torch.float32
-    x = torch.empty((n, n_train, p.n_features))
-    y = torch.empty((n, n_train), dtype=label)
-    tx = torch.empty((n, n_test, p.n_features))
-    ty = torch.empty((n, n_test), dtype=label)
-    for i, (a, b, c, d) in enumerate(synthetic_draws(spec, n, seed=seed)):
-        x[i], y[i], tx[i], ty[i] = a, b, c, d
-    return FleetData(x=x, y=y, test_x=tx, test_y=ty, true_clusters=np.asarray(clusters, dtype=np.int64),
+    d = p.n_features
+    z = np.empty((n, (n_train + n_test) * (d + 1)))
+    for i in range(n):
+        z[i] = stream(seed, "data.synthetic.samples", i).standard_normal(z.shape[1])
+    x = np.empty((n, n_train, d), dtype=np.float32)
+    y = np.empty((n, n_train), dtype=np.int64 if logistic else np.float32)
+    tx = np.empty((n, n_test, d), dtype=np.float32)
+    ty = np.empty((n, n_test), dtype=y.dtype)
+    at = 0
+    for size, xs, ys in ((n_train, x, y), (n_test, tx, ty)):
+        for k in range(p.n_clusters):
+            rows = np.flatnonzero(clusters == k)
+            if not len(rows):
+                continue
+            c = cluster_parameters(seed, k, d)
+            inputs = z[rows, at : at + size * d].reshape(-1, d) @ c["A"].T + c["mu"]  # one row a sample
+            eps = p.noise_std * z[rows, at + size * d : at + size * (d + 1)].reshape(-1)
+            if logistic:
+                target = ((inputs - c["mu"]) @ c["w"] + eps > 0).astype(np.int64)
+            else:
+                target = (inputs @ c["w"] + c["b"] + eps).astype(np.float32)
+            xs[rows] = inputs.astype(np.float32).reshape(len(rows), size, d)
+            ys[rows] = target.reshape(len(rows), size)
+        at += size * (d + 1)
+    return FleetData(x=torch.from_numpy(x), y=torch.from_numpy(y), test_x=torch.from_numpy(tx),
+                     test_y=torch.from_numpy(ty), true_clusters=np.asarray(clusters, dtype=np.int64),
                      dataset=spec.dataset, num_classes=2 if logistic else 0, input_shape=(p.n_features,),
                      task="classification" if logistic else "regression", partition=p.kind)

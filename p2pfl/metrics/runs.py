@@ -254,7 +254,8 @@ def load_runs(*dirs: str | Path) -> pd.DataFrame:
 
 
 def _send_bytes(path: Path) -> Optional[tuple[list[float], list[int]]]:
-    """(time, cumulative bytes) of every transmission in ``events.jsonl``; None without the file."""
+    """(time, cumulative bytes) of every transmission in ``events.jsonl``, or of every round where the
+    ``round`` lines carry the bytes so far (``engine: tensor``); None without the file."""
     events = path / "events.jsonl"
     if not events.is_file():
         return None
@@ -266,6 +267,9 @@ def _send_bytes(path: Path) -> Optional[tuple[list[float], list[int]]]:
                 total += e["bytes"]
                 times.append(e["t"])
                 cum.append(total)
+            elif e["kind"] == "round" and "bytes_total" in e:
+                times.append(e["t"])
+                cum.append(e["bytes_total"])
     return times, cum
 
 

@@ -19,6 +19,7 @@ from p2pfl.engine.rounds import GossipRounds
 from p2pfl.engine.simulation import TensorSimulation, check
 from p2pfl.engine.timing import SHORT, fifo
 from p2pfl.errors import ConfigError
+from p2pfl.metrics.runs import load_curves
 from p2pfl.sim.world import build_any_federation
 from p2pfl.topology.build import build_topology
 
@@ -59,10 +60,12 @@ def test_adjacency_of_other_kinds_and_components() -> None:
     assert two.components() == 2 and two.sources.tolist() == [0, 1, 2, 3]
 
 
-def test_synthetic_rows_are_the_kernels_shards() -> None:
-    sc = api.resolve(SCALE["gossip"], overrides=["topology.n=12", "data.partition.n_clusters=3"])
-    rows = fleet_data(sc.data, 12, seed=3)
-    fed = build_any_federation(sc.data, 12, 3)
+@pytest.mark.parametrize(("dataset", "n"), [("synthetic_logistic", 400), ("synthetic_linear", 30)])
+def test_synthetic_rows_are_the_kernels_shards(dataset: str, n: int) -> None:
+    sc = api.resolve(SCALE["gossip"], overrides=[f"topology.n={n}", "data.partition.n_clusters=3",
+                                                 f"data.dataset={dataset}", "data.test_samples_per_client=5"])
+    rows = fleet_data(sc.data, n, seed=3)
+    fed = build_any_federation(sc.data, n, 3)
     for i, s in enumerate(fed.shards):
         assert torch.equal(rows.x[i], s.train_x) and torch.equal(rows.y[i], s.train_y)
         assert torch.equal(rows.test_x[i], s.test_x) and torch.equal(rows.test_y[i], s.test_y)
@@ -171,6 +174,9 @@ def test_run_directory_holds_a_line_a_round(tmp_path: Path) -> None:
     assert [(e["kind"], e["round"]) for e in lines] == [("round", 1), ("round", 2)]
     assert lines[-1]["bytes_total"] == res.summary["bytes_total"]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["engine"] == "tensor"
+    curves = load_curves(tmp_path / "run")  # the report reads the fleet's bytes from the round lines
+    assert curves["bytes"].tolist() == [e["bytes_total"] for e in lines]
+    assert curves["bytes"].iloc[-1] == res.summary["bytes_total"] > 0
 
 
 @pytest.mark.parametrize(("setting", "field"), [
