@@ -99,7 +99,7 @@ class TensorSimulation:
             n = self.adjacency.n
             setup("data")
             self.data = data = fleet_data(sc.data, n, seed)
-            setup("models")
+            setup("the models as rows of one tensor, and each device's batch orders (from its own generator)")
             spec = sc.model
             own = dataset_info(sc.data.dataset).model
             if spec.name == "auto" and own is not None:
