@@ -23,7 +23,7 @@ from p2pfl.engine.data import FleetData
 from p2pfl.learning.flat import Layout
 from p2pfl.learning.stacked_sgd import stacked_sgd
 from p2pfl.learning.train import TrainingSpec, task_loss
-from p2pfl.seeding import child_seed
+from p2pfl.seeding import child_seeds
 
 __all__ = ["RowTrainer", "chunks"]
 
@@ -52,8 +52,9 @@ class RowTrainer:
         self.epochs = spec.epochs
         self.orders = torch.empty((n, jobs * spec.epochs, s), dtype=_order_dtype(s))
         g = torch.Generator()
-        for i in range(n):  # the kernel's device generator, drawn as its jobs draw it
-            g.manual_seed(child_seed(seed, "node", i))
+        seeds = child_seeds(seed, "node", np.arange(n)).tolist()
+        for i in range(n):  # the kernel's device generator (``torch_generator(seed, "node", i)``), drawn as its jobs draw it
+            g.manual_seed(seeds[i])
             for t in range(jobs * spec.epochs):
                 self.orders[i, t] = torch.randperm(s, generator=g)
         self.jobs_done = np.zeros(n, dtype=np.int64)
