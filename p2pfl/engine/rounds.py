@@ -1,4 +1,4 @@
-"""Gossip, DSGD, FedAvg and IFCA as programs over the fleet's rows: a round is a few tensor operations.
+"""Gossip, DSGD, FedAvg, IFCA and Local as programs over the fleet's rows: a round is a few tensor operations.
 
 Each program trains every device of the round (``RowTrainer``, a chunk at a time), combines the models as
 the protocol says, and returns what the round sent and how long it took (``p2pfl.engine.timing``). What a
@@ -43,7 +43,7 @@ from p2pfl.protocols.server.fedavg import select_clients
 from p2pfl.seeding import stream
 from p2pfl.topology.build import Link
 
-__all__ = ["Fleet", "Round", "RoundProgram", "GossipRounds", "DSGDRounds", "ServerRounds", "FedAvgRounds", "IFCARounds",
+__all__ = ["Fleet", "Round", "RoundProgram", "GossipRounds", "DSGDRounds", "LocalRounds", "ServerRounds", "FedAvgRounds", "IFCARounds",
            "PROGRAMS"]
 
 
@@ -267,6 +267,23 @@ class DSGDRounds(RoundProgram):
                 x[part] = torch.sparse.mm(block, x64).to(x.dtype)
 
 
+class LocalRounds(RoundProgram):
+    """Local training only (``p2pfl.protocols.reference.local``, the papers' lower bound): every device
+    trains its own row each round; nothing is sent."""
+
+    def scores(self) -> np.ndarray:
+        return self._scores_of_rows()
+
+    def consensus_distance(self) -> Optional[float]:
+        return None
+
+    def round(self, r: int) -> Round:
+        n = self.fleet.n
+        self.train_all()
+        idle = np.zeros(n, dtype=np.int64)
+        return Round(float(self.fleet.compute_s().max(initial=0.0)), idle, idle.copy(), 0, {}, np.arange(n))
+
+
 class ServerRounds(RoundProgram):
     """A server attached to every device: its broadcast and the devices' uploads, timed as the kernel times them."""
 
@@ -432,4 +449,4 @@ class IFCARounds(ServerRounds):
 
 
 PROGRAMS: dict[str, type[RoundProgram]] = {"gossip": GossipRounds, "dsgd": DSGDRounds, "fedavg": FedAvgRounds,
-                                            "ifca": IFCARounds}
+                                            "ifca": IFCARounds, "local": LocalRounds}

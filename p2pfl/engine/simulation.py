@@ -6,7 +6,7 @@ fleet is a handful of arrays: the models as rows of one ``(N, P)`` tensor (FedAv
 ``(N, S, ...)`` tensors, the graph as CSR arrays, the profiles as columns. A round trains every device a chunk
 of rows at a time and combines the rows as the protocol's messages say; bytes, FLOPs and simulated time are
 the kernel's arithmetic over arrays. It runs what the arrays can express: gossip (``mode: sync``,
-``push_pull``), DSGD, FedAvg and IFCA, on a static, lossless fleet with one kind of link, plain models (float
+``push_pull``), DSGD, FedAvg, IFCA and Local, on a static, lossless fleet with one kind of link, plain models (float
 parameters only) trained by SGD. :func:`check` names what a scenario asks beyond that.
 
 The summary has the kernel's fields, with the same meaning, so reports read both; ``engine: tensor`` in it
@@ -56,7 +56,7 @@ def check(sc: Scenario) -> None:
         return ConfigError(f"{field}: {why} under engine: tensor; change it, or set engine: events")
 
     if p.name not in PROGRAMS:
-        raise no("protocol.name", f"{p.name!r} does not run (gossip, dsgd, fedavg and ifca do)")
+        raise no("protocol.name", f"{p.name!r} does not run (gossip, dsgd, fedavg, ifca and local do)")
     if p.name == "gossip" and (p.mode != "sync" or p.exchange != "push_pull"):  # type: ignore[attr-defined]
         raise no("protocol.mode", "gossip runs with mode: sync and exchange: push_pull only")
     if sc.dynamics is not None:

@@ -139,6 +139,15 @@ def test_ifca_matches_the_event_kernel_balanced_init_included() -> None:
     assert 0 < te["ari"] <= 1 and te["bytes_by_kind"]["probe"] > 0
 
 
+def test_local_matches_the_event_kernel() -> None:
+    sets = [*small("gossip", n=12, rounds=2), "protocol.name=local"]
+    ev, te = (api.run(SCALE["gossip"], overrides=[*sets, f"engine={e}"], unset=["protocol.mode", "protocol.exchange"],
+                      write=False).summary for e in ("events", "tensor"))
+    for key in ("accuracy_per_node", "bytes_total", "messages_total", "compute_flops_per_node", "sim_time_s"):
+        assert te[key] == ev[key], key
+    assert te["bytes_total"] == 0 and "consensus_distance" not in te["logs"]
+
+
 @pytest.mark.slow
 def test_gossip_sends_what_the_kernel_sends_and_reruns_identically() -> None:
     ev, te = both("gossip")
