@@ -41,6 +41,7 @@ from p2pfl.engine.timing import fifo, tx_s
 from p2pfl.engine.train import RowTrainer, chunks
 from p2pfl.protocols.server.fedavg import select_clients
 from p2pfl.seeding import stream
+from p2pfl.sim.cost import HEADER_BYTES, SCALAR_BYTES
 from p2pfl.topology.build import Link
 
 __all__ = ["Fleet", "Round", "RoundProgram", "GossipRounds", "DSGDRounds", "LocalRounds", "ServerRounds", "FedAvgRounds", "IFCARounds",
@@ -167,7 +168,7 @@ class GossipRounds(RoundProgram):
         pick = adj.indptr[src] + np.minimum((self.rng.random(len(src)) * deg[src]).astype(np.int64), deg[src] - 1)
         dst = adj.indices[pick].astype(np.int64)
         self._mix(src, dst)
-        size = 64 + f.state_bytes
+        size = HEADER_BYTES + f.state_bytes
         # time: each device pushes when its training ends; its replies leave after its push, in arrival order
         c = f.compute_s()
         bw = np.minimum(np.minimum(f.link.bandwidth_bps, f.uplink_bps[src]), f.downlink_bps[dst])
@@ -239,7 +240,7 @@ class DSGDRounds(RoundProgram):
         f, adj, n = self.fleet, self.fleet.adjacency, self.fleet.n
         self.train_all()
         self._mix()
-        size = 64 + f.state_bytes
+        size = HEADER_BYTES + f.state_bytes
         src, dst = adj.sources, adj.indices.astype(np.int64)
         c = f.compute_s()
         tx = tx_s(size, np.minimum(np.minimum(f.link.bandwidth_bps, f.uplink_bps[src]), f.downlink_bps[dst]))
@@ -351,7 +352,8 @@ class FedAvgRounds(ServerRounds):
             f.trainer.train(rows, devices)
             acc += (rows.double() * (weight / total)).sum(dim=0)
         self.global_row = acc.to(self.global_row.dtype)
-        down, up = 64 + f.state_bytes, 64 + f.state_bytes + 8  # the global model; a model and its sample count
+        down = HEADER_BYTES + f.state_bytes  # the global model
+        up = down + SCALAR_BYTES  # a model and its sample count
         end, sent, received = self.exchange(chosen, down, up, f.compute_s()[chosen])
         k = len(chosen)
         return Round(end, sent, received, 2 * k, {"model": k * down, "update": k * up}, chosen)
@@ -394,7 +396,7 @@ class IFCARounds(ServerRounds):
 
         f, n = self.fleet, self.fleet.n
         everyone = np.arange(n)
-        down, up = 64 + self.k * f.state_bytes, 64 + 8  # K models; a cluster id
+        down, up = HEADER_BYTES + self.k * f.state_bytes, HEADER_BYTES + SCALAR_BYTES  # K models; a cluster id
         spent: Optional[Round] = None
         for draw in range(self.params.init_tries):
             picks = self.choose()
@@ -426,7 +428,8 @@ class IFCARounds(ServerRounds):
         for q in np.flatnonzero(counts):
             self.models[q] = (acc[q] / (weight * counts[q])).to(self.models.dtype)
         self.assignment = chosen
-        down, up = 64 + self.k * f.state_bytes, 64 + f.state_bytes + 16  # K models; a model, its samples and cluster
+        down = HEADER_BYTES + self.k * f.state_bytes  # the K models
+        up = HEADER_BYTES + f.state_bytes + 2 * SCALAR_BYTES  # a model, its sample count and cluster
         everyone = np.arange(n)
         end, sent, received = self.exchange(everyone, down, up, self.estep_flops() / f.flops_per_s + f.compute_s())
         step = Round(end, sent, received, 2 * n, {"models": n * down, "update": n * up}, everyone,

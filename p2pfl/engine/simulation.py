@@ -32,13 +32,14 @@ from p2pfl.engine.graph import adjacency
 from p2pfl.engine.rounds import PROGRAMS, FedAvgRounds, Fleet, IFCARounds, Round, RoundProgram
 from p2pfl.engine.train import RowTrainer
 from p2pfl.errors import ConfigError
+from p2pfl.executors.batched import model_stacks
 from p2pfl.learning.models import build_model
 from p2pfl.learning.rows import table_for
 from p2pfl.metrics.energy import EnergyModel, energy_summary
 from p2pfl.metrics.summary import scores
 from p2pfl.seeding import child_seed, stream
 from p2pfl.sim.cost import forward_flops_per_sample, train_flops
-from p2pfl.sim.kernel import torch_threads
+from p2pfl.sim.kernel import resolve_torch_device, torch_threads
 from p2pfl.sim.profiles import profile_columns
 from p2pfl.topology.build import ServerNode, link_of
 
@@ -78,8 +79,10 @@ def check(sc: Scenario) -> None:
     t = sc.training
     if t.optimizer != "sgd" or t.grad_clip is not None:
         raise no("training.optimizer", "training is SGD without gradient clipping")
-    if sc.torch_device != "cpu":
+    if resolve_torch_device(sc.torch_device).type != "cpu":
         raise no("torch_device", "rows live on the CPU")
+    if sc.data.partition.kind == "robot_suites":
+        raise no("data.partition", "devices hold samples to classify or regress (robot suites are scored by rollouts)")
 
 
 class TensorSimulation:
@@ -105,10 +108,10 @@ class TensorSimulation:
             if spec.name == "auto" and own is not None:
                 spec = spec.model_copy(update={"name": own})
             common = build_model(spec, data.input_shape, data.num_classes, seed=child_seed(seed, "init"))
-            table = table_for(common, chunk=1)
+            table = table_for(common, chunk=1) if model_stacks(common) else None
             if table is None:
-                raise ConfigError(f"model: {spec.name!r} has state beyond float parameters (buffers) and cannot be "
-                                  "held as rows under engine: tensor; set engine: events")
+                raise ConfigError(f"model: {spec.name!r} cannot be held and trained as rows under engine: tensor "
+                                  "(buffers, dropout, hooks or a loss of its own); set engine: events")
             layout = table.layout
             width = layout.offsets[-1]
             chunk = max(1, CHUNK_FLOATS // width)

@@ -57,7 +57,7 @@ from p2pfl.learning.train import TrainResult, task_loss
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.data import Shard
 
-__all__ = ["BatchedExecutor", "ATOL", "RTOL", "BN_ATOL", "stackable", "run_stacked"]
+__all__ = ["BatchedExecutor", "ATOL", "RTOL", "BN_ATOL", "stackable", "model_stacks", "run_stacked"]
 
 #: Tolerance of a batched job's weights against inline's after one local job.
 ATOL, RTOL = 1e-5, 1e-4
@@ -75,7 +75,7 @@ _NO_STACK = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropo
 
 def stackable(job: TrainJob) -> bool:
     """Whether ``job`` can train inside a stacked group (see the module docstring)."""
-    return _job_stacks(job) and _model_stacks(job.model)
+    return _job_stacks(job) and model_stacks(job.model)
 
 
 def _job_stacks(job: TrainJob) -> bool:
@@ -84,7 +84,9 @@ def _job_stacks(job: TrainJob) -> bool:
             and job.x.shape[0] > 0)
 
 
-def _model_stacks(model: nn.Module) -> bool:
+def model_stacks(model: nn.Module) -> bool:
+    """Whether ``model`` trains inside a stacked group: plain (float parameters, no hooks), no dropout, no loss of
+    its own (the batched executor; the tensor engine's rows)."""
     if isinstance(model, RowModel):
         model = model.table.template
     return (not callable(getattr(model, "loss", None)) and is_plain(model)
@@ -155,11 +157,11 @@ class BatchedExecutor(Executor):
         if isinstance(model, RowModel):
             entry = self._table_facts.get(id(model.table))
             if entry is None:
-                entry = self._table_facts[id(model.table)] = (model.table, _model_stacks(model), _arch_key(model))
+                entry = self._table_facts[id(model.table)] = (model.table, model_stacks(model), _arch_key(model))
             return entry[1], entry[2]
         facts = self._model_facts.get(model)
         if facts is None:
-            facts = self._model_facts[model] = (_model_stacks(model), _arch_key(model))
+            facts = self._model_facts[model] = (model_stacks(model), _arch_key(model))
         return facts
 
     def outcome(self, index: int) -> Any:

@@ -210,3 +210,15 @@ def test_an_ingress_capacity_is_refused_and_nothing_written(tmp_path: Path) -> N
         api.run(SCALE["fedavg"], overrides=[*small("fedavg"), "engine=tensor",
                                             "topology.servers=[{attach: all, ingress_bps: 1.0e9}]"], out=out)
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def dropout_mlp(input_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module:
+    """A user model the tensor engine cannot train as rows (dropout draws from the global generator)."""
+    return torch.nn.Sequential(torch.nn.Linear(input_shape[0], 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, num_classes))
+
+
+def test_a_model_that_cannot_be_rows_is_refused() -> None:
+    sc = api.resolve(SCALE["gossip"], overrides=[*small("gossip", n=8), "engine=tensor",
+                                                 "model.name=tests.engine.test_engine:dropout_mlp"])
+    with pytest.raises(ConfigError, match="^model: .*dropout.*set engine: events$"):
+        TensorSimulation(sc)
