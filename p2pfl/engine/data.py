@@ -15,6 +15,7 @@ import torch
 
 from p2pfl.data.datasets import dataset_info
 from p2pfl.data.schema import DataSpec, ParameterShiftPartition
+from p2pfl.data.shards import Federation
 from p2pfl.data.synthetic import cluster_parameters, synthetic_task
 from p2pfl.errors import ConfigError
 from p2pfl.seeding import stream
@@ -60,6 +61,9 @@ def fleet_data(spec: DataSpec, n: int, seed: int) -> FleetData:
     if dataset_info(spec.dataset).synthetic:
         return _synthetic(spec, n, seed)
     fed = build_any_federation(spec, n, seed)
+    if type(fed).evaluation is not Federation.evaluation:
+        raise ConfigError(f"data: {spec.dataset!r} scores a device by jobs of its own, not on a test set of samples; "
+                          "engine: tensor scores test sets only; set engine: events")
     sizes = {(int(s.train_y.shape[0]), int(s.test_y.shape[0])) for s in fed.shards}
     if len(sizes) != 1:
         raise ConfigError(f"engine: tensor needs every device to hold as many samples as every other; here they "

@@ -81,8 +81,6 @@ def check(sc: Scenario) -> None:
         raise no("training.optimizer", "training is SGD without gradient clipping")
     if resolve_torch_device(sc.torch_device).type != "cpu":
         raise no("torch_device", "rows live on the CPU")
-    if sc.data.partition.kind == "robot_suites":
-        raise no("data.partition", "devices hold samples to classify or regress (robot suites are scored by rollouts)")
 
 
 class TensorSimulation:

@@ -220,5 +220,23 @@ def dropout_mlp(input_shape: tuple[int, ...], num_classes: int) -> torch.nn.Modu
 def test_a_model_that_cannot_be_rows_is_refused() -> None:
     sc = api.resolve(SCALE["gossip"], overrides=[*small("gossip", n=8), "engine=tensor",
                                                  "model.name=tests.engine.test_engine:dropout_mlp"])
-    with pytest.raises(ConfigError, match="^model: .*dropout.*set engine: events$"):
+    with pytest.raises(ConfigError, match=r"^model: .*dropout.*set engine: events$"):
         TensorSimulation(sc)
+
+
+def test_data_scored_by_jobs_of_its_own_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A federation that scores devices its own way (robot rollouts) cannot be stacked test sets."""
+    import p2pfl.engine.data as engine_data
+    from p2pfl.data.shards import Federation
+
+    class ByRollouts(Federation):
+        def evaluation(self, device, model, forward_flops):  # type: ignore[no-untyped-def]
+            raise AssertionError("not reached: the engine refuses before scoring")
+
+    sc = api.resolve("scenarios/quickstart.yaml", overrides=["engine=tensor"])
+    built = build_any_federation(sc.data, 4, 0)
+    monkeypatch.setattr(engine_data, "build_any_federation",
+                        lambda spec, n, seed: ByRollouts(**{k: getattr(built, k) for k in (
+                            "dataset", "shards", "num_classes", "input_shape", "true_clusters", "partition", "task")}))
+    with pytest.raises(ConfigError, match=r"^data: .*set engine: events$"):
+        engine_data.fleet_data(sc.data, 4, 0)
