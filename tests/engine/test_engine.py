@@ -19,7 +19,10 @@ from p2pfl.engine.rounds import GossipRounds
 from p2pfl.engine.simulation import TensorSimulation, check
 from p2pfl.engine.timing import SHORT, fifo
 from p2pfl.errors import ConfigError
+from p2pfl.executors.batched import ATOL, RTOL
+from p2pfl.learning.state import live_state
 from p2pfl.metrics.runs import load_curves
+from p2pfl.sim.kernel import Simulation
 from p2pfl.sim.world import build_any_federation
 from p2pfl.topology.build import build_topology
 
@@ -109,6 +112,22 @@ def test_dsgd_matches_the_event_kernel() -> None:
         assert te[key] == ev[key], key
     # rounds as barriers: never earlier than the kernel, where a device starts when its neighbours' models came
     assert ev["sim_time_s"] <= te["sim_time_s"] <= 1.05 * ev["sim_time_s"]
+
+
+@pytest.mark.slow
+def test_dsgd_weights_are_inlines_within_the_batched_tolerance() -> None:
+    """After 3 rounds every device's weights are the inline event kernel's within ``batched.ATOL``/``RTOL``."""
+    sc = api.resolve(SCALE["dsgd"], overrides=[*small("dsgd"), "engine=events"])
+    kernel = Simulation(sc)
+    kernel.run()
+    tensor = TensorSimulation(sc.model_copy(update={"engine": "tensor"}))
+    tensor.run()
+    rows = tensor.program.rows
+    assert rows is not None
+    for i, model in sorted(kernel.protocol.models.items()):  # type: ignore[attr-defined]
+        mine = live_state(model).vector
+        assert torch.allclose(rows[i], mine, atol=ATOL, rtol=RTOL), i
+    assert not torch.equal(rows[0], rows[1])  # the devices' models differ: the comparison is not vacuous
 
 
 @pytest.mark.slow
