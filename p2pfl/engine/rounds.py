@@ -1,4 +1,4 @@
-"""Gossip, DSGD, FedAvg, IFCA and Local as programs over the fleet's rows: a round is a few tensor operations.
+"""Gossip, DSGD, FedAvg, IFCA, the Oracle and Local as programs over the fleet's rows: a round is a few tensor operations.
 
 Each program trains every device of the round (``RowTrainer``, a chunk at a time), combines the models as
 the protocol says, and returns what the round sent and how long it took (``p2pfl.engine.timing``). What a
@@ -44,7 +44,7 @@ from p2pfl.seeding import stream
 from p2pfl.sim.cost import HEADER_BYTES, SCALAR_BYTES
 from p2pfl.topology.build import Link
 
-__all__ = ["Fleet", "Round", "RoundProgram", "GossipRounds", "DSGDRounds", "LocalRounds", "ServerRounds", "FedAvgRounds", "IFCARounds",
+__all__ = ["Fleet", "Round", "RoundProgram", "GossipRounds", "DSGDRounds", "LocalRounds", "ServerRounds", "FedAvgRounds", "IFCARounds", "OracleRounds",
            "PROGRAMS"]
 
 
@@ -312,9 +312,7 @@ class ServerRounds(RoundProgram):
         bw = np.minimum(np.minimum(link.bandwidth_bps, server_up), f.downlink_bps[chosen])
         got = fifo(np.zeros(len(chosen)), tx_s(down, bw), np.arange(len(chosen)) % slots, slots) + link.latency_s
         ready = got + compute_s
-        upload = tx_s(up, np.minimum(link.bandwidth_bps, f.uplink_bps[chosen]))
-        arrive = fifo(ready, upload, np.zeros(len(chosen), dtype=np.int64), 1) if self.serialized else ready + upload
-        end = float((arrive + link.latency_s).max(initial=0.0))
+        end = float((self.uploads(chosen, up, ready) + link.latency_s).max(initial=0.0))
         sent = np.zeros(n + 1, dtype=np.int64)
         received = np.zeros(n + 1, dtype=np.int64)
         sent[chosen] = up
@@ -322,6 +320,30 @@ class ServerRounds(RoundProgram):
         sent[n] = down * len(chosen)
         received[n] = up * len(chosen)
         return end, sent, received
+
+
+    def uploads(self, chosen: np.ndarray, up: int, ready: np.ndarray) -> np.ndarray:
+        """When each of ``chosen``'s ``up``-byte uploads, ready at ``ready``, has left its device (parallel
+        ingress) or been taken by the server one at a time (serialized)."""
+        upload = tx_s(up, np.minimum(self.server.link.bandwidth_bps, self.fleet.uplink_bps[chosen]))
+        if self.serialized:
+            return fifo(ready, upload, np.zeros(len(chosen), dtype=np.int64), 1)
+        return ready + upload
+
+    def train_clusters(self, models: torch.Tensor, chosen: np.ndarray, cluster: np.ndarray) -> None:
+        """Each of ``chosen`` trains a copy of its ``cluster``'s row of ``models``; each row then becomes the
+        sample-weighted average of its members' (float64), a row no one trained stays (in place)."""
+        f = self.fleet
+        weight = float(f.trainer.data.samples)
+        acc = torch.zeros((models.shape[0], models.shape[1]), dtype=torch.float64)
+        counts = np.bincount(cluster, minlength=models.shape[0])
+        for part in chunks(len(chosen), f.chunk):
+            q = torch.from_numpy(cluster[part])
+            rows = models[q].clone()
+            f.trainer.train(rows, torch.from_numpy(chosen[part]))
+            acc.index_add_(0, q, rows.double() * weight)
+        for c in np.flatnonzero(counts):
+            models[c] = (acc[c] / (weight * counts[c])).to(models.dtype)
 
 
 class FedAvgRounds(ServerRounds):
@@ -416,17 +438,7 @@ class IFCARounds(ServerRounds):
         f, n = self.fleet, self.fleet.n
         probed = self.probe() if self.params.balanced_init and r == 1 else None
         chosen = self.choose()
-        weight = float(f.trainer.data.samples)
-        acc = torch.zeros((self.k, self.models.shape[1]), dtype=torch.float64)
-        counts = np.bincount(chosen, minlength=self.k)
-        for part in chunks(n, f.chunk):
-            devices = torch.arange(part.start, part.stop)
-            cluster = torch.from_numpy(chosen[part])
-            rows = self.models[cluster].clone()
-            f.trainer.train(rows, devices)
-            acc.index_add_(0, cluster, rows.double() * weight)
-        for q in np.flatnonzero(counts):
-            self.models[q] = (acc[q] / (weight * counts[q])).to(self.models.dtype)
+        self.train_clusters(self.models, np.arange(n), chosen)
         self.assignment = chosen
         down = HEADER_BYTES + self.k * f.state_bytes  # the K models
         up = HEADER_BYTES + f.state_bytes + 2 * SCALAR_BYTES  # a model, its sample count and cluster
@@ -451,5 +463,53 @@ class IFCARounds(ServerRounds):
         return out
 
 
+class OracleRounds(ServerRounds):
+    """The Oracle, ``mode: federated`` (``p2pfl.protocols.reference.oracle``; the Conditional paper's upper
+    reference): each device announces its true cluster once (an 8-byte ``join``), then the server runs FedAvg
+    within every cluster: one row a cluster, all from the common initial model."""
+
+    def __init__(self, params: Any, fleet: Fleet, rows: Optional[torch.Tensor], *, server: Any, first: torch.Tensor,
+                 true_clusters: np.ndarray, serialized: bool = False) -> None:
+        super().__init__(params, fleet, None, server=server, serialized=serialized)
+        self.labels, self.cluster_of = np.unique(true_clusters, return_inverse=True)
+        self.models = first.expand(len(self.labels), -1).clone()
+        self.rng = stream(fleet.seed, "node", fleet.n)  # the server's stream in the event kernel
+
+    def joins(self) -> Round:
+        """Every device's join (its cluster id) to the server, before the first round."""
+        n = self.fleet.n
+        everyone = np.arange(n)
+        size = HEADER_BYTES + SCALAR_BYTES
+        end = float((self.uploads(everyone, size, np.zeros(n)) + self.server.link.latency_s).max(initial=0.0))
+        sent = np.zeros(n + 1, dtype=np.int64)
+        received = np.zeros(n + 1, dtype=np.int64)
+        sent[:n] = size
+        received[n] = size * n
+        return Round(end, sent, received, n, {"join": n * size}, np.zeros(0, dtype=np.int64))
+
+    def round(self, r: int) -> Round:
+        f = self.fleet
+        chosen = np.asarray(select_clients(tuple(range(f.n)), self.params.client_fraction, self.rng), dtype=np.int64)
+        self.train_clusters(self.models, chosen, self.cluster_of[chosen])
+        down = HEADER_BYTES + f.state_bytes  # the device's cluster's model
+        up = down + SCALAR_BYTES  # a model and its sample count
+        end, sent, received = self.exchange(chosen, down, up, f.compute_s()[chosen])
+        k = len(chosen)
+        step = Round(end, sent, received, 2 * k, {"model": k * down, "update": k * up}, chosen)
+        return self.joins().then(step) if r == 1 else step
+
+    def scores(self) -> np.ndarray:
+        f = self.fleet
+        out = np.empty(f.n)
+        for part in chunks(f.n, f.chunk):
+            rows = self.models[torch.from_numpy(self.cluster_of[part])]
+            out[part] = f.trainer.score(rows, torch.arange(part.start, part.stop)).numpy()
+        return out
+
+    def clusters(self) -> list[list[int]]:
+        """The true clusters, in label order (what the Oracle knows)."""
+        return [np.flatnonzero(self.cluster_of == q).tolist() for q in range(len(self.labels))]
+
+
 PROGRAMS: dict[str, type[RoundProgram]] = {"gossip": GossipRounds, "dsgd": DSGDRounds, "fedavg": FedAvgRounds,
-                                            "ifca": IFCARounds, "local": LocalRounds}
+                                            "ifca": IFCARounds, "local": LocalRounds, "oracle": OracleRounds}

@@ -6,7 +6,7 @@ fleet is a handful of arrays: the models as rows of one ``(N, P)`` tensor (FedAv
 ``(N, S, ...)`` tensors, the graph as CSR arrays, the profiles as columns. A round trains every device a chunk
 of rows at a time and combines the rows as the protocol's messages say; bytes, FLOPs and simulated time are
 the kernel's arithmetic over arrays. It runs what the arrays can express: gossip (``mode: sync``,
-``push_pull``), DSGD, FedAvg, IFCA and Local, on a static, lossless fleet with one kind of link, plain models (float
+``push_pull``), DSGD, FedAvg, IFCA, the Oracle (``mode: federated``) and Local, on a static, lossless fleet with one kind of link, plain models (float
 parameters only) trained by SGD. :func:`check` names what a scenario asks beyond that.
 
 The summary has the kernel's fields, with the same meaning, so reports read both; ``engine: tensor`` in it
@@ -29,7 +29,7 @@ from p2pfl.config.scenario import Scenario
 from p2pfl.data.datasets import dataset_info
 from p2pfl.engine.data import fleet_data
 from p2pfl.engine.graph import adjacency
-from p2pfl.engine.rounds import PROGRAMS, FedAvgRounds, Fleet, IFCARounds, Round, RoundProgram
+from p2pfl.engine.rounds import PROGRAMS, FedAvgRounds, Fleet, IFCARounds, OracleRounds, Round, RoundProgram
 from p2pfl.engine.train import RowTrainer
 from p2pfl.errors import ConfigError
 from p2pfl.executors.batched import model_stacks
@@ -57,7 +57,7 @@ def check(sc: Scenario) -> None:
         return ConfigError(f"{field}: {why} under engine: tensor; change it, or set engine: events")
 
     if p.name not in PROGRAMS:
-        raise no("protocol.name", f"{p.name!r} does not run (gossip, dsgd, fedavg, ifca and local do)")
+        raise no("protocol.name", f"{p.name!r} does not run (gossip, dsgd, fedavg, ifca, oracle and local do)")
     if p.name == "gossip" and (p.mode != "sync" or p.exchange != "push_pull"):  # type: ignore[attr-defined]
         raise no("protocol.mode", "gossip runs with mode: sync and exchange: push_pull only")
     if sc.dynamics is not None:
@@ -66,7 +66,9 @@ def check(sc: Scenario) -> None:
         raise no("topology.edges", "every link is the topology's link (no per-edge overrides)")
     if topo.link.loss or any(s.link.loss for s in topo.servers):
         raise no("topology.link.loss", "links are lossless")
-    if p.name in ("fedavg", "ifca"):
+    if p.name == "oracle" and p.mode != "federated":  # type: ignore[attr-defined]
+        raise no("protocol.mode", "the Oracle runs with mode: federated (FedAvg within each true cluster)")
+    if p.name in ("fedavg", "ifca", "oracle"):
         if len(topo.servers) != 1 or topo.servers[0].attach != "all":
             raise no("topology.servers", f"{p.name} needs one server attached to all devices")
         if topo.servers[0].ingress_bps is not None:
@@ -138,6 +140,9 @@ class TensorSimulation:
             if sc.protocol.name == "fedavg":
                 self.program = FedAvgRounds(sc.protocol, fleet, None, global_row=first, server=server,
                                             serialized=serialized)
+            elif sc.protocol.name == "oracle":
+                self.program = OracleRounds(sc.protocol, fleet, None, server=server, first=first,
+                                            true_clusters=data.true_clusters, serialized=serialized)
             elif sc.protocol.name == "ifca":
                 k = sc.protocol.n_clusters  # type: ignore[attr-defined]
                 self.program = IFCARounds(sc.protocol, fleet, None, server=server, serialized=serialized,
@@ -184,7 +189,6 @@ class TensorSimulation:
         metric = self.data.metric
         values = np.full(n, np.nan)
         extra = np.zeros(n)  # modelled FLOPs besides the training jobs (IFCA's E-steps)
-        events: list[dict[str, Any]] = []  # clustering reports, scored against the true clusters
         logged: dict[str, list[dict[str, Any]]] = {}
         with torch_threads(sc.threads):
             if (cd := prog.consensus_distance()) is not None:
@@ -203,10 +207,8 @@ class TensorSimulation:
                     by_kind[kind] = by_kind.get(kind, 0) + b
                 if (cd := prog.consensus_distance()) is not None:
                     logs.append({"t": now, "value": cd if np.isfinite(cd) else None, "round": r})
-                if (found := prog.clusters()) is not None:
-                    scored = clustering_scores(tuple(self.data.true_clusters.tolist()), found)
-                    events.append({"round": r, "t": now, **scored})
-                    assert isinstance(prog, IFCARounds)
+                if isinstance(prog, IFCARounds):  # IFCA reports each round's clusters (the kernel logs their ARI)
+                    scored = clustering_scores(tuple(self.data.true_clusters.tolist()), prog.clusters())
                     if r == 1 and prog.init_balanced:
                         logged["ifca_init_balanced"] = [{"t": at, "value": ok, "draw": d}
                                                         for d, (ok, at) in enumerate(prog.init_balanced)]
@@ -254,8 +256,9 @@ class TensorSimulation:
             "true_clusters": self.data.true_clusters.tolist(), "partition": self.data.stats(),
             "messages_in_flight": 0, **prog.result(),
         }
-        if events:  # the protocol's clustering fields (``Protocol.cluster_fields``: IFCA's are these two)
-            self._summary.update(clusters=events[-1]["clusters"], ari=events[-1]["ari"])
+        if (found := prog.clusters()) is not None:  # the protocol's clustering fields (``Protocol.cluster_fields``)
+            scored = clustering_scores(tuple(self.data.true_clusters.tolist()), found)
+            self._summary.update(clusters=scored["clusters"], ari=scored["ari"])
         return self._summary
 
     def close(self) -> None:

@@ -158,6 +158,22 @@ def test_ifca_matches_the_event_kernel_balanced_init_included() -> None:
     assert 0 < te["ari"] <= 1 and te["bytes_by_kind"]["probe"] > 0
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("ingress", ["parallel", "serialized"])
+def test_oracle_matches_the_event_kernel(ingress: str) -> None:
+    """The federated Oracle: joins, then FedAvg within each true cluster (half the devices a round)."""
+    sets = [*small("gossip", n=40), "protocol.name=oracle", "protocol.client_fraction=0.5",
+            "data.partition.n_clusters=3", f"topology.ingress={ingress}",
+            "topology.servers=[{attach: all, egress_bps: 1.0e9}]"]
+    ev, te = (api.run(SCALE["gossip"], overrides=[*sets, f"engine={e}"], unset=["protocol.mode", "protocol.exchange"],
+                      write=False).summary for e in ("events", "tensor"))
+    for key in ("accuracy_per_node", "clusters", "ari", "bytes_per_node", "bytes_per_server", "bytes_by_kind",
+                "messages_total", "compute_flops_per_node"):
+        assert te[key] == ev[key], key
+    assert te["sim_time_s"] == pytest.approx(ev["sim_time_s"], rel=1e-12)
+    assert te["bytes_by_kind"]["join"] == 40 * 72 and len(te["clusters"]) == 3
+
+
 def test_local_matches_the_event_kernel() -> None:
     sets = [*small("gossip", n=12, rounds=2), "protocol.name=local"]
     ev, te = (api.run(SCALE["gossip"], overrides=[*sets, f"engine={e}"], unset=["protocol.mode", "protocol.exchange"],
@@ -213,10 +229,13 @@ def test_run_directory_holds_a_line_a_round(tmp_path: Path) -> None:
     ("topology.link.loss=0.1", "topology.link.loss"),
     ("training.optimizer=adamw", "training.optimizer"),
     ("topology.ingress=serialized", "topology.ingress"),
+    ("protocol.name=oracle", "protocol.mode"),  # mode: pooled (set below) is not FedAvg within clusters
 ])
 def test_what_the_engine_cannot_run_is_named(setting: str, field: str) -> None:
     sets = [s for s in small("gossip") if not s.startswith("protocol.eval")]
-    if setting.startswith("protocol.name"):
+    if setting == "protocol.name=oracle":
+        sets = [*sets, "protocol.mode=pooled", "protocol.exchange=null", "topology.servers=[{attach: all}]"]
+    elif setting.startswith("protocol.name"):
         sets = [*sets, "protocol.mode=null", "protocol.exchange=null"]
     sc = api.resolve(SCALE["gossip"], overrides=[*sets, setting, "engine=tensor"])
     with pytest.raises(ConfigError, match=f"^{field}: .*set engine: events$"):
