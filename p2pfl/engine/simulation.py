@@ -2,12 +2,13 @@
 
 The event kernel (``p2pfl.sim.kernel``) gives every device SimPy processes, a context, message objects and
 events; at 10^4-10^5 devices that Python is most of a run (``analysis/results/bench_scale.md``). Here the
-fleet is a handful of arrays: the models as rows of one ``(N, P)`` tensor (FedAvg: one row), the data as
-``(N, S, ...)`` tensors, the graph as CSR arrays, the profiles as columns. A round trains every device a chunk
-of rows at a time and combines the rows as the protocol's messages say; bytes, FLOPs and simulated time are
-the kernel's arithmetic over arrays. It runs what the arrays can express: gossip (``mode: sync``,
-``push_pull``), DSGD, FedAvg, IFCA, the Oracle (``mode: federated``) and Local, on a static, lossless fleet with one kind of link, plain models (float
-parameters only) trained by SGD. :func:`check` names what a scenario asks beyond that.
+fleet is a handful of arrays: the models as rows of one ``(N, P)`` tensor (a server's protocols: one row a
+server model), the data as ``(N, S, ...)`` tensors, the graph as CSR arrays, the profiles as columns. A round
+trains every device a chunk of rows at a time and combines the rows as the protocol's messages say; bytes,
+FLOPs and simulated time are the kernel's arithmetic over arrays. It runs what the arrays can express: gossip
+(``mode: sync``, ``push_pull``), DSGD, FedAvg, IFCA, the Oracle (``mode: federated``) and Local, on a static,
+lossless fleet with one kind of link, plain models (float parameters only) trained by SGD. :func:`check` names
+what a scenario asks beyond that.
 
 The summary has the kernel's fields, with the same meaning, so reports read both; ``engine: tensor`` in it
 says which ran. events.jsonl holds one ``round`` line a round, not an event per device.
