@@ -199,8 +199,8 @@ def tensor_budget_child(n: int) -> None:
     rows = sim.program.rows
     assert rows is not None
     arrays = {
-        "data: training and test samples (tensors)": sum(t.numel() * t.element_size()
-                                                         for t in (data.x, data.y, data.test_x, data.test_y)),
+        "data: training and test samples (tensors)": data.x.nbytes + data.test_x.nbytes + sum(
+            t.numel() * t.element_size() for t in (data.y, data.test_y)),
         "batch orders of every job (small integers)": fleet.trainer.orders.numel() * fleet.trainer.orders.element_size(),
         "graph: CSR arrays": adj.indptr.nbytes + adj.indices.nbytes,
         "profiles: arrays; jobs done": sum(a.nbytes for a in (fleet.flops_per_s, fleet.uplink_bps, fleet.downlink_bps,

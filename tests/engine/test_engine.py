@@ -101,6 +101,33 @@ def test_fifo_agrees_with_a_hand_loop(queues: int) -> None:
     assert np.allclose(fifo(ready, service, queue, queues), by_hand(ready, service, queue), rtol=0, atol=1e-12)
 
 
+DIGITS = ["data.samples_per_client=40", "data.test_samples_per_client=10",
+          "data.partition={kind: rotation, angles: [0, 90]}"]
+
+
+def test_shared_pool_rows_stay_shared_and_are_the_shards_values() -> None:
+    sc = api.resolve("scenarios/quickstart.yaml", overrides=DIGITS)
+    rows = fleet_data(sc.data, 16, seed=1)
+    fed = build_any_federation(sc.data, 16, 1)
+    assert rows.x.rows is not None and rows.x.shape == (16, 40, 1, 8, 8)
+    assert rows.x.pool.shape[0] < 16 * 40 or len({id(s.held("train_x").pool) for s in fed.shards}) == 2
+    for i, s in enumerate(fed.shards):
+        one = torch.tensor([i])
+        assert torch.equal(rows.x[one][0], s.train_x) and torch.equal(rows.test_x[one][0], s.test_x)
+        assert torch.equal(rows.y[i], s.train_y)
+
+
+@pytest.mark.slow
+def test_fedavg_on_pooled_images_matches_the_event_kernel() -> None:
+    sets = [*DIGITS, "protocol.name=fedavg", "protocol.rounds=3", "topology.servers=[{attach: all}]", "executor=inline"]
+    ev, te = (api.run("scenarios/quickstart.yaml", overrides=[*sets, f"engine={e}"],
+                      unset=["protocol.mode", "protocol.exchange", "protocol.reply_timeout_s", "topology.edges"],
+                      write=False).summary
+              for e in ("events", "tensor"))
+    for key in ("accuracy_per_node", "bytes_per_node", "compute_flops_per_node"):
+        assert te[key] == ev[key], key
+
+
 @pytest.mark.slow
 def test_dsgd_matches_the_event_kernel() -> None:
     """DSGD is synchronous: the same batch orders, the same mixing, the same messages."""
