@@ -322,6 +322,15 @@ class ServerRounds(RoundProgram):
         return end, sent, received
 
 
+    def scores_of(self, models: torch.Tensor, model_of: np.ndarray) -> np.ndarray:
+        """Each device's score of the server's model ``models[model_of[i]]`` on its test set."""
+        f = self.fleet
+        out = np.empty(f.n)
+        for part in chunks(f.n, f.chunk):
+            rows = models[torch.from_numpy(model_of[part])]
+            out[part] = f.trainer.score(rows, torch.arange(part.start, part.stop)).numpy()
+        return out
+
     def uploads(self, chosen: np.ndarray, up: int, ready: np.ndarray) -> np.ndarray:
         """When each of ``chosen``'s ``up``-byte uploads, ready at ``ready``, has left its device (parallel
         ingress) or been taken by the server one at a time (serialized)."""
@@ -355,12 +364,7 @@ class FedAvgRounds(ServerRounds):
         self.global_row = global_row
 
     def scores(self) -> np.ndarray:
-        f = self.fleet
-        out = np.empty(f.n)
-        for part in chunks(f.n, f.chunk):
-            rows = self.global_row.expand(part.stop - part.start, -1)
-            out[part] = f.trainer.score(rows, torch.arange(part.start, part.stop)).numpy()
-        return out
+        return self.scores_of(self.global_row.unsqueeze(0), np.zeros(self.fleet.n, dtype=np.int64))
 
     def round(self, r: int) -> Round:
         f = self.fleet
@@ -455,12 +459,7 @@ class IFCARounds(ServerRounds):
         return [g.tolist() for g in np.split(order, bounds) if len(g)]
 
     def scores(self) -> np.ndarray:
-        f = self.fleet
-        out = np.empty(f.n)
-        for part in chunks(f.n, f.chunk):
-            rows = self.models[torch.from_numpy(self.assignment[part])]
-            out[part] = f.trainer.score(rows, torch.arange(part.start, part.stop)).numpy()
-        return out
+        return self.scores_of(self.models, self.assignment)
 
 
 class OracleRounds(ServerRounds):
@@ -473,7 +472,6 @@ class OracleRounds(ServerRounds):
         super().__init__(params, fleet, None, server=server, serialized=serialized)
         self.labels, self.cluster_of = np.unique(true_clusters, return_inverse=True)
         self.models = first.expand(len(self.labels), -1).clone()
-        self.rng = stream(fleet.seed, "node", fleet.n)  # the server's stream in the event kernel
 
     def joins(self) -> Round:
         """Every device's join (its cluster id) to the server, before the first round."""
@@ -499,12 +497,7 @@ class OracleRounds(ServerRounds):
         return self.joins().then(step) if r == 1 else step
 
     def scores(self) -> np.ndarray:
-        f = self.fleet
-        out = np.empty(f.n)
-        for part in chunks(f.n, f.chunk):
-            rows = self.models[torch.from_numpy(self.cluster_of[part])]
-            out[part] = f.trainer.score(rows, torch.arange(part.start, part.stop)).numpy()
-        return out
+        return self.scores_of(self.models, self.cluster_of)
 
     def clusters(self) -> list[list[int]]:
         """The true clusters, in label order (what the Oracle knows)."""

@@ -14,6 +14,8 @@ from typing import Optional
 
 import torch
 
+from p2pfl.learning.train import sgd_step
+
 __all__ = ["stacked_sgd"]
 
 
@@ -36,19 +38,9 @@ def stacked_sgd(loss_of: Callable[[dict[str, torch.Tensor], torch.Tensor, torch.
         for start in range(0, n, batch_size):
             idx = order[:, start : start + batch_size]
             losses = loss_of(parameters(), x[rows, idx], y[rows, idx])
-            grads = torch.autograd.grad(losses.sum(), leaves)
-            with torch.no_grad():
-                for i, (p, g) in enumerate(zip(leaves, grads)):
-                    if weight_decay:
-                        g = g.add(p, alpha=weight_decay)
-                    if momentum:
-                        buf = momentum_buf[i]
-                        if buf is None:
-                            buf = momentum_buf[i] = g.detach().clone()
-                        else:
-                            buf.mul_(momentum).add_(g)
-                        g = buf
-                    p.add_(g, alpha=-lr)
+            for p, g in zip(leaves, torch.autograd.grad(losses.sum(), leaves)):
+                p.grad = g
+            sgd_step(leaves, momentum_buf, lr, momentum, weight_decay)  # train_local's step, on stacked leaves
             totals += losses.detach().double()
             batches += 1
     return totals, batches

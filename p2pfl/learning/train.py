@@ -17,7 +17,7 @@ from torch.nn import functional as F
 
 from p2pfl.validation import Strict
 
-__all__ = ["TrainingSpec", "TrainResult", "train_local", "task_loss", "evaluate_accuracy", "evaluate_rmse", "average_loss"]
+__all__ = ["TrainingSpec", "TrainResult", "train_local", "task_loss", "sgd_step", "evaluate_accuracy", "evaluate_rmse", "average_loss"]
 
 #: Extra loss term ``penalty(model) -> scalar tensor`` added to cross-entropy (e.g. a proximal term).
 Penalty = Callable[[nn.Module], torch.Tensor]
@@ -98,7 +98,7 @@ def train_local(
             if adam_state is not None:
                 _adamw_step(params, adam_state, lr, spec.weight_decay)
             else:
-                _sgd_step(params, momentum_buf, lr, momentum, spec.weight_decay)
+                sgd_step(params, momentum_buf, lr, momentum, spec.weight_decay)
             total += float(loss.detach())
             batches += 1
     return TrainResult(samples=n * epochs, loss=total / max(batches, 1))
@@ -112,7 +112,7 @@ def task_loss(out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> to
 
 
 @torch.no_grad()
-def _sgd_step(params: Sequence[torch.Tensor], bufs: list[Optional[torch.Tensor]], lr: float, momentum: float,
+def sgd_step(params: Sequence[torch.Tensor], bufs: list[Optional[torch.Tensor]], lr: float, momentum: float,
               weight_decay: float) -> None:
     """One step of SGD with heavy-ball momentum, as ``torch.optim.SGD`` (dampening 0, no Nesterov).
 
@@ -156,7 +156,7 @@ def _adamw_step(params: Sequence[torch.Tensor], state: AdamState, lr: float, wei
                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
     """One AdamW step (decoupled weight decay, bias-corrected moments), as ``torch.optim.AdamW``.
 
-    Written out like ``_sgd_step``; torch.optim's lazy imports also crash after an OSMesa (MuJoCo)
+    Written out like ``sgd_step``; torch.optim's lazy imports also crash after an OSMesa (MuJoCo)
     GL context exists in the process.
     """
     m_bufs, v_bufs, step = state
