@@ -44,21 +44,22 @@ def test_rnd_authors_code_rows_keep_a_recovery_and_do_not_refute_on_a_failure():
 
 
 # ------------------------------------------------------------------------------------------ Conditional
-def test_conditional_sparse_rows_turn_where_thirty_samples_a_client_can_change_the_answer():
+def test_conditional_sparse_rows_turn_a_fall_by_the_model_and_keep_a_flat_line():
     rep = analysis_module("conditional_report")
     rows = []
     for variant, drop in (("Cond-pooled", -0.30), ("Oracle", -0.30), ("Cond", -0.30), ("Local", -0.40)):
         for exp in ("e3bs", "e1s"):
             for s, noise in enumerate((-0.01, 0.0, 0.01)):
                 rows += [{"exp": exp, "variant": variant, "col": "rich", "seed": s, "score": 0.9},
-                         {"exp": exp, "variant": variant, "col": "super_sparse", "seed": s, "score": 0.9 + drop + noise}]
+                         {"exp": exp, "variant": variant, "col": "super_sparse", "seed": s,
+                          "score": 0.9 + (drop if exp == "e3bs" else 0.0) + noise / 10}]
     lines = rep.claims(pd.DataFrame(rows), None)
     verdict = {c.split(" | ")[0].lstrip("| "): c.rsplit(" | ", 1)[1].rstrip(" |").strip("*") for c in lines[2:]}
-    assert verdict["E3b sparsity: Cond-pooled stays flat from rich to super sparse (within 2 points)"] == (
-        f"not comparable here: {rep.SPARSE_DIFFERS}")
-    # the Oracle pools each cluster's 3000 samples at every level: only the common budget turns its 'does not hold'
-    assert verdict["E3b sparsity: Oracle stays flat from rich to super sparse (within 2 points)"] == (
-        f"not comparable here: {rep.BUDGET_DIFFERS}")
+    # the data design is the paper's; the model is not, so a fall on a row of the paper's turns
+    for variant in ("Cond-pooled", "Oracle"):
+        assert verdict[f"E3b sparsity: {variant} stays flat from rich to super sparse (within 2 points)"] == (
+            f"not comparable here: {rep.SPARSE_DIFFERS}")
+        assert verdict[f"E1 sparsity: {variant} stays flat from rich to super sparse (within 2 points)"] == HOLDS
     assert verdict["E3b sparsity: Cond stays flat from rich to super sparse (within 2 points)"] == DOES_NOT_HOLD
     assert verdict["E1 sparsity: Local degrades from rich to super sparse (there: one local step per round)"] == (
         f"not comparable here: {rep.STEPS_DIFFER}")
