@@ -2,7 +2,8 @@
 
     p2pfl run SCENARIO [--out DIR] [--seed N] [--set key=value ...] [--unset key ...]
     p2pfl validate SCENARIO [--seed N] [--set key=value ...] [--unset key ...]
-    p2pfl sweep STUDY [--jobs N|ray] [--out DIR] [--archive DIR] [--dry-run]   (exit 1 when some cells failed)
+    p2pfl sweep STUDY [--jobs N|ray] [--out DIR] [--archive DIR] [--budget 2h30m] [--dry-run]
+                                                                  (exit 1 when some cells failed)
     p2pfl list protocols|datasets|partitions|topologies
     p2pfl list protocols NAME
     p2pfl topology show FILE --out x.png
@@ -59,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--dry-run", action="store_true", help="list the cells and validate them; write nothing")
     sw.add_argument("--archive", default=None, help="folder to keep every complete cell in without its event "
                     "stream (small enough to commit); the cells it holds are restored into --out and skipped")
+    sw.add_argument("--budget", default=None, help="wall-time limit (2h30m, 90m, 5400): start only cells that "
+                    "end within it at their variant's median cell time, shorter ones first when a long one "
+                    "does not fit; rerun to resume the rest")
     ls = sub.add_parser("list", help="list protocols, datasets (available here or not), partitions or topologies")
     ls.add_argument("what", choices=["protocols", "datasets", "partitions", "topologies"])
     ls.add_argument("name", nargs="?", default=None,
@@ -138,10 +142,13 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def _cmd_sweep(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from p2pfl.study import SweepInterrupted, describe, sweep
+    from p2pfl.study.times import parse_duration
 
+    budget_s = None if args.budget is None else parse_duration(args.budget)
     try:
         result = sweep(args.study, jobs=args.jobs, out=args.out, dry_run=args.dry_run, progress=True,
-                       argv=["p2pfl", *argv], ray_address=args.ray_address, archive=args.archive)
+                       argv=["p2pfl", *argv], ray_address=args.ray_address, archive=args.archive,
+                       budget_s=budget_s)
     except SweepInterrupted as err:
         print(f"p2pfl: interrupted; {err}", file=sys.stderr)
         return 130

@@ -3,8 +3,6 @@ left, the closing line, and the dry run's listing. Silent for the Python API, wh
 
 from __future__ import annotations
 
-import json
-import statistics
 import sys
 import warnings
 from collections.abc import Sequence
@@ -13,17 +11,9 @@ from typing import Any, Optional
 
 from p2pfl.study.result import SweepResult
 from p2pfl.study.spec import Cell, Study
+from p2pfl.study.times import CellTimes, wall_s_of
 
 __all__ = ["Display", "describe", "fmt_s"]
-
-
-def _wall_s(run_dir: Path) -> Optional[float]:
-    """A complete cell's measured ``wall_s`` (its ``timing.json``); None where it has none."""
-    try:
-        wall = json.loads((run_dir / "timing.json").read_text())["wall_s"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return float(wall) if isinstance(wall, (int, float)) else None
 
 
 def fmt_s(seconds: float) -> str:
@@ -42,7 +32,7 @@ class Display:
         self.task: Any = None
         self.total = self.finished = 0
         self.workers = 1
-        self.walls: dict[Optional[str], list[float]] = {}
+        self.times = CellTimes()
         self.waiting: dict[Optional[str], int] = {}
 
     def start(self, study: Study, out: Path, complete: Sequence[Cell], pending: Sequence[Cell], workers: int,
@@ -50,8 +40,8 @@ class Display:
         """``complete`` cells' ``timing.json`` seed the time-left estimate of ``pending`` ones, per variant."""
         self.total, self.finished, self.workers = len(study.cells), len(complete), workers
         for c in complete:
-            if (wall := _wall_s(out / c.id)) is not None:
-                self.walls.setdefault(c.variant, []).append(wall)
+            if (wall := wall_s_of(out / c.id)) is not None:
+                self.times.add(c.variant, wall)
         for c in pending:
             self.waiting[c.variant] = self.waiting.get(c.variant, 0) + 1
         if not self.enabled:
@@ -81,21 +71,18 @@ class Display:
             self.task = self.bar.add_task("cells", total=self.total, completed=len(complete))
 
     def _eta(self) -> str:
-        """Time left: each waiting cell at its variant's median cell time (robust to each worker's slow first
-        cell; the complete cells' included), a variant not timed yet at the median of all, over the workers."""
-        every = [w for ws in self.walls.values() for w in ws]
-        if not every or not any(self.waiting.values()):
+        """Time left: each waiting cell at its variant's median cell time, a variant not timed yet at the median
+        of all (``CellTimes``), over the workers."""
+        left = self.times.left(self.waiting, self.workers)
+        if left is None:
             return ""
-        overall = statistics.median(every)
-        untimed = sum(k for v, k in self.waiting.items() if v not in self.walls)
-        left = sum(k * (statistics.median(self.walls[v]) if v in self.walls else overall)
-                   for v, k in self.waiting.items())
+        untimed = self.times.untimed(self.waiting)
         guess = f", {untimed} cells of variants not timed yet at the median cell" if untimed else ""
-        return f"; about {fmt_s(left / self.workers)} left{guess}"
+        return f"; about {fmt_s(left)} left{guess}"
 
     def done(self, cell: Cell, wall_s: float) -> None:
         self.finished += 1
-        self.walls.setdefault(cell.variant, []).append(wall_s)
+        self.times.add(cell.variant, wall_s)
         self.waiting[cell.variant] = self.waiting.get(cell.variant, 1) - 1
         if self.bar is not None:
             self.bar.advance(self.task)
@@ -139,8 +126,14 @@ class Display:
             parts.append(f"{len(result.failed)} failed")
         if result.skipped:
             parts.append(f"{len(result.skipped)} already complete")
+        if result.deferred:
+            parts.append(f"{len(result.deferred)} not started")
+        complete -= len(result.deferred)
         print(f"sweep {result.study.name}: {complete} of {n} cells complete in {result.out} "
               f"({', '.join(parts)}; {fmt_s(result.wall_s)})", flush=True)
+        if result.deferred:
+            print(f"p2pfl: {len(result.deferred)} cell(s) not started: none fits in what is left of --budget at its "
+                  "variant's median cell time; run the same command again to resume", flush=True)
         if result.failed:
             ids = ", ".join(list(result.failed)[:3]) + (", ..." if len(result.failed) > 3 else "")
             print(f"p2pfl: {len(result.failed)} of {n} cells failed ({ids}); fix the cause and run the same "

@@ -13,7 +13,8 @@ __all__ = ["SweepResult", "SweepInterrupted"]
 
 @dataclass(frozen=True)
 class SweepResult:
-    """What a sweep did: cells run now, cells already complete, cells that failed (id -> one-line error).
+    """What a sweep did: cells run now, cells already complete, cells that failed (id -> one-line error), and
+    cells not started because none fitted in the sweep's budget (``deferred``).
 
     For a dry run nothing ran and ``failed`` holds the cells that would fail when built.
     """
@@ -25,6 +26,7 @@ class SweepResult:
     failed: Mapping[str, str]
     wall_s: float
     dry_run: bool = False
+    deferred: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

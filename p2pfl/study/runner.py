@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -38,6 +38,7 @@ from p2pfl.study.display import Display, fmt_s
 from p2pfl.study.result import SweepInterrupted, SweepResult
 from p2pfl.study.resume import complete_cells, locked, no_interrupt, remove_temps, strangers
 from p2pfl.study.spec import Cell, Study, load_study
+from p2pfl.study.times import Budget
 
 if TYPE_CHECKING:
     from p2pfl.config.scenario import Scenario
@@ -90,37 +91,55 @@ def _one_line(err: BaseException) -> str:
 
 
 def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, cores: int, display: Display,
-             argv: list[str], done: Callable[[Cell, float], None]) -> tuple[list[str], dict[str, str]]:
+             argv: list[str], done: Callable[[Cell, float], None], budget: Optional[Budget] = None
+             ) -> tuple[list[str], dict[str, str], list[str]]:
     """Run ``pending`` in ``workers`` processes sharing ``cores`` cores, calling ``done`` for each cell complete;
-    (ids run, {id: error}) in completion order."""
+    (ids run, {id: error}, ids not started) in completion order. A cell is handed to a worker when one is free:
+    the first waiting cell that fits in ``budget`` (``p2pfl.study.times``); when none fits, none starts."""
     from p2pfl.metrics.rundir import dumps_json
 
     ran: list[str] = []
     failed: dict[str, str] = {}
+    waiting = list(pending)
     share = max(1, cores // workers)
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_worker_init, initargs=(os.getpid(),))
-    try:
-        futures: dict[Future[float], Cell] = {}
-        for cell in pending:
+    futures: dict[Future[float], Cell] = {}
+
+    def feed() -> None:
+        while len(futures) < workers and waiting:
+            i = 0 if budget is None else budget.first_fitting([c.variant for c in waiting], display.times)
+            if i is None:
+                return
+            cell = waiting.pop(i)
             data = dumps_json(cell.record(study.name)).encode("utf-8")
-            futures[pool.submit(_run_cell, cell.scenario, str(out / cell.id), data, argv, share)] = cell
-        for fut in as_completed(futures):
-            cell = futures[fut]
             try:
-                wall = fut.result()
-            except UserError as err:
-                failed[cell.id] = _one_line(err)
-                display.failed(cell, failed[cell.id])
-            except BrokenProcessPool:
+                futures[pool.submit(_run_cell, cell.scenario, str(out / cell.id), data, argv, share)] = cell
+            except BrokenProcessPool:  # a worker died earlier: every cell left fails as the running ones did
                 failed[cell.id] = "its worker process died (killed, or out of memory)"
                 display.failed(cell, failed[cell.id])
-            except Exception as err:  # a bug: report it with the worker's traceback, go on with the others
-                failed[cell.id] = f"{type(err).__name__}: {_one_line(err)}"
-                display.failed(cell, failed[cell.id], str(err.__cause__ or ""))
-            else:
-                ran.append(cell.id)
-                done(cell, wall)
+
+    try:
+        feed()
+        while futures:
+            finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                cell = futures.pop(fut)
+                try:
+                    wall = fut.result()
+                except UserError as err:
+                    failed[cell.id] = _one_line(err)
+                    display.failed(cell, failed[cell.id])
+                except BrokenProcessPool:
+                    failed[cell.id] = "its worker process died (killed, or out of memory)"
+                    display.failed(cell, failed[cell.id])
+                except Exception as err:  # a bug: report it with the worker's traceback, go on with the others
+                    failed[cell.id] = f"{type(err).__name__}: {_one_line(err)}"
+                    display.failed(cell, failed[cell.id], str(err.__cause__ or ""))
+                else:
+                    ran.append(cell.id)
+                    done(cell, wall)
+            feed()
     except BaseException:  # Ctrl-C (or a broken stdout): stop the workers now
         with no_interrupt():
             _terminate(pool)
@@ -129,7 +148,7 @@ def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, cor
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         remove_temps(out, study)
-    return ran, failed
+    return ran, failed, [c.id for c in waiting]
 
 
 # ------------------------------------------------------------------------------------------------ the sweep
@@ -165,6 +184,12 @@ def oversubscribed(workers: int, threads: int, cores: int) -> Optional[str]:
             f"{cores} cores; the results are the same, but slower; use --jobs {max(1, cores // threads)}")
 
 
+def _budget_s(budget_s: float) -> float:
+    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not budget_s > 0:
+        raise UserError(f"--budget: expected seconds above zero; got {budget_s!r}; use e.g. --budget 2h30m")
+    return float(budget_s)
+
+
 def _jobs(jobs: Optional[int | str], cores: int) -> int | str:
     if jobs is None:
         return cores
@@ -180,7 +205,7 @@ def _jobs(jobs: Optional[int | str], cores: int) -> int | str:
 def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int | str] = None,
           out: Optional[str | Path] = None, dry_run: bool = False, progress: bool = False,
           argv: Optional[Sequence[str]] = None, ray_address: Optional[str] = None,
-          archive: Optional[str | Path] = None) -> SweepResult:
+          archive: Optional[str | Path] = None, budget_s: Optional[float] = None) -> SweepResult:
     """Run every cell of a study not yet complete in ``out`` (default ``runs/<study name>``).
 
     ``jobs`` worker processes (default: the cores this process may use), or ``"ray"``: every cell a
@@ -190,12 +215,19 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int |
     prints what the CLI shows. Ctrl-C raises ``SweepInterrupted`` (complete cells kept).
     ``archive``: a folder of cells without their event streams (``p2pfl.study.archive``): the cells it
     holds are copied into ``out`` first (and so skipped), and every complete cell is copied into it.
+    ``budget_s``: a wall-time limit from the start of the sweep (a session, a batch job's allocation): a cell
+    starts only if its variant's median cell time (``p2pfl.study.times``) ends within it, so shorter cells fill
+    the end; the cells not started are ``SweepResult.deferred`` and the next sweep runs them.
     Call it under ``if __name__ == "__main__":`` in a script (workers are spawned).
     """
     t0 = time.perf_counter()
+    budget = None if budget_s is None else Budget(_budget_s(budget_s))
     st = study if isinstance(study, Study) else load_study(study)
     cores = available_cores()
     n_jobs = _jobs(jobs, cores)
+    if budget is not None and n_jobs == "ray":
+        raise UserError("--budget: not available with --jobs ray (Ray schedules the cells itself); "
+                        "use --jobs N, or drop --budget")
     out_path = Path(out) if out is not None else Path("runs") / st.name
     command = list(sys.argv if argv is None else argv)
     display = Display(progress)
@@ -240,9 +272,10 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int |
 
                 ran, failed = run_cells_on_ray(st, pending, out_path, command, ray_address, cores, finished,
                                                display.failed)
+                deferred: list[str] = []
             else:
-                ran, failed = (_execute(st, pending, out_path, workers, cores, display, command, finished)
-                               if pending else ([], {}))
+                ran, failed, deferred = (_execute(st, pending, out_path, workers, cores, display, command, finished,
+                                                  budget) if pending else ([], {}, []))
         except KeyboardInterrupt:
             display.close()
             n_done = len(complete_cells(st, out_path))
@@ -250,6 +283,7 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int |
                                    "command again to resume") from None
         finally:
             display.close()
-    result = SweepResult(st, out_path, tuple(ran), tuple(complete), failed, time.perf_counter() - t0)
+    result = SweepResult(st, out_path, tuple(ran), tuple(complete), failed, time.perf_counter() - t0,
+                         deferred=tuple(deferred))
     display.finish(result)
     return result

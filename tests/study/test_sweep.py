@@ -305,8 +305,9 @@ def test_each_worker_passes_its_share_of_the_cores_to_its_runs(tmp_path, monkeyp
     monkeypatch.setattr(runner, "ProcessPoolExecutor", InlinePool)
     study = load_study(_write_study(tmp_path, seeds=[0]))
     cells = study.cells
-    ran, failed = runner._execute(study, cells, tmp_path / "out", 2, 5, Display(False), [], lambda c, w: None)
-    assert shares == [2, 2, 2, 2] and len(ran) == 4 and failed == {}
+    ran, failed, deferred = runner._execute(study, cells, tmp_path / "out", 2, 5, Display(False), [],
+                                            lambda c, w: None)
+    assert shares == [2, 2, 2, 2] and len(ran) == 4 and failed == {} and deferred == []
     given: dict[str, object] = {}
     monkeypatch.setattr(p2pfl.api, "run", lambda scenario, **kw: given.update(kw))
     runner._run_cell(cells[0].scenario, str(tmp_path / "c"), b"{}", ["p2pfl"], 3)
