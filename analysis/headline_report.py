@@ -19,6 +19,10 @@ No arm is picked per row by its mean. Per group (N x heterogeneity x fleet dynam
   at or above local + 0.9 (oracle - local), means of the group's seeds;
 - p10: the device at the 10th percentile of accuracy (100 test samples per device).
 
+A confirmatory study (``headline_n*_confirm.yaml``, planned from the exploratory readings by ``seeds_to_resolve``)
+is judged on its own seeds and its own planned comparisons (section "Confirmatory study"), never pooled with the
+exploratory seeds; where it ran, the crossover reads its verdict.
+
 Server protocols do not depend on where devices are or how they move (every device has its own link to the
 server), so the studies run them on the static and churned fleets only; their static cells are reused for
 the group-mobility rows (marked), as is Local's (it sends nothing).
@@ -51,6 +55,7 @@ from p2pfl.metrics.claims import (
     fmt_diff,
     headroom_gain,
     mean_curve,
+    seeds_to_resolve,
     short,
     target_accuracy,
 )
@@ -63,6 +68,8 @@ COMMAND = ("for n in 100 1000; do p2pfl sweep scenarios/studies/headline_n$n.yam
            "--archive analysis/cells/headline/n$n; done\n"
            "p2pfl sweep scenarios/studies/headline_n10000.yaml --jobs 1 --out runs/headline/n10000 "
            "--archive analysis/cells/headline/n10000\n"
+           "p2pfl sweep scenarios/studies/headline_n1000_confirm.yaml --jobs 1 --out runs/headline/n1000_confirm "
+           "--archive analysis/cells/headline/n1000_confirm\n"
            "python analysis/headline_report.py analysis/cells/headline")
 SERVER_ARM = "ifca"
 SERVERLESS_ARMS = ("rnd_gossip_h1", "dac_original")
@@ -423,15 +430,22 @@ def discovery_table(table: dict[Group, dict[str, list[Row]]]) -> list[str]:
                "discovery bytes / device", "other bytes / device", "discovery share of bytes"], rows)
 
 
-def comparisons_table(verdict: dict[tuple[Group, str], tuple[dict[str, Any], str]]) -> list[str]:
-    """One row per comparison on two seeds or more (one seed is shown in the decision table only)."""
+def comparisons_table(verdict: dict[tuple[Group, str], tuple[dict[str, Any], str]],
+                      family: Mapping[int, int]) -> list[str]:
+    """One row per comparison on two seeds or more (one seed is shown in the decision table only), with the seeds
+    a rerun showing the same mean and sd would need to decide it (``seeds_to_resolve``, over N's family)."""
+    def needed(n: int, diffs: list[float]) -> str:
+        k = seeds_to_resolve(diffs, MARGIN, family=family.get(n, sum(g[0] == n for g, _ in verdict)))
+        return "> 100" if k is None else str(k)
+
     rows = [[group_name(g), a, c["n_seeds"], fmt_diff(c["equal_traffic"], 1.0, 2), v,
+             needed(g[0], c["equal_traffic"]),
              f"{fmt_diff(c['equal_time'], 1.0, 2)} ({len(c['equal_time'])})", fmt_diff(c["end"], 1.0, 2),
              f"{np.mean(c['traffic_ratio']):.2f}", f"{np.mean(c['time_ratio']):.3f}"]
             for (g, a), (c, v) in verdict.items() if v != NOT_RUN]
     return md(["fleet", "serverless arm", "seeds", "gain − IFCA's at IFCA's traffic", "matches (Holm, margin 0.10)",
-               "at equal time (seeds evaluated by then)", "at the ends", "traffic ratio (end)", "sim time ratio (end)"],
-              rows, "lllrlrrrr")
+               "seeds to decide (planning)", "at equal time (seeds evaluated by then)", "at the ends",
+               "traffic ratio (end)", "sim time ratio (end)"], rows, "lllrlrrrrr")
 
 
 # ------------------------------------------------------------------------------------------ figures
@@ -468,18 +482,25 @@ def curves_figure(table: dict[Group, dict[str, list[Row]]], n: int, dyn: str, ou
 
 # ------------------------------------------------------------------------------------------ report
 @functools.cache
-def studies() -> dict[int, Any]:
-    """N -> its headline study (``load_study``: every cell validated, seconds each), for those on disk."""
+def studies() -> dict[str, Any]:
+    """Study name -> the headline study (``load_study``: every cell validated, seconds each), for those on disk:
+    N = 100, 1,000 and 10,000 (exploratory) and any ``headline_n*_confirm.yaml`` (confirmatory)."""
     from p2pfl.study.spec import load_study
 
-    paths = {n: ROOT / "scenarios" / "studies" / f"headline_n{n}.yaml" for n in (100, 1000, 10000)}
-    return {n: load_study(path) for n, path in paths.items() if path.is_file()}
+    folder = ROOT / "scenarios" / "studies"
+    paths = [folder / f"headline_n{n}.yaml" for n in (100, 1000, 10000)] + sorted(folder.glob("headline_n*_confirm.yaml"))
+    return {path.stem: load_study(path) for path in paths if path.is_file()}
 
 
-def planned_families() -> dict[int, int]:
-    """N -> the comparisons its study plans: one per serverless arm and (heterogeneity, dynamics) it runs."""
-    return {n: len({(c.variant, c.scenario.data.partition.kind, _planned_dynamics(c.scenario.dynamics))
-                    for c in study.cells if c.variant in SERVERLESS_ARMS}) for n, study in studies().items()}
+def confirmatory(study: str) -> bool:
+    """A confirmatory study: planned from an exploratory one's readings, judged on its own seeds."""
+    return study.endswith("_confirm")
+
+
+def planned_families() -> dict[str, int]:
+    """Study name -> the comparisons it plans: one per serverless arm and (heterogeneity, dynamics) it runs."""
+    return {name: len({(c.variant, c.scenario.data.partition.kind, _planned_dynamics(c.scenario.dynamics))
+                       for c in study.cells if c.variant in SERVERLESS_ARMS}) for name, study in studies().items()}
 
 
 def _planned_dynamics(spec: Any) -> str:
@@ -490,16 +511,43 @@ def _planned_dynamics(spec: Any) -> str:
 
 def study_status(rows: list[Row]) -> str:
     """Runs archived against each study's cells."""
-    return "; ".join(f"N = {n:,}: {sum(r['study'] == f'headline_n{n}' for r in rows)} of {len(study.cells)} cells"
-                     for n, study in studies().items())
+    return "; ".join(f"{name}: {sum(r['study'] == name for r in rows)} of {len(study.cells)} cells"
+                     for name, study in studies().items())
+
+
+def by_n(family: Mapping[str, int], names: Sequence[str]) -> dict[int, int]:
+    """N -> the planned family of the study among ``names`` that has that N (``headline_n<N>...``)."""
+    return {int(name.removeprefix("headline_n").split("_")[0]): family[name] for name in names if name in family}
+
+
+def confirm_section(rows: list[Row], family: Mapping[str, int]) -> tuple[list[str], dict[tuple[Group, str], Any]]:
+    """The confirmatory studies' section (decision rows and comparisons on their own seeds, Holm over their own
+    planned comparisons) and their verdicts; nothing when none has run."""
+    if not rows:
+        return [], {}
+    names = sorted({r["study"] for r in rows})
+    fam = by_n(family, names)
+    table = groups(rows)
+    verdict = verdicts(table, fam)
+    seeds = sorted({r["seed"] for r in rows})
+    return ["## Confirmatory study", "",
+            f"{', '.join(f'`{n}`' for n in names)}: planned from the exploratory readings before its runs (its header "
+            f"says how), judged on its own seeds ({', '.join(map(str, seeds))}) alone, never pooled with the "
+            f"exploratory ones, Holm over its own planned comparisons (" + ", ".join(
+                f"{m} at N = {n:,}" for n, m in fam.items()) + "). Where it ran, its verdict is the one the "
+            "crossover below reads.", "",
+            *decision_table(table, verdict), *comparisons_table(verdict, fam)], verdict
 
 
 def write(dirs: list[Path], report: Path) -> None:
     """The report from the runs in ``dirs``, its figures beside it."""
     rows = load(dirs)
-    table = groups(rows)
+    explore = [r for r in rows if not confirmatory(r["study"])]
     family = planned_families()
-    verdict = verdicts(table, family)
+    table = groups(explore)
+    explore_family = by_n(family, [name for name in family if not confirmatory(name)])
+    verdict = verdicts(table, explore_family)
+    confirm_lines, confirm_verdict = confirm_section([r for r in rows if confirmatory(r["study"])], family)
     out_dir = report.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     figs = [f for n in sorted({g[0] for g in table}) for dyn in DYNAMICS
@@ -516,7 +564,7 @@ def write(dirs: list[Path], report: Path) -> None:
         f"Arms fixed before the runs: server **{SERVER_ARM}**, serverless **{' and '.join(SERVERLESS_ARMS)}**. "
         f"Gains are (acc − Local) / (Oracle − Local) per seed; 'matches' = the paired gain difference at IFCA's "
         f"traffic lies above −{MARGIN} with Holm's correction over each N's planned comparisons ("
-        + ", ".join(f"{m} at N = {n:,}" for n, m in family.items())
+        + ", ".join(f"{m} at N = {n:,}" for n, m in explore_family.items())
         + "; those not run yet count as not rejected, so a verdict given now stands when they come in); "
         f"'fewer bytes' = at least "
         f"{100 * BYTES_TOL:.0f}% fewer. Traffic = bytes sent by every node (devices and servers) per device. "
@@ -526,10 +574,14 @@ def write(dirs: list[Path], report: Path) -> None:
         + (f"Group mobility: mean radio degree {np.mean(degrees):.1f} (static fleets {np.mean(static_deg):.1f})."
            if degrees and static_deg else ""), "",
         "## Decision table", "", *decision_table(table, verdict),
-        "## Crossover N", "", *crossover(verdict),
-        "## Serverless arms against IFCA", "", *comparisons_table(verdict),
+        *confirm_lines,
+        "## Crossover N", "", *crossover({**verdict, **confirm_verdict}),
+        "## Serverless arms against IFCA", "", *comparisons_table(verdict, explore_family),
         "At equal time, '— (0)' means IFCA had no evaluation yet (its first comes after 4 rounds) when the "
-        "serverless arm had finished; the time ratio gives how much sooner that was.", "",
+        "serverless arm had finished; the time ratio gives how much sooner that was. Seeds to decide: a planning "
+        "estimate for a follow-up, not a test: the fewest seeds at which the gain difference at IFCA's traffic "
+        "would be decided (Holm's strictest step over the N's family) if a rerun showed the same mean and sd "
+        "(`p2pfl.metrics.claims.seeds_to_resolve`).", "",
         "## Accuracy, gain, p10 device, ARI, traffic, time to target (Pareto ★)", "",
         *[line for g, arms in table.items() for line in accuracy_table(g, arms)],
         "## Discovery vs training cost (static fleets)", "", *discovery_table(table),

@@ -42,7 +42,7 @@ from p2pfl.metrics.report import ci95
 __all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_COMPARABLE", "CANNOT_TEST", "VERDICTS", "NOT_RUN",
            "not_comparable", "cannot_test", "downgrade", "holds_if", "kind", "short", "interval", "paired", "fmt_ci",
            "fmt_diff", "at_least", "below", "beats", "combine", "per_part", "holm", "holm_adjusted",
-           "paired_p", "at_least_holm", "headroom_gain", "headroom_gains", "target_accuracy", "fewer_bytes",
+           "paired_p", "at_least_holm", "seeds_to_resolve", "headroom_gain", "headroom_gains", "target_accuracy", "fewer_bytes",
            "device_percentile", "mean_curve"]
 
 # ------------------------------------------------------------------------------ the five verdicts
@@ -286,6 +286,24 @@ def at_least_holm(diffs_list: Sequence[Sequence[float]], margin: float, alpha: f
         else:
             out[k] = HOLDS if statistics.mean(diffs_list[k]) > -margin else DOES_NOT_HOLD
     return out
+
+
+def seeds_to_resolve(diffs: Sequence[float], margin: float, alpha: float = 0.05, family: int = 1,
+                     cap: int = 100) -> Optional[int]:
+    """A planning estimate, not a test: the fewest seeds at which the paired differences ``diffs`` would decide
+    'a >= b - margin' (``at_least_holm``) if a rerun showed the same mean and sd: the two-sided
+    (1 - alpha / family) t-interval, Holm's strictest step, clear of -margin. None: fewer than two values, or
+    more than ``cap`` seeds. Past results do not promise a rerun's mean: this sizes a follow-up study."""
+    if len(diffs) < 2:
+        return None
+    mean, sd = float(statistics.mean(diffs)), float(statistics.stdev(diffs))
+    gap = abs(mean + margin)
+    if sd == 0.0:
+        return 2 if gap > 0 else None
+    from scipy.stats import t
+
+    q = 1 - alpha / (2 * family)
+    return next((n for n in range(2, cap + 1) if t.ppf(q, n - 1) * sd / math.sqrt(n) < gap), None)
 
 
 # ------------------------------------------------------------------------------ headline quantities

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from scipy.stats import ttest_1samp
 
 from p2pfl.metrics.claims import (
+    DOES_NOT_HOLD,
+    HOLDS,
+    NOT_RESOLVED,
     at_least,
     at_least_holm,
     device_percentile,
@@ -18,6 +22,7 @@ from p2pfl.metrics.claims import (
     holm_adjusted,
     mean_curve,
     paired_p,
+    seeds_to_resolve,
     target_accuracy,
 )
 
@@ -174,3 +179,33 @@ def test_mean_curve_averages_the_rounds_every_seed_evaluated():
     assert mean_curve([[(4, 0.5)], [(4, 1.0), (8, 1.0)]]) == [(4, 0.75)]
     assert mean_curve([a, [p for p in b if p[1] > 3.0]]) == [(8, 3.0, 0.5)]  # a point dropped: its round too
     assert mean_curve([]) == []
+
+
+def _sample(n: int, mean: float, sd: float) -> list[float]:
+    """``n`` values with exactly this mean and sample sd."""
+    z = np.linspace(-1.0, 1.0, n)
+    z = (z - z.mean()) / z.std(ddof=1)
+    return list(mean + sd * z)
+
+
+@pytest.mark.parametrize(("mean", "sd", "family", "verdict"), [
+    (0.02, 0.05, 8, HOLDS),  # matches within the margin 0.1
+    (-0.16, 0.05, 8, DOES_NOT_HOLD),  # trails by more than the margin
+    (0.05, 0.30, 24, HOLDS),  # noisy: many seeds
+    (-0.08, 0.02, 1, HOLDS),  # close to the margin
+])
+def test_seeds_to_resolve_is_the_fewest_seeds_at_which_holm_would_decide_with_the_same_mean_and_sd(
+        mean, sd, family, verdict):
+    n = seeds_to_resolve(_sample(3, mean, sd), 0.1, family=family)
+    assert n is not None and n >= 2
+    # with the same mean and sd at n seeds, Holm over the family (the others untested, p = 1) decides ...
+    assert at_least_holm([_sample(n, mean, sd)], 0.1, family=family) == [verdict]
+    if n > 2:  # ... and at one seed fewer it does not
+        assert at_least_holm([_sample(n - 1, mean, sd)], 0.1, family=family) == [NOT_RESOLVED]
+
+
+def test_seeds_to_resolve_edges():
+    assert seeds_to_resolve([0.1], 0.1) is None  # one value has no sd
+    assert seeds_to_resolve([0.05, 0.05, 0.05], 0.1) == 2  # no spread: two seeds decide
+    assert seeds_to_resolve([-0.1, -0.1], 0.1) is None  # exactly on the margin: never
+    assert seeds_to_resolve(_sample(3, -0.099, 0.5), 0.1, cap=100) is None  # past the cap

@@ -100,8 +100,29 @@ def test_holm_runs_over_each_ns_comparisons_and_can_turn_a_pass_into_not_resolve
 
 @pytest.mark.slow
 def test_the_planned_families_count_each_studys_serverless_comparisons() -> None:
-    # N = 100: 4 heterogeneities x 3 dynamics x 2 arms; N = 1,000: 2 x 2 x 2; N = 10,000: rotation x 2 x 2
-    assert rep.planned_families() == {100: 24, 1000: 8, 10000: 4}
+    # N = 100: 4 heterogeneities x 3 dynamics x 2 arms; N = 1,000: 2 x 2 x 2; N = 10,000: rotation x 2 x 2;
+    # the confirmatory N = 1,000 study: rotation x 2 dynamics x rnd_gossip h1
+    family = rep.planned_families()
+    assert family == {"headline_n100": 24, "headline_n1000": 8, "headline_n10000": 4, "headline_n1000_confirm": 2}
+    assert rep.by_n(family, ["headline_n100", "headline_n1000"]) == {100: 24, 1000: 8}
+    assert rep.by_n(family, ["headline_n1000_confirm"]) == {1000: 2}
+
+
+def test_a_confirmatory_study_is_judged_on_its_own_seeds_and_family_and_its_verdict_reaches_the_crossover() -> None:
+    # exploratory, N = 1,000: the arm trails IFCA by 0.05 +- 0.02 of the headroom, 3 seeds, Holm over 8: not resolved
+    explore = _group([0.75] * 3, [0.746, 0.738, 0.742], arm_traffic=1e6, n=1000)
+    ex = rep.verdicts(rep.groups(explore), {1000: 8})
+    assert ex[((1000, "rotation", "static"), "rnd_gossip_h1")][1].startswith("not resolved")
+    # confirmatory: seeds 3-7 alone (the exploratory rows are not pooled in), Holm over its own 2
+    confirm = [{**r, "seed": r["seed"] + 3, "study": "headline_n1000_confirm"}
+               for r in _group([0.75] * 5, [0.746, 0.738, 0.742, 0.744, 0.740], arm_traffic=1e6, n=1000)]
+    lines, verdict = rep.confirm_section(confirm, {"headline_n1000_confirm": 2})
+    c, v = verdict[((1000, "rotation", "static"), "rnd_gossip_h1")]
+    assert c["n_seeds"] == 5 and v == at_least_holm([c["equal_traffic"]], rep.MARGIN, family=2)[0] == "holds"
+    assert lines[0] == "## Confirmatory study" and "(3, 4, 5, 6, 7)" in lines[2] and "2 at N = 1,000" in lines[2]
+    crossing = rep.crossover({**ex, **verdict})  # the arm's bytes match IFCA's (ratio 1): no 10% fewer, time 0.05x
+    assert any("rotation, static" in row and "N = 1,000" in row.split("|")[-2] for row in crossing)
+    assert rep.confirm_section([], {}) == ([], {})
 
 
 def test_server_and_local_cells_are_reused_for_mobility_rows_and_marked() -> None:
