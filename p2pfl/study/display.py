@@ -17,10 +17,12 @@ __all__ = ["Display", "describe", "fmt_s"]
 
 
 def fmt_s(seconds: float) -> str:
-    """``12.3 s`` under a minute, ``4 min 05 s`` from one."""
+    """``12.3 s`` under a minute, ``4 min 05 s`` from one, ``6 h 38 min`` from an hour."""
     if seconds < 60:
         return f"{seconds:.1f} s"
-    return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
 
 
 class Display:
@@ -140,6 +142,31 @@ class Display:
                   "command again to run them (complete cells are kept)", file=sys.stderr, flush=True)
 
 
+def _time_table(result: SweepResult) -> list[str]:
+    """Per variant: cells complete and to run, the median cell time, and what the cells to run would take on one
+    worker (each at its variant's median, a variant not timed yet at the median of all: ``CellTimes``)."""
+    times = CellTimes()
+    for c in result.study.cells:
+        if c.id in result.walls:
+            times.add(c.variant, result.walls[c.id])
+    if not times.walls:
+        return []
+    done = set(result.skipped)
+    variants = list(dict.fromkeys(c.variant for c in result.study.cells))
+    cells = {v: [c for c in result.study.cells if c.variant == v] for v in variants}
+    todo = {v: sum(c.id not in done for c in cells[v]) for v in variants}
+    rows = []
+    for v in variants:
+        guess = times.guess(v)
+        median = "unknown" if guess is None else fmt_s(guess) + ("" if v in times.walls else " (median of all)")
+        left = "unknown" if guess is None else fmt_s(todo[v] * guess)
+        rows.append(f"  {v or '(no variant)'}: {len(cells[v]) - todo[v]} complete, {todo[v]} to run, median cell "
+                    f"{median}, {left} to run on one worker")
+    total = times.left(todo, 1)
+    return ["time (complete cells' timing.json):", *rows,
+            f"  all: {fmt_s(total) if total is not None else 'unknown'} of cells to run on one worker"]
+
+
 def describe(result: SweepResult) -> str:
     """The dry run's listing: one line per cell (its id, its own edits of the base), then what would fail."""
     study = result.study
@@ -151,6 +178,7 @@ def describe(result: SweepResult) -> str:
         mark = "  (complete)" if c.id in done else "  (would fail)" if c.id in result.failed else ""
         lines.append(f"  {c.id:<{width}}  {' '.join(c.flags)}{mark}")
     lines += [f"cell {cid} would fail: {msg}" for cid, msg in result.failed.items()]
+    lines += _time_table(result)
     left = len(study.cells) - len(done)
     verdict = (f"{len(result.failed)} of {left} cells to run would fail" if result.failed
                else "every cell is valid")

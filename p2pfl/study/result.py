@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from p2pfl.study.spec import Study
@@ -16,7 +16,8 @@ class SweepResult:
     """What a sweep did: cells run now, cells already complete, cells that failed (id -> one-line error), and
     cells not started because none fitted in the sweep's budget (``deferred``).
 
-    For a dry run nothing ran and ``failed`` holds the cells that would fail when built.
+    For a dry run nothing ran, ``failed`` holds the cells that would fail when built and ``walls`` the measured
+    seconds of the complete cells (id -> ``timing.json``'s ``wall_s``), for the time the rest would take.
     """
 
     study: Study
@@ -27,6 +28,7 @@ class SweepResult:
     wall_s: float
     dry_run: bool = False
     deferred: tuple[str, ...] = ()
+    walls: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -38,7 +38,7 @@ from p2pfl.study.display import Display, fmt_s
 from p2pfl.study.result import SweepInterrupted, SweepResult
 from p2pfl.study.resume import complete_cells, locked, no_interrupt, remove_temps, strangers
 from p2pfl.study.spec import Cell, Study, load_study
-from p2pfl.study.times import Budget
+from p2pfl.study.times import Budget, wall_s_of
 
 if TYPE_CHECKING:
     from p2pfl.config.scenario import Scenario
@@ -233,11 +233,13 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int |
     display = Display(progress)
     if dry_run:
         complete = complete_cells(st, out_path) if out_path.is_dir() else []
+        where = dict.fromkeys(complete, out_path)
         if archive is not None and Path(archive).is_dir():
-            complete += [cid for cid in complete_cells(st, Path(archive)) if cid not in complete]
-        done = set(complete)
-        would_fail = _build_all([c for c in st.cells if c.id not in done], progress)
-        return SweepResult(st, out_path, (), tuple(complete), would_fail, time.perf_counter() - t0, dry_run=True)
+            where.update({cid: Path(archive) for cid in complete_cells(st, Path(archive)) if cid not in where})
+        walls = {cid: w for cid, folder in where.items() if (w := wall_s_of(folder / cid)) is not None}
+        would_fail = _build_all([c for c in st.cells if c.id not in where], progress)
+        return SweepResult(st, out_path, (), tuple(where), would_fail, time.perf_counter() - t0, dry_run=True,
+                           walls=walls)
     with locked(out_path):
         removed = remove_temps(out_path, st)
         restored = restore_cells(archive, out_path, [c.id for c in st.cells]) if archive is not None else []

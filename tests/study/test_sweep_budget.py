@@ -85,3 +85,24 @@ def test_a_variant_too_long_for_the_budget_waits_and_a_shorter_one_runs(tmp_path
     rest = sweep(study, jobs=1, out=out)  # no budget: the one left runs
     assert rest.ran == (ids["gossip"][1],) and rest.deferred == ()
     assert {c: (out / c / "summary.json").read_bytes() for c in first.ran} == summaries
+    dry = sweep(study, out=out, dry_run=True)  # the complete cells' times, for the dry run's time table
+    assert set(dry.walls) == set(first.ran) and dry.walls[ids["gossip"][0]] == 1e6
+
+
+def test_a_dry_run_says_per_variant_what_the_cells_to_run_would_take(tmp_path, capsys):
+    from p2pfl.study.display import describe, fmt_s
+    from p2pfl.study.result import SweepResult
+    from p2pfl.study.spec import load_study
+
+    study = load_study(_study(tmp_path))
+    gossip = [c for c in study.cells if c.variant == "gossip"]
+    walls = {gossip[0].id: 4000.0}  # one gossip cell complete, timed; fedavg not timed: at the median of all
+    result = SweepResult(study, tmp_path / "out", (), (gossip[0].id,), {}, 0.0, dry_run=True, walls=walls)
+    lines = describe(result).splitlines()
+    at = lines.index("time (complete cells' timing.json):")
+    assert lines[at + 1:at + 4] == [
+        "  gossip: 1 complete, 1 to run, median cell 1 h 06 min, 1 h 06 min to run on one worker",
+        "  fedavg: 0 complete, 2 to run, median cell 1 h 06 min (median of all), 2 h 13 min to run on one worker",
+        "  all: 3 h 20 min of cells to run on one worker"]
+    assert fmt_s(59.0) == "59.0 s" and fmt_s(61.0) == "1 min 01 s" and fmt_s(3 * 3600 + 120) == "3 h 02 min"
+    assert "time (" not in describe(SweepResult(study, tmp_path, (), (), {}, 0.0, dry_run=True))  # nothing timed
