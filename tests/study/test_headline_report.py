@@ -121,7 +121,7 @@ def test_a_confirmatory_study_is_judged_on_its_own_seeds_and_family_and_its_verd
     assert c["n_seeds"] == 5 and v == at_least_holm([c["equal_traffic"]], rep.MARGIN, family=2)[0] == "holds"
     assert lines[0] == "## Confirmatory study" and "(3, 4, 5, 6, 7)" in lines[2] and "2 at N = 1,000" in lines[2]
     crossing = rep.crossover({**ex, **verdict})  # the arm's bytes match IFCA's (ratio 1): no 10% fewer, time 0.05x
-    assert any("rotation, static" in row and "N = 1,000" in row.split("|")[-2] for row in crossing)
+    assert any("rotation, static" in row and "N = 1,000" in row.split("|")[-3] for row in crossing)
     assert rep.confirm_section([], {}) == ([], {})
 
 
@@ -144,8 +144,23 @@ def test_the_decision_and_the_crossover_follow_the_verdicts() -> None:
     lines = rep.decision_table(table, verdict)
     assert "**keep the server: IFCA**" in lines[2] and lines[2].startswith("| N = 100, rotation, static | 5 |")
     assert "**drop the server: rnd_gossip_h1**" in lines[3] and "sent ≥ 10% fewer bytes" in lines[3]
-    cross = rep.crossover(verdict)
-    assert cross[2] == "| rotation, static | rnd_gossip_h1 | 100, 1,000 | N = 1,000 |"
+    cross = rep.crossover(verdict)  # no IFCA at 1 Gbit/s in these groups: its column is not run
+    assert cross[2] == "| rotation, static | rnd_gossip_h1 | 100, 1,000 | N = 1,000 | not run |"
+
+
+def test_the_crossover_in_time_is_read_against_the_server_at_each_egress() -> None:
+    # the arm matches IFCA with IFCA's bytes (not 10% fewer) and ends at 50 s: sooner than IFCA at 50 Mbit/s
+    # (100 s), later than the same IFCA at 1 Gbit/s (10 s)
+    rows = _group([0.75] * 5, [0.75, 0.751, 0.749, 0.752, 0.748], arm_traffic=1e6, arm_time=50.0, n=1000)
+    rows += [{**r, "egress": 1e9, "sim_s": 10.0} for r in rows if r["protocol"] == "ifca"]
+    verdict = rep.verdicts(rep.groups(rows))
+    c, v = verdict[((1000, "rotation", "static"), "rnd_gossip_h1")]
+    assert v == "holds" and c["time_ratio"] == pytest.approx([0.5] * 5)
+    assert c["time_ratio_fastest"] == pytest.approx([5.0] * 5)
+    assert rep.crossover(verdict)[2] == "| rotation, static | rnd_gossip_h1 | 1,000 | N = 1,000 | none of N = 1,000 |"
+    line = rep.decision_table(rep.groups(rows), verdict)[2]
+    assert "**drop a 50 Mbit/s server: rnd_gossip_h1**" in line
+    assert line.endswith("simulated time 0.50x IFCA's at its slowest server egress, 5.00x at its fastest |")
 
 
 def test_an_arm_that_sent_more_than_the_server_before_its_first_reading_has_no_verdict() -> None:
