@@ -77,7 +77,7 @@ class RowTrainer:
         totals, batches = stacked_sgd(self._loss, [flat], lambda: self._views(flat), self.data.x[devices],
                                       self.data.y[devices], lambda e: self.orders[devices, first + e].long(),
                                       epochs=self.epochs, batch_size=self.spec.batch_size, lr=self.spec.lr,
-                                      momentum=self.spec.momentum, weight_decay=self.spec.weight_decay)
+                                      momentum=self.spec.momentum, weight_decay=self.spec.weight_decay, flat=True)
         self.jobs_done[devices.numpy()] += 1
         rows.copy_(flat.detach())
         self.train_wall_s += time.perf_counter() - t0

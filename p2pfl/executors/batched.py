@@ -321,7 +321,7 @@ def _train_group(jobs: list[TrainJob], templates: dict[str, nn.Module]) -> list[
     totals, batches = stacked_sgd(lambda p, x, y: batched_loss(p, rest, x, y), leaves, parameters, X, Y,
                                   lambda _: torch.stack([torch.randperm(n, generator=j.generator) for j in jobs]),
                                   epochs=epochs, batch_size=bs, lr=lr, momentum=momentum,
-                                  weight_decay=spec.weight_decay)
+                                  weight_decay=spec.weight_decay, flat=layout is not None)
     samples = n * epochs
 
     def state(i: int) -> Mapping[str, torch.Tensor]:
