@@ -464,6 +464,8 @@ def comparisons_table(verdict: dict[tuple[Group, str], tuple[dict[str, Any], str
              f"{fmt_diff(c['equal_time'], 1.0, 2)} ({len(c['equal_time'])})", fmt_diff(c["end"], 1.0, 2),
              f"{np.mean(c['traffic_ratio']):.2f}", f"{np.mean(c['time_ratio']):.3f}"]
             for (g, a), (c, v) in verdict.items() if v != NOT_RUN]
+    if not rows:
+        return ["No comparison on two seeds or more yet.", ""]
     return md(["fleet", "serverless arm", "seeds", "gain − IFCA's at IFCA's traffic", "matches (Holm, margin 0.10)",
                "seeds to decide (planning)", "at equal time (seeds evaluated by then)", "at the ends",
                "traffic ratio (end)", "sim time ratio (end)"], rows, "lllrlrrrrr")

@@ -123,6 +123,8 @@ def test_a_confirmatory_study_is_judged_on_its_own_seeds_and_family_and_its_verd
     crossing = rep.crossover({**ex, **verdict})  # the arm's bytes match IFCA's (ratio 1): no 10% fewer, time 0.05x
     assert any("rotation, static" in row and "N = 1,000" in row.split("|")[-3] for row in crossing)
     assert rep.confirm_section([], {}) == ([], {})
+    early, _ = rep.confirm_section([r for r in confirm if r["protocol"] == "local"], {"headline_n1000_confirm": 2})
+    assert early[-2:] == ["No comparison on two seeds or more yet.", ""]  # only Local has run: no empty table
 
 
 def test_server_and_local_cells_are_reused_for_mobility_rows_and_marked() -> None:
