@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
@@ -52,6 +52,15 @@ def test_a_bad_duration_is_one_line_naming_the_flag(text):
     assert "\n" not in str(err.value)
 
 
+def test_the_command_line_refuses_a_bad_budget_and_a_budget_on_ray_with_exit_2(tmp_path, capsys):
+    study = str(_study(tmp_path))
+    assert main(["sweep", study, "--budget", "2h30", "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip().endswith("got '2h30'")
+    assert main(["sweep", study, "--budget", "1h", "--jobs", "ray", "--out", str(tmp_path / "o")]) == 2
+    assert "--budget: not available with --jobs ray" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 def _study(tmp_path: Path) -> Path:
     base = digits_scenario({"name": "gossip", "rounds": 2, "mode": "sync", "exchange": "push_pull"}, n=5)
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
@@ -64,29 +73,68 @@ def _study(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.sweep
-@pytest.mark.slow
-def test_a_variant_too_long_for_the_budget_waits_and_a_shorter_one_runs(tmp_path, capsys):
-    study, out = _study(tmp_path), tmp_path / "out"
-    first = sweep(study, jobs=1, out=out)
-    assert len(first.ran) == 4
-    ids = {v: sorted(c for c in first.ran if c.startswith(v + "__")) for v in ("gossip", "fedavg")}
-    summaries = {c: (out / c / "summary.json").read_bytes() for c in first.ran}
-    for variant, wall in (("gossip", 1e6), ("fedavg", 0.1)):  # the complete cells' measured times
-        kept, again = ids[variant]
-        (out / kept / "timing.json").write_text(json.dumps({"wall_s": wall}))
-        shutil.rmtree(out / again)
-    assert main(["sweep", str(study), "--jobs", "1", "--out", str(out), "--budget", "1h"]) == 0
-    printed = capsys.readouterr().out
-    assert f"done {ids['fedavg'][1]}" in printed and ids["gossip"][1] not in printed
-    assert printed.rstrip().endswith("1 cell(s) not started: none fits in what is left of --budget at its variant's "
-                                     "median cell time; run the same command again to resume")
-    assert "3 of 4 cells complete" in printed
-    rest = sweep(study, jobs=1, out=out)  # no budget: the one left runs
-    assert rest.ran == (ids["gossip"][1],) and rest.deferred == ()
-    assert {c: (out / c / "summary.json").read_bytes() for c in first.ran} == summaries
-    dry = sweep(study, out=out, dry_run=True)  # the complete cells' times, for the dry run's time table
-    assert set(dry.walls) == set(first.ran) and dry.walls[ids["gossip"][0]] == 1e6
+class _InlinePool:
+    """Stands in for the worker pool: records each cell it is handed and completes it at once (0.5 s)."""
+
+    handed: ClassVar[list[str]] = []
+
+    def __init__(self, **_: object) -> None:
+        pass
+
+    def submit(self, fn, scenario, out, *args):
+        from concurrent.futures import Future
+
+        _InlinePool.handed.append(Path(out).name)
+        fut: Future[float] = Future()
+        fut.set_result(0.5)
+        return fut
+
+    def shutdown(self, **_: object) -> None:
+        pass
+
+
+def test_a_variant_too_long_for_the_budget_waits_and_a_shorter_one_runs(tmp_path, monkeypatch, capsys):
+    from p2pfl.study import runner
+    from p2pfl.study.display import Display
+    from p2pfl.study.result import SweepResult
+    from p2pfl.study.spec import load_study
+
+    monkeypatch.setattr(runner, "ProcessPoolExecutor", _InlinePool)
+    _InlinePool.handed = []
+    study = load_study(_study(tmp_path))  # in order: gossip x 2, fedavg x 2
+    display = Display(False)
+    display.times.add("gossip", 1e6)  # complete cells' measured times: gossip far past the budget
+    display.times.add("fedavg", 0.1)
+    ran, failed, deferred = runner._execute(study, study.cells, tmp_path / "out", 1, 1, display, [],
+                                            lambda c, w: None, Budget(3600.0))
+    fedavg = [c.id for c in study.cells if c.variant == "fedavg"]
+    gossip = [c.id for c in study.cells if c.variant == "gossip"]
+    assert _InlinePool.handed == ran == fedavg and failed == {} and deferred == gossip
+    _InlinePool.handed = []
+    assert runner._execute(study, study.cells, tmp_path / "out", 1, 1, display, [], lambda c, w: None)[0] == [
+        c.id for c in study.cells]  # no budget: every cell, in order
+    shown = Display(True)
+    shown.finish(SweepResult(study, tmp_path / "out", tuple(fedavg), (), {}, 1.0, deferred=tuple(gossip)))
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("sweep budget: 2 of 4 cells complete") and "2 not started" in printed[0]
+    assert printed[1] == ("p2pfl: 2 cell(s) not started: none fits in what is left of --budget at its variant's "
+                          "median cell time; run the same command again to resume")
+
+
+def test_a_dry_run_reads_the_complete_cells_times_from_out_and_the_archive(tmp_path, monkeypatch):
+    from p2pfl.study import runner
+    from p2pfl.study.spec import load_study
+
+    study = load_study(_study(tmp_path))
+    out, archive = tmp_path / "out", tmp_path / "archive"
+    (a, b), rest = [c.id for c in study.cells[:2]], study.cells[2:]
+    for folder, cid, wall in ((out, a, 12.0), (archive, b, 34.0)):
+        (folder / cid).mkdir(parents=True)
+        (folder / cid / "timing.json").write_text(json.dumps({"wall_s": wall}))
+    monkeypatch.setattr(runner, "complete_cells", lambda st, folder: [a] if folder == out else [b])
+    monkeypatch.setattr(runner, "_build_all", lambda cells, progress=False: {})
+    dry = sweep(study, out=out, archive=archive, dry_run=True)
+    assert dry.walls == {a: 12.0, b: 34.0} and dry.skipped == (a, b) and len(rest) == 2
 
 
 def test_a_dry_run_says_per_variant_what_the_cells_to_run_would_take(tmp_path, capsys):
