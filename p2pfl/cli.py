@@ -61,8 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--archive", default=None, help="folder to keep every complete cell in without its event "
                     "stream (small enough to commit); the cells it holds are restored into --out and skipped")
     sw.add_argument("--budget", default=None, help="wall-time limit (2h30m, 90m, 5400): start only cells that "
-                    "end within it at their variant's median cell time, shorter ones first when a long one "
-                    "does not fit; rerun to resume the rest")
+                    "end within it at their variant's median cell time (one that does not fit is passed over "
+                    "for a later one that does); rerun to resume the rest")
     ls = sub.add_parser("list", help="list protocols, datasets (available here or not), partitions or topologies")
     ls.add_argument("what", choices=["protocols", "datasets", "partitions", "topologies"])
     ls.add_argument("name", nargs="?", default=None,
