@@ -3,7 +3,9 @@
 A cell is guessed at its variant's median cell time (complete cells' ``timing.json`` included; the median is
 robust to each worker's slow first cell), a variant not timed yet at the median of all cells timed, and a
 cell is unknown when no cell is timed at all. ``Budget`` holds a sweep to a wall-time limit (a session, a
-batch job's allocation): a cell starts only when its guess ends before the limit; an unknown one starts.
+batch job's allocation): a cell starts only when its guess ends before the limit, a variant not timed yet
+guessed at the slowest timed variant's median (a guess low by a variant's length would start a cell the limit
+cuts off); an unknown one starts.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ class CellTimes:
         every = [w for ws in self.walls.values() for w in ws]
         return statistics.median(every) if every else None
 
+    def slowest(self) -> Optional[float]:
+        """The largest of the timed variants' medians; None when no cell is timed."""
+        return max((statistics.median(ws) for ws in self.walls.values()), default=None)
+
     def left(self, waiting: Mapping[Optional[str], int], workers: int) -> Optional[float]:
         """Seconds until the ``waiting`` cells (count per variant) are done on ``workers``; None if unknown."""
         if not any(waiting.values()):
@@ -78,8 +84,10 @@ class Budget:
 
     def first_fitting(self, variants: Iterable[Optional[str]], times: CellTimes,
                       now: Optional[float] = None) -> Optional[int]:
-        """The index of the first of ``variants`` (the waiting cells', in order) whose cell fits, or None."""
-        return next((i for i, v in enumerate(variants) if self.fits(times.guess(v), now)), None)
+        """The index of the first of ``variants`` (the waiting cells', in order) whose cell fits, or None; a
+        variant not timed yet counts as the slowest timed one."""
+        return next((i for i, v in enumerate(variants)
+                     if self.fits(times.guess(v) if v in times.walls else times.slowest(), now)), None)
 
 
 _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}

@@ -37,6 +37,10 @@ def test_the_first_waiting_cell_that_ends_within_the_budget_starts():
     assert budget.first_fitting(["long", "short"], times, now=1085.0) is None  # 15 s left: nothing fits
     assert budget.fits(None, now=1099.0)  # an unknown cell starts
     assert budget.first_fitting(["long", "short"], CellTimes(), now=1099.0) == 0
+    # a variant not timed yet counts as the slowest timed one (500 s), not the median of all: it waits
+    assert times.slowest() == 500.0 and times.guess("new") == 260.0
+    assert budget.first_fitting(["new", "short"], times, now=1030.0) == 1
+    assert Budget(1000.0, start=1000.0).first_fitting(["new"], times, now=1030.0) == 0
 
 
 @pytest.mark.parametrize("text, seconds", [("2h30m", 9000.0), ("90m", 5400.0), ("45s", 45.0), ("5400", 5400.0),
