@@ -511,7 +511,8 @@ def studies() -> dict[str, Any]:
     from p2pfl.study.spec import load_study
 
     folder = ROOT / "scenarios" / "studies"
-    paths = [folder / f"headline_n{n}.yaml" for n in (100, 1000, 10000)] + sorted(folder.glob("headline_n*_confirm.yaml"))
+    paths = [folder / f"headline_n{n}.yaml" for n in (100, 1000, 10000)]
+    paths += sorted(folder.glob("headline_n*_confirm.yaml"))
     return {path.stem: load_study(path) for path in paths if path.is_file()}
 
 

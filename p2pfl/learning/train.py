@@ -17,7 +17,8 @@ from torch.nn import functional as F
 
 from p2pfl.validation import Strict
 
-__all__ = ["TrainingSpec", "TrainResult", "train_local", "task_loss", "sgd_step", "evaluate_accuracy", "evaluate_rmse", "average_loss"]
+__all__ = ["TrainingSpec", "TrainResult", "train_local", "task_loss", "sgd_step", "evaluate_accuracy", "evaluate_rmse",
+           "average_loss"]
 
 #: Extra loss term ``penalty(model) -> scalar tensor`` added to cross-entropy (e.g. a proximal term).
 Penalty = Callable[[nn.Module], torch.Tensor]

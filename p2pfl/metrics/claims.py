@@ -42,8 +42,8 @@ from p2pfl.metrics.report import ci95
 __all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_COMPARABLE", "CANNOT_TEST", "VERDICTS", "NOT_RUN",
            "not_comparable", "cannot_test", "downgrade", "holds_if", "kind", "short", "interval", "paired", "fmt_ci",
            "fmt_diff", "at_least", "below", "beats", "combine", "per_part", "holm", "holm_adjusted",
-           "paired_p", "at_least_holm", "seeds_to_resolve", "headroom_gain", "headroom_gains", "target_accuracy", "fewer_bytes",
-           "device_percentile", "mean_curve"]
+           "paired_p", "at_least_holm", "seeds_to_resolve", "headroom_gain", "headroom_gains", "target_accuracy",
+           "fewer_bytes", "device_percentile", "mean_curve"]
 
 # ------------------------------------------------------------------------------ the five verdicts
 HOLDS = "holds"
