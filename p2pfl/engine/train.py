@@ -72,14 +72,14 @@ class RowTrainer:
     def train(self, rows: torch.Tensor, devices: torch.Tensor) -> torch.Tensor:
         """Train ``rows`` (``(k, P)``, the models of ``devices``) in place, one job each; their mean losses."""
         t0 = time.perf_counter()
-        flat = rows.detach().clone().requires_grad_()
+        flat = rows.detach().clone()
         first = torch.from_numpy(self.jobs_done[devices.numpy()] * self.epochs)
-        totals, batches = stacked_sgd(self._loss, [flat], lambda: self._views(flat), self.data.x[devices],
+        totals, batches = stacked_sgd(self._loss, self._views(flat), self.data.x[devices],
                                       self.data.y[devices], lambda e: self.orders[devices, first + e].long(),
                                       epochs=self.epochs, batch_size=self.spec.batch_size, lr=self.spec.lr,
-                                      momentum=self.spec.momentum, weight_decay=self.spec.weight_decay, flat=True)
+                                      momentum=self.spec.momentum, weight_decay=self.spec.weight_decay, flat=flat)
         self.jobs_done[devices.numpy()] += 1
-        rows.copy_(flat.detach())
+        rows.copy_(flat)
         self.train_wall_s += time.perf_counter() - t0
         return totals / max(batches, 1)
 

@@ -296,20 +296,16 @@ def _train_group(jobs: list[TrainJob], templates: dict[str, nn.Module]) -> list[
     names = list(_state(first))
     k, n, bs = len(jobs), int(first.x.shape[0]), spec.batch_size
     layout = _flat_layout(jobs, trainable)
-    if layout is not None:  # one (k, P) leaf: the optimizer step is one operation for the whole group
-        flat = torch.stack([cast(FlatState, _state(j)).vector for j in jobs]).requires_grad_()
-        leaves = [flat]
+    flat: Optional[torch.Tensor] = None
+    if layout is not None:  # one (k, P) tensor: the optimizer step is one operation for the whole group
+        flat = torch.stack([cast(FlatState, _state(j)).vector for j in jobs])
+        parameters = {nm: flat[:, a:b].view(k, *s) for nm, s, a, b in
+                      zip(layout.names, layout.shapes, layout.offsets, layout.offsets[1:])}
         rest: dict[str, torch.Tensor] = {}
     else:
         stacked = {name: torch.stack([_state(j)[name] for j in jobs]) for name in names}
-        leaves = [stacked[name].requires_grad_() for name in names if name in trainable]
+        parameters = {name: stacked[name] for name in names if name in trainable}
         rest = {name: stacked[name] for name in names if name not in trainable}
-
-    def parameters() -> dict[str, torch.Tensor]:
-        if layout is not None:
-            return {nm: flat[:, a:b].view(k, *s) for nm, s, a, b in
-                    zip(layout.names, layout.shapes, layout.offsets, layout.offsets[1:])}
-        return {name: stacked[name] for name in names if name in trainable}
 
     X = torch.stack([j.inputs() for j in jobs])
     Y = torch.stack([j.y for j in jobs])
@@ -318,15 +314,15 @@ def _train_group(jobs: list[TrainJob], templates: dict[str, nn.Module]) -> list[
         return task_loss(functional_call(template, {**p, **b}, (x,)), y)
 
     batched_loss = vmap(loss_of, in_dims=(0, 0, 0, 0))
-    totals, batches = stacked_sgd(lambda p, x, y: batched_loss(p, rest, x, y), leaves, parameters, X, Y,
+    totals, batches = stacked_sgd(lambda p, x, y: batched_loss(p, rest, x, y), parameters, X, Y,
                                   lambda _: torch.stack([torch.randperm(n, generator=j.generator) for j in jobs]),
                                   epochs=epochs, batch_size=bs, lr=lr, momentum=momentum,
-                                  weight_decay=spec.weight_decay, flat=layout is not None)
+                                  weight_decay=spec.weight_decay, flat=flat)
     samples = n * epochs
 
     def state(i: int) -> Mapping[str, torch.Tensor]:
-        if layout is not None:
-            return FlatState(flat[i].detach().clone(), layout)
+        if flat is not None and layout is not None:
+            return FlatState(flat[i].clone(), layout)
         return {name: stacked[name][i].detach().clone() for name in names}
 
     return [TrainOutcome(state(i), j.generator.get_state(),

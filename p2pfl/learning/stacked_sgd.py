@@ -9,7 +9,7 @@ leaves, so only the batched matmul's float reductions differ from k separate run
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Optional
 
 import torch
@@ -20,20 +20,33 @@ __all__ = ["stacked_sgd"]
 
 
 def stacked_sgd(loss_of: Callable[[dict[str, torch.Tensor], torch.Tensor, torch.Tensor], torch.Tensor],
-                leaves: list[torch.Tensor], parameters: Callable[[], dict[str, torch.Tensor]], x: torch.Tensor,
-                y: torch.Tensor, orders: Callable[[int], torch.Tensor], *, epochs: int, batch_size: int, lr: float,
-                momentum: float, weight_decay: float, flat: bool = False) -> tuple[torch.Tensor, int]:
-    """Train ``leaves`` (tensors with a leading model dimension k) in place.
+                parameters: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                orders: Callable[[int], torch.Tensor], *, epochs: int, batch_size: int, lr: float, momentum: float,
+                weight_decay: float, flat: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, int]:
+    """Train ``parameters`` (tensors with a leading model dimension k) in place.
 
-    ``loss_of(parameters(), xb, yb)`` is the ``(k,)`` mean batch loss of each model on its own batch;
-    ``x``/``y`` are ``(k, n, ...)``. ``parameters()`` gives the leaves themselves, or with ``flat`` views that
-    tile one ``(k, P)`` leaf in order. The gradient is taken at what ``parameters()`` gives (detached, so
-    nothing flows back through a view) and, with ``flat``, concatenated into the leaf's: a gradient through the
-    slices would fill a zeroed ``(k, P)`` tensor per view and sum them, about 40% of a step of the headline's
-    MLP at k = 256, for the same values. Returns each model's summed batch losses (float64) and the batch count.
+    ``loss_of(params, xb, yb)`` is the ``(k,)`` mean batch loss of each model on its own batch; ``x``/``y`` are
+    ``(k, n, ...)``. The gradient is taken at detached copies of ``parameters``, so nothing flows back through a
+    view. With ``flat`` (a contiguous ``(k, P)`` tensor that ``parameters`` are views of) the step is one
+    operation on ``flat``: each gradient is copied into its view's place in one ``(k, P)`` buffer, allocated
+    once. Under ``vmap`` a Linear weight's gradient comes back transposed (strides ``(out * in, 1, out)``):
+    that copy is its one transposing read; a ``torch.cat`` of reshaped gradients made two copies, and a step
+    per view on transposed momentum buffers was slower still. Returns each model's summed batch losses
+    (float64) and the batch count.
     """
     k, n = int(x.shape[0]), int(x.shape[1])
     rows = torch.arange(k).unsqueeze(1)
+    names = list(parameters)
+    if flat is None:
+        leaves, grad_buf, slots = [parameters[name] for name in names], None, []
+    else:
+        if not flat.is_contiguous():
+            raise ValueError("stacked_sgd: flat must be a contiguous (k, P) tensor")
+        grad_buf = torch.empty_like(flat)
+        # each parameter's place in the buffer: its view's strides, at its offset within flat
+        slots = [grad_buf.as_strided(t.shape, t.stride(), t.storage_offset() - flat.storage_offset())
+                 for t in parameters.values()]
+        leaves = [flat]
     momentum_buf: list[Optional[torch.Tensor]] = [None] * len(leaves)
     totals = torch.zeros(k, dtype=torch.float64)
     batches = 0
@@ -41,14 +54,14 @@ def stacked_sgd(loss_of: Callable[[dict[str, torch.Tensor], torch.Tensor, torch.
         order = orders(epoch)
         for start in range(0, n, batch_size):
             idx = order[:, start : start + batch_size]
-            params = {name: t.detach().requires_grad_() for name, t in parameters().items()}
+            params = {name: parameters[name].detach().requires_grad_() for name in names}
             losses = loss_of(params, x[rows, idx], y[rows, idx])
-            grads = torch.autograd.grad(losses.sum(), list(params.values()))
-            if flat:
-                grads = (torch.cat([g.reshape(k, -1) for g in grads], dim=1),)
-            for p, g in zip(leaves, grads, strict=True):
-                p.grad = g
-            sgd_step(leaves, momentum_buf, lr, momentum, weight_decay)  # train_local's step, on stacked leaves
+            grads: Sequence[torch.Tensor] = torch.autograd.grad(losses.sum(), list(params.values()))
+            if grad_buf is not None:
+                for slot, g in zip(slots, grads, strict=True):
+                    slot.copy_(g)
+                grads = [grad_buf]
+            sgd_step(leaves, grads, momentum_buf, lr, momentum, weight_decay)  # train_local's step, stacked
             totals += losses.detach().double()
             batches += 1
     return totals, batches

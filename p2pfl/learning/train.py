@@ -99,7 +99,7 @@ def train_local(
             if adam_state is not None:
                 _adamw_step(params, adam_state, lr, spec.weight_decay)
             else:
-                sgd_step(params, momentum_buf, lr, momentum, spec.weight_decay)
+                sgd_step(params, [p.grad for p in params], momentum_buf, lr, momentum, spec.weight_decay)
             total += float(loss.detach())
             batches += 1
     return TrainResult(samples=n * epochs, loss=total / max(batches, 1))
@@ -113,17 +113,16 @@ def task_loss(out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> to
 
 
 @torch.no_grad()
-def sgd_step(params: Sequence[torch.Tensor], bufs: list[Optional[torch.Tensor]], lr: float, momentum: float,
-              weight_decay: float) -> None:
+def sgd_step(params: Sequence[torch.Tensor], grads: Sequence[Optional[torch.Tensor]], bufs: list[Optional[torch.Tensor]],
+             lr: float, momentum: float, weight_decay: float) -> None:
     """One step of SGD with heavy-ball momentum, as ``torch.optim.SGD`` (dampening 0, no Nesterov).
 
     Written out because constructing a fresh torch optimizer per local job costs
     more than the step itself for the small models of large simulated fleets.
     """
-    for i, p in enumerate(params):
-        if p.grad is None:
+    for i, (p, g) in enumerate(zip(params, grads, strict=True)):
+        if g is None:
             continue
-        g = p.grad
         if weight_decay:
             g = g.add(p, alpha=weight_decay)
         if momentum:

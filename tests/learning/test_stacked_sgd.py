@@ -1,4 +1,4 @@
-"""``stacked_sgd``: k models trained at once; one flat (k, P) leaf gives the bits of per-parameter leaves."""
+"""``stacked_sgd``: k models trained at once; views tiling one flat (k, P) tensor give the bits of separate tensors."""
 
 from __future__ import annotations
 
@@ -28,16 +28,15 @@ def _train(flat: bool) -> torch.Tensor:
         leaf = start.clone()
         views = lambda: {name: leaf[:, a:b].view(k, *s)
                          for (name, s), a, b in zip(shapes.items(), offsets, offsets[1:])}
-        stacked_sgd(loss, [leaf], views, x, y, orders, epochs=2, batch_size=8, lr=0.1, momentum=0.9,
-                    weight_decay=1e-3, flat=True)
+        stacked_sgd(loss, views(), x, y, orders, epochs=2, batch_size=8, lr=0.1, momentum=0.9, weight_decay=1e-3,
+                    flat=leaf)
         return leaf
     leaves = {name: start[:, a:b].reshape(k, *s).clone() for (name, s), a, b in zip(shapes.items(), offsets, offsets[1:])}
-    stacked_sgd(loss, list(leaves.values()), lambda: leaves, x, y, orders, epochs=2, batch_size=8, lr=0.1,
-                momentum=0.9, weight_decay=1e-3)
+    stacked_sgd(loss, leaves, x, y, orders, epochs=2, batch_size=8, lr=0.1, momentum=0.9, weight_decay=1e-3)
     return torch.cat([t.reshape(k, -1) for t in leaves.values()], dim=1)
 
 
-def test_a_flat_leaf_trains_to_the_bits_of_per_parameter_leaves_and_moves():
+def test_views_of_a_flat_tensor_train_to_the_bits_of_separate_tensors_and_move():
     flat, separate = _train(flat=True), _train(flat=False)
     assert torch.equal(flat, separate)
     torch.manual_seed(0)
