@@ -11,13 +11,14 @@ from typing import Any, Optional
 
 from p2pfl.study.result import SweepResult
 from p2pfl.study.spec import Cell, Study
-from p2pfl.study.times import CellTimes, wall_s_of
+from p2pfl.study.times import CellTimes
 
-__all__ = ["Display", "describe", "fmt_s"]
+__all__ = ["Display", "describe", "fmt_duration"]
 
 
-def fmt_s(seconds: float) -> str:
-    """``12.3 s`` under a minute, ``4 min 05 s`` from one, ``6 h 38 min`` from an hour."""
+def fmt_duration(seconds: float) -> str:
+    """A wall-clock duration for people (tables of simulated seconds use ``p2pfl.metrics.tables.fmt_s``):
+    ``12.3 s`` under a minute, ``4 min 05 s`` from one, ``6 h 38 min`` from an hour."""
     if seconds < 60:
         return f"{seconds:.1f} s"
     if seconds < 3600:
@@ -37,20 +38,17 @@ class Display:
         self.times = CellTimes()
         self.waiting: dict[Optional[str], int] = {}
 
-    def start(self, study: Study, out: Path, complete: Sequence[Cell], pending: Sequence[Cell], workers: int,
-              removed: int, where: str = "") -> None:
-        """``complete`` cells' ``timing.json`` seed the time-left estimate of ``pending`` ones, per variant."""
-        self.total, self.finished, self.workers = len(study.cells), len(complete), workers
-        for c in complete:
-            if (wall := wall_s_of(out / c.id)) is not None:
-                self.times.add(c.variant, wall)
+    def start(self, study: Study, out: Path, complete: int, pending: Sequence[Cell], workers: int, removed: int,
+              times: CellTimes, where: str = "") -> None:
+        """The time left of ``pending`` cells is read from ``times`` (the sweep's, added to as cells end)."""
+        self.total, self.finished, self.workers, self.times = len(study.cells), complete, workers, times
         for c in pending:
             self.waiting[c.variant] = self.waiting.get(c.variant, 0) + 1
         if not self.enabled:
             return
         head = f"sweep {study.name}: {self.total} cells in {out}"
         if complete or removed:
-            head += f"; resuming: {len(complete)} already complete"
+            head += f"; resuming: {complete} already complete"
         if removed:
             head += f", {removed} half-written run director{'ies' if removed != 1 else 'y'} removed"
         todo = (f"running {len(pending)} {where or f'with {workers} worker' + ('s' if workers != 1 else '')}"
@@ -70,7 +68,7 @@ class Display:
             self.bar = Progress(TextColumn(f"[bold]{study.name}"), BarColumn(), MofNCompleteColumn(),
                                 TimeElapsedColumn(), TimeRemainingColumn(), console=Console(), transient=True)
             self.bar.start()
-            self.task = self.bar.add_task("cells", total=self.total, completed=len(complete))
+            self.task = self.bar.add_task("cells", total=self.total, completed=complete)
 
     def _eta(self) -> str:
         """Time left: each waiting cell at its variant's median cell time, a variant not timed yet at the median
@@ -80,11 +78,10 @@ class Display:
             return ""
         untimed = self.times.untimed(self.waiting)
         guess = f", {untimed} cells of variants not timed yet at the median cell" if untimed else ""
-        return f"; about {fmt_s(left)} left{guess}"
+        return f"; about {fmt_duration(left)} left{guess}"
 
     def done(self, cell: Cell, wall_s: float) -> None:
         self.finished += 1
-        self.times.add(cell.variant, wall_s)
         self.waiting[cell.variant] = self.waiting.get(cell.variant, 1) - 1
         if self.bar is not None:
             self.bar.advance(self.task)
@@ -132,7 +129,7 @@ class Display:
             parts.append(f"{len(result.deferred)} not started")
         complete -= len(result.deferred)
         print(f"sweep {result.study.name}: {complete} of {n} cells complete in {result.out} "
-              f"({', '.join(parts)}; {fmt_s(result.wall_s)})", flush=True)
+              f"({', '.join(parts)}; {fmt_duration(result.wall_s)})", flush=True)
         if result.deferred:
             print(f"p2pfl: {len(result.deferred)} cell(s) not started: none fits in what is left of --budget at its "
                   "variant's median cell time; run the same command again to resume", flush=True)
@@ -158,13 +155,14 @@ def _time_table(result: SweepResult) -> list[str]:
     rows = []
     for v in variants:
         guess = times.guess(v)
-        median = "unknown" if guess is None else fmt_s(guess) + ("" if v in times.walls else " (median of all)")
-        left = "unknown" if guess is None else fmt_s(todo[v] * guess)
+        median = "unknown" if guess is None else (
+            fmt_duration(guess) + ("" if v in times.walls else " (median of all)"))
+        left = "unknown" if guess is None else fmt_duration(todo[v] * guess)
         rows.append(f"  {v or '(no variant)'}: {len(cells[v]) - todo[v]} complete, {todo[v]} to run, median cell "
                     f"{median}, {left} to run on one worker")
     total = times.left(todo, 1)
     return ["time (complete cells' timing.json):", *rows,
-            f"  all: {fmt_s(total) if total is not None else 'unknown'} of cells to run on one worker"]
+            f"  all: {fmt_duration(total) if total is not None else 'unknown'} of cells to run on one worker"]
 
 
 def describe(result: SweepResult) -> str:

@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any, Optional
 from p2pfl.errors import UserError
 from p2pfl.executors.spec import available_cores
 from p2pfl.study.archive import archive_cell, restore_cells
-from p2pfl.study.display import Display, fmt_s
+from p2pfl.study.display import Display, fmt_duration
 from p2pfl.study.result import SweepInterrupted, SweepResult
 from p2pfl.study.resume import complete_cells, locked, no_interrupt, remove_temps, strangers
 from p2pfl.study.spec import Cell, Study, load_study
-from p2pfl.study.times import Budget, wall_s_of
+from p2pfl.study.times import Budget, CellTimes, wall_s_of
 
 if TYPE_CHECKING:
     from p2pfl.config.scenario import Scenario
@@ -91,16 +91,18 @@ def _one_line(err: BaseException) -> str:
 
 
 def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, cores: int, display: Display,
-             argv: list[str], done: Callable[[Cell, float], None], budget: Optional[Budget] = None
-             ) -> tuple[list[str], dict[str, str], list[str]]:
+             argv: list[str], done: Callable[[Cell, float], None], budget: Optional[Budget] = None,
+             times: Optional[CellTimes] = None) -> tuple[list[str], dict[str, str], list[str]]:
     """Run ``pending`` in ``workers`` processes sharing ``cores`` cores, calling ``done`` for each cell complete;
     (ids run, {id: error}, ids not started) in completion order. A cell is handed to a worker when one is free:
-    the first waiting cell that fits in ``budget`` (``p2pfl.study.times``); when none fits, none starts."""
+    the first waiting cell that fits in ``budget`` at the cell ``times`` measured so far (``p2pfl.study.times``);
+    when none fits, none starts."""
     from p2pfl.metrics.rundir import dumps_json
 
     ran: list[str] = []
     failed: dict[str, str] = {}
     waiting = list(pending)
+    measured = times if times is not None else CellTimes()
     share = max(1, cores // workers)
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_worker_init, initargs=(os.getpid(),))
@@ -108,7 +110,7 @@ def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, cor
 
     def feed() -> None:
         while len(futures) < workers and waiting:
-            i = 0 if budget is None else budget.first_fitting([c.variant for c in waiting], display.times)
+            i = 0 if budget is None else budget.first_fitting([c.variant for c in waiting], measured)
             if i is None:
                 return
             cell = waiting.pop(i)
@@ -171,8 +173,8 @@ def _build_all(cells: Sequence[Cell], progress: bool = False, every_s: float = 5
         if progress and i < len(cells) and now - last >= every_s:
             last = now
             left = (now - t0) / i * (len(cells) - i)
-            print(f"dry run: built {i} of {len(cells)} cells ({fmt_s(now - t0)}; about {fmt_s(left)} left)",
-                  file=sys.stderr, flush=True)
+            print(f"dry run: built {i} of {len(cells)} cells ({fmt_duration(now - t0)}; "
+                  f"about {fmt_duration(left)} left)", file=sys.stderr, flush=True)
     return failed
 
 
@@ -253,7 +255,8 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int |
         on_ray = n_jobs == "ray"
         workers = max(1, cores if on_ray else min(int(n_jobs), len(pending)))
         by_id = {c.id: c for c in st.cells}
-        display.start(st, out_path, [by_id[cid] for cid in complete], pending, workers, removed,
+        times = CellTimes.of(out_path, [(cid, by_id[cid].variant) for cid in complete])
+        display.start(st, out_path, len(complete), pending, workers, removed, times,
                       where=f"as Ray tasks ({ray_address or os.environ.get('RAY_ADDRESS') or 'local'})" if on_ray else "")
         if restored and display.enabled:
             display.note(f"{len(restored)} complete cell(s) restored from --archive {archive}")
@@ -267,6 +270,7 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int |
         def finished(cell: Cell, wall_s: float) -> None:
             if archive is not None:
                 archive_cell(out_path / cell.id, archive)
+            times.add(cell.variant, wall_s)
             display.done(cell, wall_s)
 
         try:
@@ -278,7 +282,7 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int |
                 deferred: list[str] = []
             else:
                 ran, failed, deferred = (_execute(st, pending, out_path, workers, cores, display, command, finished,
-                                                  budget) if pending else ([], {}, []))
+                                                  budget, times) if pending else ([], {}, []))
         except KeyboardInterrupt:
             display.close()
             n_done = len(complete_cells(st, out_path))

@@ -39,6 +39,15 @@ class CellTimes:
 
     walls: dict[Optional[str], list[float]] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, out: Path, cells: Iterable[tuple[str, Optional[str]]]) -> CellTimes:
+        """The times of complete ``cells`` (id, variant) in ``out``, from their ``timing.json``."""
+        times = cls()
+        for cid, variant in cells:
+            if (wall := wall_s_of(out / cid)) is not None:
+                times.add(variant, wall)
+        return times
+
     def add(self, variant: Optional[str], wall_s: float) -> None:
         self.walls.setdefault(variant, []).append(wall_s)
 

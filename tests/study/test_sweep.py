@@ -220,6 +220,7 @@ def test_time_left_counts_each_waiting_cell_at_its_variants_median_complete_cell
     import json
 
     from p2pfl.study.display import Display
+    from p2pfl.study.times import CellTimes
 
     study = load_study(_write_study(tmp_path))
     gossip = [c for c in study.cells if c.variant == "gossip"]
@@ -228,11 +229,14 @@ def test_time_left_counts_each_waiting_cell_at_its_variants_median_complete_cell
         (tmp_path / cell.id).mkdir()
         (tmp_path / cell.id / "timing.json").write_text(json.dumps({"wall_s": wall}))
     display = Display(True)
-    display.start(study, tmp_path, gossip[:3], gossip[3:] + fedavg, workers=2, removed=0)
+    times = CellTimes.of(tmp_path, [(c.id, c.variant) for c in gossip[:3]])
+    display.start(study, tmp_path, 3, gossip[3:] + fedavg, workers=2, removed=0, times=times)
+    times.add("gossip", 40.0)  # as the sweep does when a cell ends, then the display
     display.done(gossip[3], 40.0)  # gossip: median of 10, 30, 20, 40 = 25; fedavg untimed: the median of all;
     # (2 x 25 + 6 x 25) / 2 workers = 100 s
     line = capsys.readouterr().out.splitlines()[-1]
     assert line.endswith("(40.0 s; about 1 min 40 s left, 6 cells of variants not timed yet at the median cell)")
+    times.add("fedavg", 100.0)
     display.done(fedavg[0], 100.0)  # fedavg now timed: 2 gossip x 25 + 5 fedavg x 100, over 2 workers
     assert capsys.readouterr().out.splitlines()[-1].endswith("(100.0 s; about 4 min 35 s left)")
 
@@ -279,35 +283,17 @@ def test_python_api_export_and_extra_files(tmp_path):
     assert (r.out / "cell.json").read_bytes() == b'{"a": 1}\n'
 
 
-def test_each_worker_passes_its_share_of_the_cores_to_its_runs(tmp_path, monkeypatch):
+def test_each_worker_passes_its_share_of_the_cores_to_its_runs(tmp_path, monkeypatch, inline_pool):
     """No environment variable: ``_execute`` gives each cell ``cores // workers`` and the cell's run gets it."""
-    from concurrent.futures import Future
-
     import p2pfl.api
     from p2pfl.study import runner
     from p2pfl.study.display import Display
 
-    shares: list[int] = []
-
-    class InlinePool:  # submits nothing to processes: records what each cell's task is given
-        def __init__(self, **_: object) -> None:
-            pass
-
-        def submit(self, fn, *args):
-            shares.append(args[-1])
-            fut: Future[float] = Future()
-            fut.set_result(0.0)
-            return fut
-
-        def shutdown(self, **_: object) -> None:
-            pass
-
-    monkeypatch.setattr(runner, "ProcessPoolExecutor", InlinePool)
     study = load_study(_write_study(tmp_path, seeds=[0]))
     cells = study.cells
     ran, failed, deferred = runner._execute(study, cells, tmp_path / "out", 2, 5, Display(False), [],
                                             lambda c, w: None)
-    assert shares == [2, 2, 2, 2] and len(ran) == 4 and failed == {} and deferred == []
+    assert [share for _, share in inline_pool] == [2, 2, 2, 2] and len(ran) == 4 and failed == {} and deferred == []
     given: dict[str, object] = {}
     monkeypatch.setattr(p2pfl.api, "run", lambda scenario, **kw: given.update(kw))
     runner._run_cell(cells[0].scenario, str(tmp_path / "c"), b"{}", ["p2pfl"], 3)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 import yaml
@@ -77,44 +76,21 @@ def _study(tmp_path: Path) -> Path:
     return path
 
 
-class _InlinePool:
-    """Stands in for the worker pool: records each cell it is handed and completes it at once (0.5 s)."""
-
-    handed: ClassVar[list[str]] = []
-
-    def __init__(self, **_: object) -> None:
-        pass
-
-    def submit(self, fn, scenario, out, *args):
-        from concurrent.futures import Future
-
-        _InlinePool.handed.append(Path(out).name)
-        fut: Future[float] = Future()
-        fut.set_result(0.5)
-        return fut
-
-    def shutdown(self, **_: object) -> None:
-        pass
-
-
-def test_a_variant_too_long_for_the_budget_waits_and_a_shorter_one_runs(tmp_path, monkeypatch, capsys):
+def test_a_variant_too_long_for_the_budget_waits_and_a_shorter_one_runs(tmp_path, inline_pool, capsys):
     from p2pfl.study import runner
     from p2pfl.study.display import Display
     from p2pfl.study.result import SweepResult
     from p2pfl.study.spec import load_study
 
-    monkeypatch.setattr(runner, "ProcessPoolExecutor", _InlinePool)
-    _InlinePool.handed = []
     study = load_study(_study(tmp_path))  # in order: gossip x 2, fedavg x 2
     display = Display(False)
-    display.times.add("gossip", 1e6)  # complete cells' measured times: gossip far past the budget
-    display.times.add("fedavg", 0.1)
+    times = CellTimes(walls={"gossip": [1e6], "fedavg": [0.1]})  # complete cells': gossip far past the budget
     ran, failed, deferred = runner._execute(study, study.cells, tmp_path / "out", 1, 1, display, [],
-                                            lambda c, w: None, Budget(3600.0))
+                                            lambda c, w: None, Budget(3600.0), times)
     fedavg = [c.id for c in study.cells if c.variant == "fedavg"]
     gossip = [c.id for c in study.cells if c.variant == "gossip"]
-    assert _InlinePool.handed == ran == fedavg and failed == {} and deferred == gossip
-    _InlinePool.handed = []
+    assert [name for name, _ in inline_pool] == ran == fedavg and failed == {} and deferred == gossip
+    inline_pool.clear()
     assert runner._execute(study, study.cells, tmp_path / "out", 1, 1, display, [], lambda c, w: None)[0] == [
         c.id for c in study.cells]  # no budget: every cell, in order
     shown = Display(True)
@@ -142,7 +118,7 @@ def test_a_dry_run_reads_the_complete_cells_times_from_out_and_the_archive(tmp_p
 
 
 def test_a_dry_run_says_per_variant_what_the_cells_to_run_would_take(tmp_path, capsys):
-    from p2pfl.study.display import describe, fmt_s
+    from p2pfl.study.display import describe, fmt_duration
     from p2pfl.study.result import SweepResult
     from p2pfl.study.spec import load_study
 
@@ -156,5 +132,6 @@ def test_a_dry_run_says_per_variant_what_the_cells_to_run_would_take(tmp_path, c
         "  gossip: 1 complete, 1 to run, median cell 1 h 06 min, 1 h 06 min to run on one worker",
         "  fedavg: 0 complete, 2 to run, median cell 1 h 06 min (median of all), 2 h 13 min to run on one worker",
         "  all: 3 h 20 min of cells to run on one worker"]
-    assert fmt_s(59.0) == "59.0 s" and fmt_s(61.0) == "1 min 01 s" and fmt_s(3 * 3600 + 120) == "3 h 02 min"
+    assert fmt_duration(59.0) == "59.0 s" and fmt_duration(61.0) == "1 min 01 s"
+    assert fmt_duration(3 * 3600 + 120) == "3 h 02 min"
     assert "time (" not in describe(SweepResult(study, tmp_path, (), (), {}, 0.0, dry_run=True))  # nothing timed

@@ -1,0 +1,34 @@
+"""Fixtures of the study tests."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def inline_pool(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """The sweep's worker pool replaced by one that runs nothing: each cell it is handed completes at once in
+    0.5 s; returns what it was handed, in order: (cell folder name, the cell's share of the cores)."""
+    from p2pfl.study import runner
+
+    handed: list[tuple[str, int]] = []
+
+    class InlinePool:
+        def __init__(self, **_: object) -> None:
+            pass
+
+        def submit(self, fn: object, scenario: object, out: str, data: bytes, argv: list[str],
+                   share: int) -> Future[float]:
+            handed.append((Path(out).name, share))
+            fut: Future[float] = Future()
+            fut.set_result(0.5)
+            return fut
+
+        def shutdown(self, **_: object) -> None:
+            pass
+
+    monkeypatch.setattr(runner, "ProcessPoolExecutor", InlinePool)
+    return handed
