@@ -40,8 +40,9 @@ def stacked_sgd(loss_of: Callable[[dict[str, torch.Tensor], torch.Tensor, torch.
     if flat is None:
         leaves, grad_buf, slots = [parameters[name] for name in names], None, []
     else:
-        if not flat.is_contiguous():
-            raise ValueError("stacked_sgd: flat must be a contiguous (k, P) tensor")
+        base = flat.untyped_storage().data_ptr()
+        if not flat.is_contiguous() or any(t.untyped_storage().data_ptr() != base for t in parameters.values()):
+            raise ValueError("stacked_sgd: flat must be a contiguous (k, P) tensor and parameters views of it")
         grad_buf = torch.empty_like(flat)
         # each parameter's place in the buffer: its view's strides, at its offset within flat
         slots = [grad_buf.as_strided(t.shape, t.stride(), t.storage_offset() - flat.storage_offset())

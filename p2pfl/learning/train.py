@@ -113,12 +113,12 @@ def task_loss(out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> to
 
 
 @torch.no_grad()
-def sgd_step(params: Sequence[torch.Tensor], grads: Sequence[Optional[torch.Tensor]], bufs: list[Optional[torch.Tensor]],
-             lr: float, momentum: float, weight_decay: float) -> None:
+def sgd_step(params: Sequence[torch.Tensor], grads: Sequence[Optional[torch.Tensor]],
+             bufs: list[Optional[torch.Tensor]], lr: float, momentum: float, weight_decay: float) -> None:
     """One step of SGD with heavy-ball momentum, as ``torch.optim.SGD`` (dampening 0, no Nesterov).
 
-    Written out because constructing a fresh torch optimizer per local job costs
-    more than the step itself for the small models of large simulated fleets.
+    ``grads[i]`` is ``params[i]``'s gradient (None: not stepped). Written out because constructing a fresh
+    torch optimizer per local job costs more than the step itself for the small models of large simulated fleets.
     """
     for i, (p, g) in enumerate(zip(params, grads, strict=True)):
         if g is None:

@@ -41,3 +41,13 @@ def test_views_of_a_flat_tensor_train_to_the_bits_of_separate_tensors_and_move()
     assert torch.equal(flat, separate)
     torch.manual_seed(0)
     assert not torch.equal(flat[0], torch.cat([p.detach().reshape(-1) for p in MLP(6, 4, hidden=5).parameters()]))
+
+
+def test_parameters_that_are_not_views_of_flat_are_refused():
+    import pytest
+
+    flat = torch.zeros(2, 6)
+    with pytest.raises(ValueError, match="parameters views of it"):
+        stacked_sgd(lambda p, xb, yb: p["w"].sum(1), {"w": torch.zeros(2, 6)}, torch.zeros(2, 4, 1),
+                    torch.zeros(2, 4), lambda e: torch.zeros(2, 4, dtype=torch.long), epochs=1, batch_size=2, lr=0.1,
+                    momentum=0.0, weight_decay=0.0, flat=flat)
