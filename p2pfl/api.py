@@ -88,7 +88,8 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, seed: Optional[i
         overrides: Sequence[str] = (), unset: Sequence[str] = (), out: Optional[str | Path] = None, write: bool = True,
         on_round: Optional[Callable[[], None]] = None, on_start: Optional[Callable[[int], None]] = None,
         on_setup: Optional[Callable[[str], None]] = None, argv: Optional[Sequence[str]] = None,
-        extra_files: Optional[Mapping[str, bytes]] = None, cores: Optional[int] = None) -> RunResult:
+        extra_files: Optional[Mapping[str, bytes]] = None, cores: Optional[int] = None,
+        evaluations: Optional[str | Path] = None) -> RunResult:
     """Validate, build, run and (unless ``write=False``) write the run directory.
 
     Raises ``p2pfl.errors.UserError`` for anything the user can fix; nothing is
@@ -99,6 +100,9 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, seed: Optional[i
     the run directory with the protocol's artifacts, in the same atomic rename.
     ``cores``: the cores the scenario's executor may use (``executor: auto`` and the default
     ``workers`` count them; a sweep passes each cell its share); None: every core this process may use.
+    ``evaluations``: a folder that keeps the results of the federation's scoring jobs (robot rollouts)
+    between runs of this scenario: a rerun reads them instead of running the jobs again, and writes the
+    same bytes (``p2pfl.sim.evaluations``).
     A ``KeyboardInterrupt`` (Ctrl-C) propagates; the run directory is then written
     whole or not at all (``write_run_dir`` removes its temporary directory).
     """
@@ -114,7 +118,8 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, seed: Optional[i
         tmp = start_run_dir(out_path)  # events.jsonl streams into it while the run goes
     try:
         sim = make_simulation(sc, on_round=on_round, on_setup=_setup_hook(sc, on_setup),
-                              events_path=None if tmp is None else tmp / "events.jsonl", cores=cores)
+                              events_path=None if tmp is None else tmp / "events.jsonl", cores=cores,
+                              evaluations=None if evaluations is None else Path(evaluations))
         try:
             if on_start is not None:
                 on_start(sim.progress_total())

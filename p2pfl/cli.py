@@ -48,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_scenario_args(run)
     run.add_argument("--out", default=None, help="run directory (default runs/<name>-seed<N>-<time>)")
     run.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+    run.add_argument("--evaluations", default=None, metavar="DIR", help="folder that keeps the results of the "
+                     "federation's scoring jobs (robot rollouts): a rerun reads them instead of running them again, "
+                     "to the same bytes")
     val = sub.add_parser("validate", help="check a scenario (topology, data and protocol set-up included) without running it")
     _add_scenario_args(val)
     sw = sub.add_parser("sweep", help="run a study (variants x grid x seeds) in parallel; rerun it to resume")
@@ -59,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", default=None, help="folder of the cells' run directories (default runs/<study name>)")
     sw.add_argument("--dry-run", action="store_true", help="list the cells and validate them; write nothing")
     sw.add_argument("--archive", default=None, help="folder to keep every complete cell in without its event "
-                    "stream (small enough to commit); the cells it holds are restored into --out and skipped")
+                    "stream (small enough to commit); the cells it holds are restored into --out and skipped; a cell "
+                    "not complete yet keeps its robot rollouts in its .evaluations/ for a rerun")
     sw.add_argument("--budget", default=None, help="wall-time limit (2h30m, 90m, 5400): start only cells that "
                     "end within it at their variant's median cell time (one that does not fit is passed over "
                     "for a later one that does); rerun to resume the rest")
@@ -134,7 +138,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     sc = resolve(args.scenario, seed=args.seed, overrides=args.overrides, unset=args.unset)
     with RunProgress(enabled=not args.quiet, rounds=sc.protocol.rounds) as progress:
         result = run(sc, out=args.out, on_round=progress.advance, on_start=progress.start,
-                     on_setup=progress.setup, argv=["p2pfl", *argv])
+                     on_setup=progress.setup, argv=["p2pfl", *argv], evaluations=args.evaluations)
     if not args.quiet:
         print_summary(result)
     return 0

@@ -8,18 +8,20 @@ The federation decides, the kernel runs it (``Simulation.evaluate_on``). Two way
   score (robotics: closed-loop rollouts on the device's suite). The job runs once per ``key``: devices
   scored with the same model reuse its result (``cached``), and only the first pays its compute, which
   is charged to that device under ``what`` once the result says how much it was. Each scoring is also
-  logged under ``log`` with ``fields``, the result's own fields filled in when it is done.
+  logged under ``log`` with ``fields``, the result's own fields filled in when it is done. A job whose
+  ``kept`` says how its result is written (:class:`KeptResult`) is read from the run's evaluation folder when
+  an earlier run of the scenario left it there (``p2pfl.sim.evaluations``), instead of run again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Union
+from typing import Any, Literal, Optional, Union
 
 import torch
 
-__all__ = ["Evaluation", "JobEvaluation", "JobReport", "TestSetEvaluation"]
+__all__ = ["Evaluation", "JobEvaluation", "JobReport", "KeptResult", "TestSetEvaluation"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,9 +47,21 @@ class JobReport:
 
 
 @dataclass(frozen=True, eq=False)
+class KeptResult:
+    """How a scoring job's result is kept between runs: ``digest`` (40 hex digits) names the job by all that
+    decides its result (weights, tasks, episodes, seeds...), ``encode`` gives it as a JSON object and ``decode``
+    reads that back to an equal result (raising ``ValueError`` on anything else)."""
+
+    digest: str
+    encode: Callable[[Any], dict[str, Any]]
+    decode: Callable[[Mapping[str, Any]], Any]
+
+
+@dataclass(frozen=True, eq=False)
 class JobEvaluation:
     """Score by a job: ``fn(*args)`` runs in an executor (picklable), at most ``flops`` FLOPs (its size
-    for the executor's load balance); ``report(result, cached)`` scores its result."""
+    for the executor's load balance); ``report(result, cached)`` scores its result; ``kept``: how the result
+    is kept between runs (None: never)."""
 
     key: Hashable
     fn: Callable[..., Any]
@@ -57,6 +71,7 @@ class JobEvaluation:
     what: str
     log: str
     fields: Mapping[str, Any]
+    kept: Optional[KeptResult] = None
 
 
 Evaluation = Union[TestSetEvaluation, JobEvaluation]

@@ -18,11 +18,13 @@ AnySimulation = Union[Simulation, TensorSimulation]
 
 def make_simulation(sc: Scenario, *, on_round: Optional[Callable[[], None]] = None,
                     on_setup: Optional[Callable[[str], None]] = None, events_path: Optional[Path] = None,
-                    cores: Optional[int] = None) -> AnySimulation:
-    """The built simulation of ``sc`` under its engine (``cores``: the event kernel's executor's share)."""
+                    cores: Optional[int] = None, evaluations: Optional[Path] = None) -> AnySimulation:
+    """The built simulation of ``sc`` under its engine (``cores``: the event kernel's executor's share;
+    ``evaluations``: its evaluation folder, ``p2pfl.sim.evaluations``; the tensor engine runs no scoring job)."""
     if sc.engine == "tensor":
         return TensorSimulation(sc, on_round=on_round, on_setup=on_setup, events_path=events_path)
-    return Simulation(sc, on_round=on_round, on_setup=on_setup, events_path=events_path, cores=cores)
+    return Simulation(sc, on_round=on_round, on_setup=on_setup, events_path=events_path, cores=cores,
+                      evaluations=evaluations)
 
 
 def build_only(sc: Scenario) -> AnySimulation:

@@ -41,6 +41,11 @@ class Future(ABC, Generic[T]):
     @abstractmethod
     def result(self) -> T: ...
 
+    def ready(self) -> bool:
+        """Whether ``result()`` would return without waiting for the job (False where the executor cannot
+        tell without waiting)."""
+        return False
+
 
 class Done(Future[T]):
     """An outcome that is already there."""
@@ -51,16 +56,24 @@ class Done(Future[T]):
     def result(self) -> T:
         return self.value
 
+    def ready(self) -> bool:
+        return True
+
 
 class Deferred(Future[T]):
     """An outcome fetched when it is first asked for (``fetch`` blocks until it is there), then kept:
-    ``result()`` may be called again (the kernel shares one rollout's future among the devices it scores)."""
+    ``result()`` may be called again (the kernel shares one rollout's future among the devices it scores).
+    ``ready()`` asks the executor (``ready``, when it can tell) whether the fetch would not wait."""
 
     _UNSET: Any = object()
 
-    def __init__(self, fetch: Callable[[], T]) -> None:
+    def __init__(self, fetch: Callable[[], T], ready: Optional[Callable[[], bool]] = None) -> None:
         self._fetch: Optional[Callable[[], T]] = fetch
+        self._ready = ready
         self._value: Any = Deferred._UNSET
+
+    def ready(self) -> bool:
+        return self._value is not Deferred._UNSET or (self._ready is not None and self._ready())
 
     def result(self) -> T:
         if self._value is Deferred._UNSET:

@@ -110,7 +110,12 @@ class ProcessExecutor(Executor):
             self._local[job_id] = pack(job, self._shared)  # the inputs as they are now
         else:
             self._inboxes[w - self._first].put(("job", job_id, pack(job, self._shared)))
-        return Deferred(functools.partial(self.await_job, job_id))
+        return Deferred(functools.partial(self.await_job, job_id), ready=functools.partial(self._is_back, job_id))
+
+    def _is_back(self, job_id: int) -> bool:
+        """Whether ``job_id``'s outcome is here (a worker's sent back, or this process's share run)."""
+        self._drain()
+        return job_id in self._done
 
     def await_job(self, job_id: int) -> Any:
         """Block until ``job_id`` is back; its outcome (or the worker's error). Meanwhile this process

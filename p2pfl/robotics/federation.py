@@ -10,6 +10,7 @@ server scoring one global model for five devices rolls out once, scored and char
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from p2pfl.data.evaluation import JobEvaluation, JobReport
+from p2pfl.data.evaluation import JobEvaluation, JobReport, KeptResult
 from p2pfl.data.shards import Federation, Shard
 from p2pfl.errors import ConfigError, DataError
 from p2pfl.robotics.gl import require_gl
@@ -101,9 +102,12 @@ class RobotFederation(Federation):
             rep = self.report(res, suite, cached, forward_flops)
             return JobReport(rep.score, rep.flops, {k: v for k, v in rep.fields.items() if k not in ("suite", "cached")})
 
-        return JobEvaluation(key=self.rollout_key(model, suite), fn=fn, args=args,
-                             flops=self.rollout_flops_bound(suite, forward_flops), report=report, what="rollout",
-                             log="rollout_success", fields={"suite": suite, "per_task": None})
+        key = self.rollout_key(model, suite)
+        return JobEvaluation(key=key, fn=fn, args=args, flops=self.rollout_flops_bound(suite, forward_flops),
+                             report=report, what="rollout", log="rollout_success",
+                             fields={"suite": suite, "per_task": None},
+                             kept=KeptResult(self.rollout_digest(model, key), RolloutResult.to_json,
+                                             RolloutResult.from_json))
 
     def score_fields(self, curve: list[dict[str, Any]]) -> dict[str, Any]:
         """The success two ways, side by side: ``success_last_round`` (the curve's last point, the mean over
@@ -146,6 +150,15 @@ class RobotFederation(Federation):
         for v in model.state_dict().values():
             h.update(v.detach().cpu().numpy().tobytes())
         return suite, h.hexdigest()
+
+    def rollout_digest(self, model: nn.Module, key: tuple[str, str]) -> str:
+        """Everything that decides a rollout's result, hashed (the name of its kept result): the dataset, the
+        suite and the weights (``key``), the policy's class and layout, and the rollouts' tasks, episodes,
+        horizon, seed and gripper binarization."""
+        suite, weights = key
+        what = [self.dataset, suite, weights, type(model).__qualname__, repr(self.layout), list(self.suite_tasks[suite]),
+                self.eval_episodes, self.horizon_of(suite), self.seed, self.binarize_gripper]
+        return hashlib.sha1(json.dumps(what).encode("utf-8")).hexdigest()
 
     def rollout_call(self, model: nn.Module, suite: str) -> tuple[Any, tuple[Any, ...]]:
         """The rollouts of ``model`` on ``suite`` as a job: ``(run_rollouts, args)``, picklable."""

@@ -9,7 +9,7 @@ action dimension) is sent as +1 or -1 (``binarize_gripper``), as LIBERO's polici
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +42,27 @@ class RolloutResult:
     @property
     def success(self) -> float:
         return float(np.mean(list(self.per_task.values()))) if self.per_task else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as a JSON object (floats and an int: they read back to the same values)."""
+        return {"per_task": self.per_task, "steps": self.steps, "reach": self.reach, "grasp": self.grasp}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RolloutResult:
+        """``to_json``'s object read back; ValueError on anything else."""
+        if not isinstance(d, Mapping) or set(d) != {"per_task", "steps", "reach", "grasp"}:
+            raise ValueError("expected an object with per_task, steps, reach and grasp")
+        maps = {}
+        for name in ("per_task", "reach", "grasp"):
+            m = d[name]
+            if not isinstance(m, Mapping) or not all(isinstance(k, str) and isinstance(v, (int, float))
+                                                     and not isinstance(v, bool) for k, v in m.items()):
+                raise ValueError(f"{name}: expected task ids mapped to numbers")
+            maps[name] = {k: float(v) for k, v in m.items()}
+        steps = d["steps"]
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+            raise ValueError("steps: expected a whole number >= 0")
+        return cls(per_task=maps["per_task"], steps=steps, reach=maps["reach"], grasp=maps["grasp"])
 
 
 def binarize_gripper(actions: np.ndarray) -> np.ndarray:

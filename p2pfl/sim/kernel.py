@@ -46,6 +46,7 @@ from p2pfl.sim.cost import forward_flops_per_sample, train_flops
 from p2pfl.sim.dynamics import Fleet
 from p2pfl.sim.dynamics.mobility import Mover
 from p2pfl.sim.dynamics.schedule import start_dynamics
+from p2pfl.sim.evaluations import EvaluationStore
 from p2pfl.sim.network import Network
 from p2pfl.sim.profiles import draw_profiles
 from p2pfl.sim.runinfo import RunInfo, ServerInfo
@@ -90,13 +91,15 @@ class Simulation:
     replaces the scenario's (its owner closes it; a study or a test reuses one pool of workers).
     ``events_path``: stream the event log to this file while the run goes (``recorder.events``
     then stays empty; memory stays bounded). ``cores``: the cores the scenario's executor may use (a sweep
-    gives each cell its share; None: every core this process may use).
+    gives each cell its share; None: every core this process may use). ``evaluations``: a folder that keeps
+    the results of the federation's scoring jobs between runs of this scenario (``p2pfl.sim.evaluations``).
     """
 
     def __init__(self, scenario: Scenario, protocol: Optional[type[Protocol]] = None, *,
                  on_round: Optional[Callable[[], None]] = None,
                  on_setup: Callable[[str], None] | None = None, executor: Optional[Executor] = None,
-                 events_path: Optional[Path] = None, cores: Optional[int] = None) -> None:
+                 events_path: Optional[Path] = None, cores: Optional[int] = None,
+                 evaluations: Optional[str | Path] = None) -> None:
         t0 = time.perf_counter()
         setup = on_setup or (lambda step: None)
         self.scenario = scenario
@@ -156,6 +159,7 @@ class Simulation:
             self.executor.share(self.federation.shards)
         self._evals: deque[tuple[Future[Any], Callable[[Any], None]]] = deque()
         self._scoring_jobs: dict[Hashable, Future[Any]] = {}  # JobEvaluation results by key (bounded)
+        self.evaluations = None if evaluations is None else EvaluationStore(evaluations, scenario.threads)
         self._flops: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
         #: Every ``report_clusters`` of the run with its scores: ``{"round", "t", "clusters", "ari", ...}``.
         self.clustering_events: list[dict[str, Any]] = []
@@ -306,13 +310,20 @@ class Simulation:
     def _score_by_job(self, device: int, round: Optional[int], how: JobEvaluation) -> None:
         """A federation's own scoring job (e.g. rollouts; another core may run it), memoised by ``how.key`` so
         a global model scored for many devices runs once; the first scoring pays the job's compute. Events are
-        written in their places, completed when done."""
+        written in their places, completed when done. With an evaluation folder, a result an earlier run kept
+        there is read instead of run (charged the same), and a result run here is kept."""
         future = self._scoring_jobs.get(how.key)
         cached = future is not None
         now, rate = self.env.now, self.profiles[device].flops_per_s
+        keep = self.evaluations if how.kept is not None else None
         if future is None:
-            future = self.executor.submit(CallJob(device, how.fn, how.args, threads=self.scenario.threads,
-                                                  flops=how.flops))
+            kept = None if keep is None or how.kept is None else keep.get(how.kept)
+            if kept is not None:
+                keep = None  # read, not run: nothing to write
+                future = Done(kept)
+            else:
+                future = self.executor.submit(CallJob(device, how.fn, how.args, threads=self.scenario.threads,
+                                                      flops=how.flops))
             if len(self._scoring_jobs) > 64:
                 self._scoring_jobs.clear()
             self._scoring_jobs[how.key] = future
@@ -321,6 +332,8 @@ class Simulation:
         entry = self.recorder.evaluation_later(now, device, round)
 
         def fill(res: Any) -> None:
+            if keep is not None and how.kept is not None and not cached:
+                keep.put(how.kept, res)
             report = how.report(res, cached)
             if charge is not None:
                 self.recorder.fill_compute(charge, report.flops, report.flops / rate)
@@ -333,6 +346,15 @@ class Simulation:
         """Complete ``fill`` with the job's result when it is done (in submit order; bounded)."""
         self._evals.append((future, fill))
         while self._evals and (len(self._evals) > _MAX_PENDING_EVALS or isinstance(self._evals[0][0], Done)):
+            self._fill_oldest_eval()
+        self._fill_ready_evals()
+
+    def _fill_ready_evals(self) -> None:
+        """With an evaluation folder, fill (and so keep) the oldest evaluations whose jobs are back, without
+        waiting: a run cut off keeps every scoring result that was done by then."""
+        if self.evaluations is None:
+            return
+        while self._evals and self._evals[0][0].ready():
             self._fill_oldest_eval()
 
     def _fill_oldest_eval(self) -> None:
@@ -373,6 +395,7 @@ class Simulation:
         self._rounds_done += 1
         if self._rounds_done % self.recorder.n_nodes == 0:
             heap.release_free_heap()
+            self._fill_ready_evals()
         if self._on_round is not None:
             self._on_round()
 
@@ -526,9 +549,11 @@ class Simulation:
         """Measured wall-clock figures (never steer the simulation); with workers, ``train_wall_s`` and
         ``eval_wall_s`` are the seconds this process spent handing jobs over and awaiting them. With the
         batched executor, ``stacked_jobs``: the jobs that trained inside a stacked group (the others trained
-        alone: the jobs overlapped too little in simulated time, e.g. a server's staggered broadcast)."""
+        alone: the jobs overlapped too little in simulated time, e.g. a server's staggered broadcast). With an
+        evaluation folder that served, ``evaluations_read`` / ``evaluations_kept``: scoring results read from it / written."""
         run = self.run_wall_s
         stacked = getattr(self.executor, "stacked_jobs", None)
+        kept = self.evaluations
         return {
             "build_wall_s": self.build_wall_s,
             "run_wall_s": run,
@@ -538,6 +563,8 @@ class Simulation:
             "events": self.recorder.n_events,
             "sim_events": self.sim_events,
             **({} if stacked is None else {"stacked_jobs": stacked}),
+            **({} if kept is None or not (kept.read or kept.written) else
+               {"evaluations_read": kept.read, "evaluations_kept": kept.written}),
         }
 
     @property

@@ -11,6 +11,12 @@ report reads an archived cell as it reads a run directory; what needs the event 
 time, ``p2pfl.metrics.runs.bytes_curve``) is absent for it, as for any run without the file.
 A cell is copied whole or not at all (a temporary sibling, then a rename).
 
+    <archive>/.evaluations/<cell id>/   the scoring results (robot rollouts) of a cell not complete yet
+
+A cell's run keeps its scoring jobs' results there as they complete (``p2pfl.sim.evaluations``), so a cell
+that a session ends before it is complete replays in the next one without its rollouts (the same bytes);
+the folder is removed once the cell is archived. Commit it with the archive.
+
 A mobility run's ``positions.npz`` grows with devices x frames (a 1,000-device run of the headline
 study: about 1,200 frames, 10 x the 0.84 MB of a 100-device one); the archive keeps evenly spaced
 frames, the first and the last among them, within ``POSITIONS_BYTES`` of positions. A picture drawn
@@ -31,7 +37,7 @@ import numpy as np
 from p2pfl.errors import UserError
 from p2pfl.metrics.rundir import discard_run_dir, start_run_dir
 
-__all__ = ["KEPT", "POSITIONS_BYTES", "archive_cell", "restore_cells", "thin_positions"]
+__all__ = ["KEPT", "POSITIONS_BYTES", "archive_cell", "restore_cells", "thin_positions", "evaluations_of"]
 
 #: the run-directory files an archive keeps (the event stream is left out: about 10x the rest)
 KEPT = ("cell.json", "scenario.yaml", "summary.json", "timing.json", "manifest.json", "positions.npz")
@@ -71,6 +77,11 @@ def _copy(src: Path, dest: Path) -> None:
     except BaseException:
         discard_run_dir(tmp)
         raise
+
+
+def evaluations_of(archive: str | Path, cell_id: str) -> Path:
+    """The folder in ``archive`` that keeps cell ``cell_id``'s scoring results until it is archived."""
+    return Path(archive) / ".evaluations" / cell_id
 
 
 def archive_cell(run_dir: str | Path, archive: str | Path) -> bool:

@@ -21,6 +21,7 @@ import atexit
 import contextlib
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from p2pfl.errors import UserError
 from p2pfl.executors.spec import available_cores
-from p2pfl.study.archive import archive_cell, restore_cells
+from p2pfl.study.archive import archive_cell, evaluations_of, restore_cells
 from p2pfl.study.display import Display, fmt_duration
 from p2pfl.study.result import SweepInterrupted, SweepResult
 from p2pfl.study.resume import complete_cells, locked, no_interrupt, remove_temps, strangers
@@ -66,12 +67,14 @@ def _worker_init(parent: int) -> None:
     threading.Thread(target=watch, name="p2pfl-parent-watch", daemon=True).start()
 
 
-def _run_cell(scenario: Scenario, out: str, cell_json: bytes, argv: list[str], cores: int) -> float:
-    """Run one cell into ``out`` on ``cores`` cores (a worker's task); its wall-clock seconds."""
+def _run_cell(scenario: Scenario, out: str, cell_json: bytes, argv: list[str], cores: int,
+              evaluations: Optional[str] = None) -> float:
+    """Run one cell into ``out`` on ``cores`` cores (a worker's task), its scoring results kept in
+    ``evaluations`` (``p2pfl.sim.evaluations``); its wall-clock seconds."""
     from p2pfl.api import run
 
     t0 = time.perf_counter()
-    run(scenario, out=out, extra_files={"cell.json": cell_json}, argv=argv, cores=cores)
+    run(scenario, out=out, extra_files={"cell.json": cell_json}, argv=argv, cores=cores, evaluations=evaluations)
     return time.perf_counter() - t0
 
 
@@ -92,11 +95,13 @@ def _one_line(err: BaseException) -> str:
 
 def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, cores: int, display: Display,
              argv: list[str], done: Callable[[Cell, float], None], budget: Optional[Budget] = None,
-             times: Optional[CellTimes] = None) -> tuple[list[str], dict[str, str], list[str]]:
+             times: Optional[CellTimes] = None, archive: Optional[Path] = None
+             ) -> tuple[list[str], dict[str, str], list[str]]:
     """Run ``pending`` in ``workers`` processes sharing ``cores`` cores, calling ``done`` for each cell complete;
     (ids run, {id: error}, ids not started) in completion order. A cell is handed to a worker when one is free:
     the first waiting cell that fits in ``budget`` at the cell ``times`` measured so far (``p2pfl.study.times``);
-    when none fits, none starts."""
+    when none fits, none starts. With an ``archive``, each cell keeps its scoring results in it until it is
+    archived (``evaluations_of``)."""
     from p2pfl.metrics.rundir import dumps_json
 
     ran: list[str] = []
@@ -116,7 +121,8 @@ def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, cor
             cell = waiting.pop(i)
             data = dumps_json(cell.record(study.name)).encode("utf-8")
             try:
-                futures[pool.submit(_run_cell, cell.scenario, str(out / cell.id), data, argv, share)] = cell
+                kept = None if archive is None else str(evaluations_of(archive, cell.id))
+                futures[pool.submit(_run_cell, cell.scenario, str(out / cell.id), data, argv, share, kept)] = cell
             except BrokenProcessPool:  # a worker died earlier: every cell left fails as the running ones did
                 failed[cell.id] = "its worker process died (killed, or out of memory)"
                 display.failed(cell, failed[cell.id])
@@ -270,6 +276,7 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int |
         def finished(cell: Cell, wall_s: float) -> None:
             if archive is not None:
                 archive_cell(out_path / cell.id, archive)
+                shutil.rmtree(evaluations_of(archive, cell.id), ignore_errors=True)  # archived: not needed
             times.add(cell.variant, wall_s)
             display.done(cell, wall_s)
 
@@ -282,7 +289,8 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int |
                 deferred: list[str] = []
             else:
                 ran, failed, deferred = (_execute(st, pending, out_path, workers, cores, display, command, finished,
-                                                  budget, times) if pending else ([], {}, []))
+                                                  budget, times, None if archive is None else Path(archive))
+                                         if pending else ([], {}, []))
         except KeyboardInterrupt:
             display.close()
             n_done = len(complete_cells(st, out_path))

@@ -159,6 +159,39 @@ def test_robot_protocols_are_byte_identical_across_executors(tmp_path_factory, p
     assert _run(robot_scenario(root, protocol), executor=workers) == inline
 
 
+@needs_mujoco
+@pytest.mark.robotics
+@pytest.mark.slow
+def test_rollouts_kept_from_spawned_workers_give_the_inline_bytes_and_are_read_back(tmp_path_factory, workers):
+    """With an evaluation folder, the kernel keeps each rollout's result once its worker has sent it back
+    (``Future.ready``, without waiting), and a rerun reads them all: the bytes of an inline run either way."""
+    root = tmp_path_factory.mktemp("demos")
+    kept = root / "kept"
+    raw = robot_scenario(root, {"name": "fedavg", "rounds": 2})
+    inline = _run({**raw, "executor": "inline"})
+    for read in (0, 2):
+        sim = Simulation(load_dict(raw), executor=workers, evaluations=kept)
+        summary = sim.run()
+        assert (json.dumps(summary, sort_keys=True), json.dumps(sim.recorder.events, sort_keys=True)) == inline
+        assert sim.evaluations is not None and sim.evaluations.read == read
+        assert sim.evaluations.written == 2 - read and len(list(kept.iterdir())) == 2  # 2 suites, 1 evaluation
+
+
+@pytest.mark.slow
+def test_a_spawned_workers_job_is_ready_once_it_is_back_and_not_before_it_is_sent(workers):
+    import operator
+    import time
+
+    from p2pfl.executors.jobs import CallJob
+
+    fut = workers.submit(CallJob(0, operator.add, (2, 3), threads=1, flops=1))
+    for _ in range(1200):  # the worker answers within a minute on any machine; the loop never asserts on time
+        if fut.ready():
+            break
+        time.sleep(0.05)
+    assert fut.ready() and fut.result() == 5 and fut.ready()
+
+
 @pytest.mark.robotics
 @pytest.mark.slow
 @needs_mujoco

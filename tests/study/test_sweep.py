@@ -292,8 +292,10 @@ def test_each_worker_passes_its_share_of_the_cores_to_its_runs(tmp_path, monkeyp
     study = load_study(_write_study(tmp_path, seeds=[0]))
     cells = study.cells
     ran, failed, deferred = runner._execute(study, cells, tmp_path / "out", 2, 5, Display(False), [],
-                                            lambda c, w: None)
-    assert [share for _, share in inline_pool] == [2, 2, 2, 2] and len(ran) == 4 and failed == {} and deferred == []
+                                            lambda c, w: None, archive=tmp_path / "arch")
+    assert [share for _, share, _ in inline_pool] == [2, 2, 2, 2] and len(ran) == 4 and failed == {} and deferred == []
+    # each cell keeps its scoring results (robot rollouts) in the archive until it is archived
+    assert [e for *_, e in inline_pool] == [str(tmp_path / "arch" / ".evaluations" / c.id) for c in cells]
     given: dict[str, object] = {}
     monkeypatch.setattr(p2pfl.api, "run", lambda scenario, **kw: given.update(kw))
     runner._run_cell(cells[0].scenario, str(tmp_path / "c"), b"{}", ["p2pfl"], 3)

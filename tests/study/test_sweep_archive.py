@@ -53,9 +53,14 @@ def test_cells_are_archived_without_events_and_a_fresh_out_resumes_from_them(swe
     study = _study(tmp_path, [0, 1, 2])
     dry = p2pfl.sweep(study, out=tmp_path / "b", archive=archive, dry_run=True)
     assert sorted(dry.skipped) == ["seed0", "seed1"] and not (tmp_path / "b").exists()
+    for cid in ("seed2", "seed9"):  # kept scoring results of a cell a session cut off, and of another study's
+        (archive / ".evaluations" / cid).mkdir(parents=True)
+        (archive / ".evaluations" / cid / "x.json").write_text("{}")
     second = p2pfl.sweep(study, jobs=1, out=tmp_path / "b", archive=archive)
     assert second.ran == ("seed2",) and sorted(second.skipped) == ["seed0", "seed1"]
-    assert sorted(p.name for p in archive.iterdir()) == ["seed0", "seed1", "seed2"]
+    assert sorted(p.name for p in archive.iterdir()) == [".evaluations", "seed0", "seed1", "seed2"]
+    # once archived, a cell's kept results go; another's stay
+    assert [p.name for p in (archive / ".evaluations").iterdir()] == ["seed9"]
 
     # each archived cell is the cell a clean run writes (seeds 0, 1: the clean sweep; seed 2: `p2pfl run` of the
     # study's cell, as byte-identical to a sweep's cell in test_sweep), and loads as a run

@@ -89,7 +89,7 @@ def test_a_variant_too_long_for_the_budget_waits_and_a_shorter_one_runs(tmp_path
                                             lambda c, w: None, Budget(3600.0), times)
     fedavg = [c.id for c in study.cells if c.variant == "fedavg"]
     gossip = [c.id for c in study.cells if c.variant == "gossip"]
-    assert [name for name, _ in inline_pool] == ran == fedavg and failed == {} and deferred == gossip
+    assert [name for name, *_ in inline_pool] == ran == fedavg and failed == {} and deferred == gossip
     inline_pool.clear()
     assert runner._execute(study, study.cells, tmp_path / "out", 1, 1, display, [], lambda c, w: None)[0] == [
         c.id for c in study.cells]  # no budget: every cell, in order
