@@ -156,8 +156,9 @@ class RobotFederation(Federation):
         suite and the weights (``key``), the policy's class and layout, and the rollouts' tasks, episodes,
         horizon, seed and gripper binarization."""
         suite, weights = key
-        what = [self.dataset, suite, weights, type(model).__qualname__, repr(self.layout), list(self.suite_tasks[suite]),
-                self.eval_episodes, self.horizon_of(suite), self.seed, self.binarize_gripper]
+        what = [self.dataset, suite, weights, type(model).__qualname__, repr(self.layout),
+                list(self.suite_tasks[suite]), self.eval_episodes, self.horizon_of(suite), self.seed,
+                self.binarize_gripper]
         return hashlib.sha1(json.dumps(what).encode("utf-8")).hexdigest()
 
     def rollout_call(self, model: nn.Module, suite: str) -> tuple[Any, tuple[Any, ...]]:

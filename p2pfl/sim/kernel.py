@@ -550,7 +550,8 @@ class Simulation:
         ``eval_wall_s`` are the seconds this process spent handing jobs over and awaiting them. With the
         batched executor, ``stacked_jobs``: the jobs that trained inside a stacked group (the others trained
         alone: the jobs overlapped too little in simulated time, e.g. a server's staggered broadcast). With an
-        evaluation folder that served, ``evaluations_read`` / ``evaluations_kept``: scoring results read from it / written."""
+        evaluation folder that served, ``evaluations_read`` / ``evaluations_kept``: scoring results read from it
+        and written to it."""
         run = self.run_wall_s
         stacked = getattr(self.executor, "stacked_jobs", None)
         kept = self.evaluations

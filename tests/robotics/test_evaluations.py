@@ -48,7 +48,8 @@ def test_another_seed_or_episode_count_keeps_results_of_its_own(tmp_path):
     p2pfl.run(sc, write=False, evaluations=kept)
     names = set(kept.iterdir())
     other = p2pfl.run({**sc, "seed": 1}, write=False, evaluations=kept)
-    assert other.timing["evaluations_read"] == 0 and len(set(kept.iterdir()) - names) == other.timing["evaluations_kept"] > 0
+    new = set(kept.iterdir()) - names
+    assert other.timing["evaluations_read"] == 0 and len(new) == other.timing["evaluations_kept"] > 0
     sc["data"]["partition"]["eval_episodes"] = 2
     assert p2pfl.run(sc, write=False, evaluations=kept).timing["evaluations_read"] == 0
 
