@@ -42,6 +42,25 @@ def test_a_rerun_reads_every_kept_rollout_and_a_partial_folder_is_completed_to_t
     assert _files(resumed) == _files(plain)
 
 
+def test_a_run_cut_off_after_its_first_evaluation_leaves_it_kept_and_the_rerun_completes_the_bytes(tmp_path):
+    raw = _scenario(tmp_path / "data", {"name": "fedavg", "rounds": 3, "eval_every": 1})
+    sc = {**raw, "executor": "inline"}
+    plain = p2pfl.run(sc, out=tmp_path / "plain")
+    kept, rounds = tmp_path / "kept", []
+
+    def cut_off() -> None:  # a session ending after round 1 (its evaluation done): the server's rounds count
+        rounds.append(1)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        p2pfl.run(sc, out=tmp_path / "cut", on_round=cut_off, evaluations=kept)
+    assert rounds == [1] and not (tmp_path / "cut").exists()
+    assert len(list(kept.iterdir())) == 2  # round 1's global model on each of the 2 suites
+    again = p2pfl.run(sc, out=tmp_path / "again", evaluations=kept)
+    assert (again.timing["evaluations_read"], again.timing["evaluations_kept"]) == (2, 4)
+    assert _files(again) == _files(plain)
+
+
 def test_another_seed_or_episode_count_keeps_results_of_its_own(tmp_path):
     sc = {**_scenario(tmp_path / "data", {"name": "local", "rounds": 1}), "executor": "inline"}
     kept = tmp_path / "kept"
