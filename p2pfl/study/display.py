@@ -141,12 +141,13 @@ class Display:
 
 def _time_table(result: SweepResult) -> list[str]:
     """Per variant: cells complete and to run, the median cell time, and what the cells to run would take on one
-    worker (each at its variant's median, a variant not timed yet at the median of all: ``CellTimes``)."""
-    times = CellTimes()
+    worker (each at its variant's median, a variant not timed yet at its planned time or else the median of all:
+    ``CellTimes``)."""
+    times = CellTimes(planned=result.study.planned_times())
     for c in result.study.cells:
         if c.id in result.walls:
             times.add(c.variant, result.walls[c.id])
-    if not times.walls:
+    if not times.walls and not times.planned:
         return []
     done = set(result.skipped)
     variants = list(dict.fromkeys(c.variant for c in result.study.cells))
@@ -155,8 +156,8 @@ def _time_table(result: SweepResult) -> list[str]:
     rows = []
     for v in variants:
         guess = times.guess(v)
-        median = "unknown" if guess is None else (
-            fmt_duration(guess) + ("" if v in times.walls else " (median of all)"))
+        how = "" if v in times.walls else " (planned)" if v in times.planned else " (median of all)"
+        median = "unknown" if guess is None else fmt_duration(guess) + how
         left = "unknown" if guess is None else fmt_duration(todo[v] * guess)
         rows.append(f"  {v or '(no variant)'}: {len(cells[v]) - todo[v]} complete, {todo[v]} to run, median cell "
                     f"{median}, {left} to run on one worker")

@@ -261,7 +261,7 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int |
         on_ray = n_jobs == "ray"
         workers = max(1, cores if on_ray else min(int(n_jobs), len(pending)))
         by_id = {c.id: c for c in st.cells}
-        times = CellTimes.of(out_path, [(cid, by_id[cid].variant) for cid in complete])
+        times = CellTimes.of(out_path, [(cid, by_id[cid].variant) for cid in complete], st.planned_times())
         display.start(st, out_path, len(complete), pending, workers, removed, times,
                       where=f"as Ray tasks ({ray_address or os.environ.get('RAY_ADDRESS') or 'local'})" if on_ray else "")
         if restored and display.enabled:

@@ -11,6 +11,7 @@ YAML layout (``base`` and ``seeds`` are required)::
       fedavg:
         unset: [protocol.mode, protocol.exchange]
         set: {protocol.name: fedavg, topology.servers: [{attach: all}]}
+        cell_time: 20m                 #   a planning guess of one cell's wall time, for --budget (optional)
     grid: {training.lr: [0.01, 0.05]}  # every combination of the listed values (optional)
     zip: {a.b: [1, 2], c.d: [3, 4]}    # paired values, one more grid axis (optional; equal lengths;
                                        # a key may repeat a value, the positions must differ)
@@ -46,9 +47,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional, Union
 
 import yaml
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from p2pfl.errors import ConfigError, UserError
+from p2pfl.study.times import parse_duration
 from p2pfl.validation import Strict, parse_model, read_yaml, require_mapping
 
 if TYPE_CHECKING:
@@ -125,13 +127,26 @@ Values = Annotated[list[Any], Field(min_length=1), AfterValidator(_values)]
 ZipValues = Annotated[list[Any], Field(min_length=1), AfterValidator(_json_values)]
 
 
+def _duration(value: Any) -> Any:
+    """A planned cell time (``2h30m``, ``90m``, ``5400``) as seconds; ValueError (one line) otherwise."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return value  # None passes; the rest fails the float check with pydantic's own message
+    try:
+        return parse_duration(str(value), "cell_time")
+    except UserError as err:
+        raise ValueError(str(err).removeprefix("cell_time: ")) from None
+
+
 class Variant(Strict):
     """One named set of edits: keys removed (``unset``), then keys set (``set``; null removes); ``base``, a
-    scenario file of its own (relative to the study file, then the cwd), replaces the study's base for it."""
+    scenario file of its own (relative to the study file, then the cwd), replaces the study's base for it.
+    ``cell_time``: a planning guess of one cell's wall time (``2h30m``), used by ``--budget`` and the time left
+    until a cell of the variant has been timed (``p2pfl.study.times``); it changes no cell."""
 
     base: Optional[Annotated[str, Field(min_length=1)]] = None
     unset: list[Key] = Field(default_factory=list)
     set: dict[Key, Any] = Field(default_factory=dict)
+    cell_time: Annotated[Optional[float], BeforeValidator(_duration)] = None
 
 
 class SeedRange(Strict):
@@ -261,6 +276,10 @@ class Study:
     spec: StudySpec
     base: str  # the base scenario file, or "(inline)"
     cells: tuple[Cell, ...]
+
+    def planned_times(self) -> dict[Optional[str], float]:
+        """Variant -> its planned cell time in seconds (``cell_time``), for the variants that give one."""
+        return {name: v.cell_time for name, v in self.spec.variants.items() if v.cell_time is not None}
 
     def common_edits(self) -> list[str]:
         """The study-wide ``--unset`` / ``--set`` flags."""

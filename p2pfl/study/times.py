@@ -1,11 +1,12 @@
 """How long a study's cells take: each variant's measured cell times, the time left, and a sweep's budget.
 
 A cell is guessed at its variant's median cell time (complete cells' ``timing.json`` included; the median is
-robust to each worker's slow first cell), a variant not timed yet at the median of all cells timed, and a
-cell is unknown when no cell is timed at all. ``Budget`` holds a sweep to a wall-time limit (a session, a
-batch job's allocation): a cell starts only when its guess ends before the limit, a variant not timed yet
-guessed at the slowest timed variant's median (a guess low by a variant's length would start a cell the limit
-cuts off); an unknown one starts.
+robust to each worker's slow first cell), a variant not timed yet at its planned time (the study's
+``cell_time``) where it has one, else at the median of all cells timed, and a cell is unknown when no cell is
+timed at all. ``Budget`` holds a sweep to a wall-time limit (a session, a batch job's allocation): a cell
+starts only when its guess ends before the limit, a variant neither timed nor planned guessed at the slowest
+timed variant's median (a guess low by a variant's length would start a cell the limit cuts off); an unknown
+one starts.
 """
 
 from __future__ import annotations
@@ -38,11 +39,14 @@ class CellTimes:
     """Measured cell times (seconds) per variant."""
 
     walls: dict[Optional[str], list[float]] = field(default_factory=dict)
+    planned: Mapping[Optional[str], float] = field(default_factory=dict)  # the study's cell_time per variant
 
     @classmethod
-    def of(cls, out: Path, cells: Iterable[tuple[str, Optional[str]]]) -> CellTimes:
-        """The times of complete ``cells`` (id, variant) in ``out``, from their ``timing.json``."""
-        times = cls()
+    def of(cls, out: Path, cells: Iterable[tuple[str, Optional[str]]],
+           planned: Mapping[Optional[str], float] = {}) -> CellTimes:
+        """The times of complete ``cells`` (id, variant) in ``out``, from their ``timing.json``; ``planned``:
+        the study's planned cell times."""
+        times = cls(planned=dict(planned))
         for cid, variant in cells:
             if (wall := wall_s_of(out / cid)) is not None:
                 times.add(variant, wall)
@@ -52,10 +56,12 @@ class CellTimes:
         self.walls.setdefault(variant, []).append(wall_s)
 
     def guess(self, variant: Optional[str]) -> Optional[float]:
-        """The variant's median cell time; the median of every timed cell for a variant not timed yet; None
-        when no cell is timed."""
+        """The variant's median cell time; its planned time, or else the median of every timed cell, for a
+        variant not timed yet; None when neither is known."""
         if variant in self.walls:
             return statistics.median(self.walls[variant])
+        if variant in self.planned:
+            return self.planned[variant]
         every = [w for ws in self.walls.values() for w in ws]
         return statistics.median(every) if every else None
 
@@ -73,8 +79,8 @@ class CellTimes:
         return sum(k * (g or 0.0) for k, g in guesses) / workers
 
     def untimed(self, waiting: Mapping[Optional[str], int]) -> int:
-        """How many ``waiting`` cells belong to variants with no timed cell."""
-        return sum(k for v, k in waiting.items() if v not in self.walls)
+        """How many ``waiting`` cells belong to variants with no timed cell and no planned time."""
+        return sum(k for v, k in waiting.items() if v not in self.walls and v not in self.planned)
 
 
 @dataclass(frozen=True)
@@ -94,9 +100,9 @@ class Budget:
     def first_fitting(self, variants: Iterable[Optional[str]], times: CellTimes,
                       now: Optional[float] = None) -> Optional[int]:
         """The index of the first of ``variants`` (the waiting cells', in order) whose cell fits, or None; a
-        variant not timed yet counts as the slowest timed one."""
-        return next((i for i, v in enumerate(variants)
-                     if self.fits(times.guess(v) if v in times.walls else times.slowest(), now)), None)
+        variant not timed yet counts at its planned time, or else as the slowest timed one."""
+        return next((i for i, v in enumerate(variants) if self.fits(
+            times.guess(v) if v in times.walls or v in times.planned else times.slowest(), now)), None)
 
 
 _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}

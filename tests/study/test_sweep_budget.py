@@ -135,3 +135,36 @@ def test_a_dry_run_says_per_variant_what_the_cells_to_run_would_take(tmp_path, c
     assert fmt_duration(59.0) == "59.0 s" and fmt_duration(61.0) == "1 min 01 s"
     assert fmt_duration(3 * 3600 + 120) == "3 h 02 min"
     assert "time (" not in describe(SweepResult(study, tmp_path, (), (), {}, 0.0, dry_run=True))  # nothing timed
+
+
+def test_a_planned_cell_time_stands_in_for_a_variant_until_a_cell_of_it_is_timed():
+    times = CellTimes(walls={"short": [20.0], "long": [500.0]}, planned={"new": 9000.0, "short": 1.0})
+    assert times.guess("short") == 20.0 and times.guess("new") == 9000.0 and times.guess("other") == 260.0
+    assert times.untimed({"new": 3, "other": 2}) == 2
+    budget = Budget(3600.0, start=0.0)
+    # not timed: "new" counts at its plan (2.5 h, too long for the hour left), "other" at the slowest (500 s)
+    assert budget.first_fitting(["new", "other"], times, now=0.0) == 1
+    assert budget.first_fitting(["new"], CellTimes(planned={"new": 60.0}), now=0.0) == 0
+
+
+def test_a_variants_cell_time_is_read_as_a_duration_and_a_bad_one_names_its_field(tmp_path, capsys):
+    from p2pfl.study.display import describe
+    from p2pfl.study.result import SweepResult
+    from p2pfl.study.spec import load_study
+
+    path = _study(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    raw["variants"]["fedavg"]["cell_time"] = "2h30m"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    study = load_study(path)
+    assert study.planned_times() == {"fedavg": 9000.0}
+    (tmp_path / "plain").mkdir()
+    assert [c.id for c in study.cells] == [c.id for c in load_study(_study(tmp_path / "plain")).cells]
+    described = describe(SweepResult(study, tmp_path / "out", (), (), {}, 0.0, dry_run=True)).splitlines()
+    assert "  fedavg: 0 complete, 2 to run, median cell 2 h 30 min (planned), 5 h 00 min to run on one worker" \
+        in described
+    raw["variants"]["fedavg"]["cell_time"] = "soon"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert main(["sweep", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cell_time" in err and "expected a duration such as 2h30m" in err and "\n" not in err
