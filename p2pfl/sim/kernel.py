@@ -391,11 +391,11 @@ class Simulation:
 
     def _round_done(self) -> None:
         """A node ended a round (progress); after each fleet round's worth, the free heap goes back to the
-        system (``p2pfl.sim.heap``)."""
+        system (``p2pfl.sim.heap``). Scoring results back by now are kept (``_fill_ready_evals``)."""
         self._rounds_done += 1
         if self._rounds_done % self.recorder.n_nodes == 0:
             heap.release_free_heap()
-            self._fill_ready_evals()
+        self._fill_ready_evals()
         if self._on_round is not None:
             self._on_round()
 
