@@ -1,10 +1,10 @@
 """The Conditional-PCA paper's tables from study runs: means, 95% intervals over seeds, paper beside.
 
-    python analysis/conditional_report.py runs/conditional [--md analysis/results/conditional.md]
+    python analysis/conditional_report.py analysis/cells/conditional [--md analysis/results/conditional.md]
 
-Reads the run directories written by the studies in ``scenarios/studies/conditional/`` (each
-swept with ``p2pfl sweep STUDY --jobs 2 --out runs/conditional/<file name>``; a run's study is
-``cond_<file name>``, found in any folder given) and writes the report:
+Reads the run directories written by the studies in ``scenarios/studies/conditional/`` (each swept with
+``p2pfl sweep STUDY --jobs 2 --out runs/conditional/<file name> --archive analysis/cells/conditional/<file name>``;
+a run's study is ``cond_<file name>``, found in any folder given: the archive, or the runs) and writes the report:
 a claims table on top (claim, paper figure, ours with a 95% t-interval over seeds, verdict), then
 one table per experiment (mean +- half-width of the interval, the paper's number in brackets where
 the paper has a like-for-like row), the SGD steps per model, the memorization check, and one PNG
@@ -477,7 +477,8 @@ def experiment_section(runs: Any, exp: Experiment, out: Path) -> list[str]:
     """One experiment's section (its figure written into ``out``), or the commands that would sweep it."""
     if not (runs["exp"] == exp.key).any():
         return [f"## {exp.title}", "", "Not swept yet: " + ", ".join(
-            f"`p2pfl sweep {STUDY_DIR}/{s}.yaml --jobs 2 --out runs/conditional/{s}`" for s in exp.files), ""]
+            f"`p2pfl sweep {STUDY_DIR}/{s}.yaml --jobs 2 --out runs/conditional/{s} "
+            f"--archive analysis/cells/conditional/{s}`" for s in exp.files), ""]
     png = f"conditional_{exp.key}.png"
     figure(runs, exp, out / png)
     return [f"## {exp.title}", "", f"Studies: {', '.join(f'`{STUDY_DIR}/{s}.yaml`' for s in exp.files)}.", "",
@@ -494,8 +495,10 @@ def write(dirs: list[Path], md: Path, no_statistics: bool = False) -> None:
         "# Conditional-PCA paper reproduction (Fashion-MNIST, reduced budget, studies)",
         "",
         "Regenerate: sweep every study in `scenarios/studies/conditional/` "
-        "(`p2pfl sweep scenarios/studies/conditional/<name>.yaml --jobs 2 --out runs/conditional/<name>`), then "
-        f"`python analysis/conditional_report.py runs/conditional`. Seeds {seeds}; every number is a mean over "
+        "(`p2pfl sweep scenarios/studies/conditional/<name>.yaml --jobs 2 --out runs/conditional/<name> "
+        "--archive analysis/cells/conditional/<name>`), then "
+        f"`python analysis/conditional_report.py analysis/cells/conditional`. Seeds {seeds}; every number is a "
+        "mean over "
         "seeds ± the half-width of its 95% t-interval (3 seeds: t = 4.30); differences are paired by seed "
         "(a seed fixes the data split and the initial weights) and given as mean [interval] in accuracy points.",
         "",
