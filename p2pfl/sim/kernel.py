@@ -315,12 +315,12 @@ class Simulation:
         future = self._scoring_jobs.get(how.key)
         cached = future is not None
         now, rate = self.env.now, self.profiles[device].flops_per_s
-        keep = self.evaluations if how.kept is not None else None
+        keep, kept_as = (self.evaluations, how.kept) if not cached else (None, None)  # read or keep this result
         if future is None:
-            kept = None if keep is None or how.kept is None else keep.get(how.kept)
-            if kept is not None:
+            found = None if keep is None or kept_as is None else keep.get(kept_as)
+            if found is not None:
                 keep = None  # read, not run: nothing to write
-                future = Done(kept)
+                future = Done(found)
             else:
                 future = self.executor.submit(CallJob(device, how.fn, how.args, threads=self.scenario.threads,
                                                       flops=how.flops))
@@ -332,8 +332,8 @@ class Simulation:
         entry = self.recorder.evaluation_later(now, device, round)
 
         def fill(res: Any) -> None:
-            if keep is not None and how.kept is not None and not cached:
-                keep.put(how.kept, res)
+            if keep is not None and kept_as is not None:
+                keep.put(kept_as, res)
             report = how.report(res, cached)
             if charge is not None:
                 self.recorder.fill_compute(charge, report.flops, report.flops / rate)
@@ -345,16 +345,16 @@ class Simulation:
     def _await(self, future: Future[Any], fill: Callable[[Any], None]) -> None:
         """Complete ``fill`` with the job's result when it is done (in submit order; bounded)."""
         self._evals.append((future, fill))
-        while self._evals and (len(self._evals) > _MAX_PENDING_EVALS or isinstance(self._evals[0][0], Done)):
+        while len(self._evals) > _MAX_PENDING_EVALS:
             self._fill_oldest_eval()
         self._fill_ready_evals()
 
     def _fill_ready_evals(self) -> None:
-        """With an evaluation folder, fill (and so keep) the oldest evaluations whose jobs are back, without
-        waiting: a run cut off keeps every scoring result that was done by then."""
-        if self.evaluations is None:
-            return
-        while self._evals and self._evals[0][0].ready():
+        """Fill the oldest evaluations whose results are here (``Done``), and, with an evaluation folder, those
+        whose jobs are back (``ready``, without waiting), so they are kept: a run cut off keeps every scoring
+        result that was done by then."""
+        while self._evals and (isinstance(f := self._evals[0][0], Done)
+                               or (self.evaluations is not None and f.ready())):
             self._fill_oldest_eval()
 
     def _fill_oldest_eval(self) -> None:

@@ -224,9 +224,9 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, *, jobs: Optional[int |
     ``archive``: a folder of cells without their event streams (``p2pfl.study.archive``): the cells it
     holds are copied into ``out`` first (and so skipped), and every complete cell is copied into it.
     ``budget_s``: a wall-time limit from the start of the sweep (a session, a batch job's allocation): a cell
-    starts only if its variant's median cell time (``p2pfl.study.times``; a variant not timed yet at the slowest
-    timed variant's) ends within it, so shorter cells fill the end; the cells not started are
-    ``SweepResult.deferred`` and the next sweep runs them.
+    starts only if its variant's median cell time (``p2pfl.study.times``; a variant not timed yet at its planned
+    ``cell_time``, else at the slowest timed variant's) ends within it, so shorter cells fill the end; the cells
+    not started are ``SweepResult.deferred`` and the next sweep runs them.
     Call it under ``if __name__ == "__main__":`` in a script (workers are spawned).
     """
     t0 = time.perf_counter()
