@@ -106,7 +106,7 @@ def test_data_build_runs_at_the_scenarios_threads(monkeypatch, caller, scenario)
 @pytest.mark.parametrize("flat", [True, False])
 def test_consensus_distance_in_blocks_is_the_stacked_formula_bit_for_bit(flat):
     g = torch.Generator().manual_seed(0)
-    vectors = [torch.randn(5000, generator=g) * 0.1 + 0.5 for _ in range(1100)]  # 3 column and 2 row blocks
+    vectors = [torch.randn(5000, generator=g) * 0.1 + 0.5 for _ in range(1100)]  # 3 column and 43 row blocks
     states = [FlatState(v, Layout(("w",), ((5000,),), (0, 5000), torch.float32)) if flat else {"w": v}
               for v in vectors]
     stacked = torch.stack([v.to(torch.float64) for v in vectors])
