@@ -70,22 +70,34 @@ def _inputs(pool: Pool, x_all: np.ndarray, idx: np.ndarray, transform: Transform
     return x if transform is None else transform(x, split)
 
 
-def _shared_inputs(plan: Plan, test_index: list[np.ndarray]) -> dict[tuple[str, int, str], tuple[np.ndarray, torch.Tensor]]:
+def _shared_inputs(plan: Plan, test_index: list[np.ndarray]) -> dict[tuple[str, int, str], tuple[np.ndarray, torch.Tensor, int]]:
     """The inputs devices share: per (source, transform, split) used by two or more devices (or by any number
-    with no transform), the sorted rows they draw and those rows transformed once. A transform shared by
-    devices acts on each sample alone (``Plan``), so a device's rows of it equal its own samples transformed."""
+    with no transform), the sorted rows they draw, those rows transformed once, and where they start in their
+    split's pool. A transform shared by devices acts on each sample alone (``Plan``), so a device's rows of it
+    equal its own samples transformed. Each split's groups lie end to end in one pool, so a group of training
+    jobs gathers its batches from one tensor (``p2pfl.executors.batched``) whatever transform each device has."""
     users = Counter(id(t) for t in plan.transforms)
     groups: dict[tuple[str, int, str], tuple[Transform | None, list[np.ndarray]]] = {}
     for i, (src, t) in enumerate(zip(plan.sources, plan.transforms)):
         if t is None or users[id(t)] > 1:
             for split, idx in (("train", plan.train_index[i]), ("test", test_index[i])):
                 groups.setdefault((src, id(t), split), (t, []))[1].append(idx)
+    rows = {key: np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+            for key, (_, parts) in groups.items()}
     shared = {}
-    for (src, tid, split), (t, parts) in groups.items():
-        pool = plan.pools[src]
-        rows = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
-        x_all = pool.train_x if split == "train" else pool.test_x
-        shared[(src, tid, split)] = (rows, _inputs(pool, x_all, rows, t, split))
+    for split in ("train", "test"):
+        keys = [key for key in groups if key[2] == split]
+        pool: torch.Tensor | None = None
+        start = 0
+        for key in keys:
+            src, _, _ = key
+            x_all = plan.pools[src].train_x if split == "train" else plan.pools[src].test_x
+            x = _inputs(plan.pools[src], x_all, rows[key], groups[key][0], split)
+            if pool is None:  # filled group by group: no second copy of the split's samples at once
+                pool = torch.empty((sum(len(rows[k]) for k in keys), *x.shape[1:]), dtype=x.dtype)
+            pool[start : start + x.shape[0]] = x
+            shared[key] = (rows[key], pool, start)
+            start += int(x.shape[0])
     return shared
 
 
@@ -115,8 +127,8 @@ def _assemble(spec: DataSpec, plan: Plan, seed: int) -> Federation:
         for x_all, y_all, idx, split in ((pool.train_x, pool.train_y, tr, "train"), (pool.test_x, pool.test_y, te, "test")):
             key = (plan.sources[i], id(transform), split)
             if key in shared:
-                rows, inputs = shared[key]
-                xs.append(PoolRows(inputs, torch.from_numpy(np.searchsorted(rows, idx))))
+                rows, inputs, start = shared[key]
+                xs.append(PoolRows(inputs, torch.from_numpy(np.searchsorted(rows, idx) + start)))
             else:
                 xs.append(_inputs(pool, x_all, idx, transform, split))
             y = y_all[idx]

@@ -30,19 +30,24 @@ class PoolRows:
     A federation whose devices draw from one pool under one transform (the same rotation, pattern or
     none) holds the transformed samples once and each device's as row numbers
     (``p2pfl.data.federation``): with ``overlap`` at N = 10^4 devices of 100 images, 4 rotated pools
-    of Fashion-MNIST (0.9 GB) instead of 10^6 copies (6.3 GB).
+    of Fashion-MNIST (0.9 GB) instead of 10^6 copies (6.3 GB). ``rows`` of shape ``(k, n)`` are k
+    devices' rows at once (a stacked group of jobs): ``x[sel]`` gathers ``pool[rows[sel]]``, one batch.
     """
 
     pool: torch.Tensor
-    rows: torch.Tensor  # int64 (n,)
+    rows: torch.Tensor  # int64 (n,), or (k, n)
 
     def take(self) -> torch.Tensor:
         """The rows as a tensor of their own (contiguous; the same values every time)."""
-        return self.pool.index_select(0, self.rows)
+        return self.pool.index_select(0, self.rows.reshape(-1)).view(self.shape)
+
+    def __getitem__(self, sel: Any) -> torch.Tensor:
+        """``take()[sel]`` without gathering the rows ``sel`` leaves out."""
+        return self.pool[self.rows[sel]]
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return (int(self.rows.shape[0]), *self.pool.shape[1:])
+        return (*self.rows.shape, *self.pool.shape[1:])
 
     @property
     def dtype(self) -> torch.dtype:

@@ -43,6 +43,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from p2pfl.data.shards import PoolRows
 from p2pfl.executors.base import Deferred, Executor, Future
 from p2pfl.executors.inline import InlineExecutor
 from p2pfl.executors.jobs import CallJob, Job, TrainJob, TrainOutcome, stacking_of
@@ -307,7 +308,7 @@ def _train_group(jobs: list[TrainJob], templates: dict[str, nn.Module]) -> list[
         parameters = {name: stacked[name] for name in names if name in trainable}
         rest = {name: stacked[name] for name in names if name not in trainable}
 
-    X = torch.stack([j.inputs() for j in jobs])
+    X = _stacked_inputs(jobs)
     Y = torch.stack([j.y for j in jobs])
 
     def loss_of(p: dict[str, torch.Tensor], b: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -328,6 +329,16 @@ def _train_group(jobs: list[TrainJob], templates: dict[str, nn.Module]) -> list[
     return [TrainOutcome(state(i), j.generator.get_state(),
                          TrainResult(samples=samples, loss=float(totals[i]) / max(batches, 1)))
             for i, j in enumerate(jobs)]
+
+
+def _stacked_inputs(jobs: list[TrainJob]) -> torch.Tensor | PoolRows:
+    """The group's inputs ``(k, n, ...)``: where every job holds rows of one pool, those rows, so each batch is
+    gathered from the pool once (the same values as gathering each job's rows and stacking them)."""
+    xs = [j.x for j in jobs]
+    first = xs[0]
+    if isinstance(first, PoolRows) and all(isinstance(x, PoolRows) and x.pool is first.pool for x in xs):
+        return PoolRows(first.pool, torch.stack([cast(PoolRows, x).rows for x in xs]))
+    return torch.stack([j.inputs() for j in jobs])
 
 
 def _flat_layout(jobs: list[TrainJob], trainable: set[str]) -> Optional[Layout]:

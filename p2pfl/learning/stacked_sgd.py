@@ -10,24 +10,34 @@ leaves, so only the batched matmul's float reductions differ from k separate run
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Optional
+from typing import Any, Optional, Protocol
 
 import torch
 
 from p2pfl.learning.train import sgd_step
 
-__all__ = ["stacked_sgd"]
+__all__ = ["Batches", "stacked_sgd"]
+
+
+class Batches(Protocol):
+    """``(k, n, ...)`` inputs that give each model's batch as ``x[rows, idx]``: a tensor, or rows of a pool
+    gathered per batch (``p2pfl.data.PoolRows``)."""
+
+    @property
+    def shape(self) -> Any: ...
+
+    def __getitem__(self, sel: Any) -> torch.Tensor: ...
 
 
 def stacked_sgd(loss_of: Callable[[dict[str, torch.Tensor], torch.Tensor, torch.Tensor], torch.Tensor],
-                parameters: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                parameters: Mapping[str, torch.Tensor], x: Batches, y: torch.Tensor,
                 orders: Callable[[int], torch.Tensor], *, epochs: int, batch_size: int, lr: float, momentum: float,
                 weight_decay: float, flat: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, int]:
     """Train ``parameters`` (tensors with a leading model dimension k) in place.
 
     ``loss_of(params, xb, yb)`` is the ``(k,)`` mean batch loss of each model on its own batch; ``x``/``y`` are
-    ``(k, n, ...)``. The gradient is taken at detached copies of ``parameters``, so nothing flows back through a
-    view. With ``flat`` (a contiguous ``(k, P)`` tensor that ``parameters`` are views of) the step is one
+    ``(k, n, ...)`` (``x`` a tensor or other :class:`Batches`). The gradient is taken at detached copies of
+    ``parameters``, so nothing flows back through a view. With ``flat`` (a contiguous ``(k, P)`` tensor that ``parameters`` are views of) the step is one
     operation on ``flat``: each gradient is copied into its view's place in one ``(k, P)`` buffer, allocated
     once. Under ``vmap`` a Linear weight's gradient comes back transposed (strides ``(out * in, 1, out)``):
     that copy is its one transposing read; a ``torch.cat`` of reshaped gradients made two copies, and a step

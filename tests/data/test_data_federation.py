@@ -217,19 +217,28 @@ def test_rotation_train_and_test_rotated_by_cluster_angle(angles):
 def test_devices_of_one_rotation_share_its_rows_and_read_their_own_samples(angles):
     n = 8 * len(angles)  # 8 devices a cluster drawing 60 images each with overlap: more than digits' pool holds
     fed = build({"kind": "rotation", "angles": angles}, n=n, samples_per_client=60, overlap=True)
-    for c, a in enumerate(angles):
-        members = [s for s in fed.shards if s.true_cluster == c]
-        for split, index in (("train", "train_index"), ("test", "test_index")):
-            held = [s.held(f"{split}_x") for s in members]
-            assert all(isinstance(h, PoolRows) and h.pool is held[0].pool for h in held)
-            rows = np.unique(np.concatenate([getattr(s, index) for s in members]))
-            assert held[0].pool.shape[0] == rows.size  # each image drawn by the cluster is held once
-            for s in members:
+    for split, index in (("train", "train_index"), ("test", "test_index")):
+        held = [s.held(f"{split}_x") for s in fed.shards]
+        assert all(isinstance(h, PoolRows) and h.pool is held[0].pool for h in held)  # one pool a split
+        cluster_rows = [np.unique(np.concatenate([getattr(s, index) for s in fed.shards if s.true_cluster == c]))
+                        for c in range(len(angles))]
+        assert held[0].pool.shape[0] == sum(r.size for r in cluster_rows)  # each image a rotation drew, held once
+        for c, a in enumerate(angles):
+            for s in (s for s in fed.shards if s.true_cluster == c):
                 x = getattr(s, f"{split}_x")
                 assert torch.equal(x, rotate(pool_x(getattr(s, index), split), a)) and x.is_contiguous()
     drawn = sum(int(s.train_y.shape[0]) for s in fed.shards)
-    held_rows = sum(int(p.shape[0]) for p in {id(s.held("train_x").pool): s.held("train_x").pool for s in fed.shards}.values())
-    assert held_rows < drawn
+    assert fed.shards[0].held("train_x").pool.shape[0] < drawn
+
+
+def test_a_group_of_jobs_on_one_pool_gathers_each_batch_from_it():
+    fed = build({"kind": "rotation", "angles": [0, 90]}, n=6, samples_per_client=20, overlap=True)
+    held = [s.held("train_x") for s in fed.shards]
+    stacked = PoolRows(held[0].pool, torch.stack([h.rows for h in held]))
+    expected = torch.stack([s.train_x for s in fed.shards])
+    assert stacked.shape == tuple(expected.shape) and torch.equal(stacked.take(), expected)
+    rows, idx = torch.arange(6).unsqueeze(1), torch.tensor([[3, 1]] * 3 + [[0, 19]] * 3)
+    assert torch.equal(stacked[rows, idx], expected[rows, idx])
 
 
 

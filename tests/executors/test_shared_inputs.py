@@ -22,9 +22,8 @@ def test_pool_shards_shares_each_pool_of_rows_once_and_keeps_the_rows():
     before = [s.held("train_x") for s in fed.shards]
     pools, keys = pool_shards(fed.shards)
     row_pools = {id(h.pool): h.pool for h in before}
-    assert len(row_pools) == 2  # one rotation a cluster
-    assert sorted(n for n in pools if ".rows." in n) == ["test_x.rows.0", "test_x.rows.1", "train_x.rows.0",
-                                                         "train_x.rows.1"]
+    assert len(row_pools) == 1  # both clusters' rotations, end to end in one pool a split
+    assert sorted(n for n in pools if ".rows." in n) == ["test_x.rows.0", "train_x.rows.0"]
     for h in row_pools.values():
         name, _, span = keys[id(h)].partition("@")
         assert pools[name] is h and span == f"0:{h.shape[0]}"
