@@ -29,8 +29,8 @@ class PoolRows:
 
     A federation whose devices draw from one pool under one transform (the same rotation, pattern or
     none) holds the transformed samples once and each device's as row numbers
-    (``p2pfl.data.federation``): with ``overlap`` at N = 10^4 devices of 100 images, 4 rotated pools
-    of Fashion-MNIST (0.9 GB) instead of 10^6 copies (6.3 GB). ``rows`` of shape ``(k, n)`` are k
+    (``p2pfl.data.federation``, every transform's samples of a split in one pool): with ``overlap`` at
+    N = 10^4 devices of 100 images, 4 rotations of Fashion-MNIST (0.9 GB) instead of 10^6 copies (6.3 GB). ``rows`` of shape ``(k, n)`` are k
     devices' rows at once (a stacked group of jobs): ``x[sel]`` gathers ``pool[rows[sel]]``, one batch.
     """
 
