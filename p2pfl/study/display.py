@@ -4,16 +4,23 @@ left, the closing line, and the dry run's listing. Silent for the Python API, wh
 from __future__ import annotations
 
 import sys
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
 from p2pfl.study.result import SweepResult
+from p2pfl.study.running import CellStatus
 from p2pfl.study.spec import Cell, Study
 from p2pfl.study.times import CellTimes
 
 __all__ = ["Display", "describe", "fmt_duration"]
+
+#: Seconds between two looks at the running cells' progress files (the rich bar's per-cell rows).
+POLL_S = 2.0
+#: Seconds between two plain "running" lines (no terminal: a log).
+RUNNING_EVERY_S = 60.0
 
 
 def fmt_duration(seconds: float) -> str:
@@ -29,14 +36,49 @@ def fmt_duration(seconds: float) -> str:
 class Display:
     """Progress over cells: a rich bar on a terminal, one line per cell otherwise; silent for the API."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, running_every_s: float = RUNNING_EVERY_S) -> None:
         self.enabled = enabled
         self.bar: Any = None
         self.task: Any = None
+        self.cell_rows: dict[str, Any] = {}  # the rich bar's row of each running cell
         self.total = self.finished = 0
         self.workers = 1
         self.times = CellTimes()
         self.waiting: dict[Optional[str], int] = {}
+        self.running_every_s = running_every_s
+        self.last_running = time.monotonic()
+
+    @property
+    def poll_s(self) -> Optional[float]:
+        """How often the sweep looks at its running cells for :meth:`running`; None: it need not."""
+        if not self.enabled:
+            return None
+        return POLL_S if self.bar is not None else min(POLL_S, self.running_every_s)
+
+    def running(self, statuses: Sequence[tuple[Cell, Optional[CellStatus]]]) -> None:
+        """How far each running cell has got: a row each under the rich bar, else a line each every
+        ``running_every_s`` seconds (``status`` None: it has reported nothing yet)."""
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            for cell, status in statuses:
+                if status is None:
+                    continue
+                label = f"  {cell.variant or 'cell'} seed {cell.seed}: {status.where()}"
+                if cell.id not in self.cell_rows:
+                    self.cell_rows[cell.id] = self.bar.add_task(label, total=None)
+                self.bar.update(self.cell_rows[cell.id], description=label, total=status.total, completed=status.done)
+            return
+        if time.monotonic() - self.last_running < self.running_every_s:
+            return
+        self.last_running = time.monotonic()
+        for cell, status in statuses:
+            print(f"  running {cell.id}: {_running_text(status)}", flush=True)
+
+    def _ended(self, cell: Cell) -> None:
+        row = self.cell_rows.pop(cell.id, None)
+        if row is not None and self.bar is not None:
+            self.bar.remove_task(row)
 
     def start(self, study: Study, out: Path, complete: int, pending: Sequence[Cell], workers: int, removed: int,
               times: CellTimes, where: str = "") -> None:
@@ -65,10 +107,10 @@ class Display:
                 TimeRemainingColumn,
             )
 
-            self.bar = Progress(TextColumn(f"[bold]{study.name}"), BarColumn(), MofNCompleteColumn(),
+            self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                 TimeElapsedColumn(), TimeRemainingColumn(), console=Console(), transient=True)
             self.bar.start()
-            self.task = self.bar.add_task("cells", total=self.total, completed=complete)
+            self.task = self.bar.add_task(study.name, total=self.total, completed=complete)
 
     def _eta(self) -> str:
         """Time left: each waiting cell at its variant's median cell time, a variant not timed yet at the median
@@ -81,6 +123,7 @@ class Display:
         return f"; about {fmt_duration(left)} left{guess}"
 
     def done(self, cell: Cell, wall_s: float) -> None:
+        self._ended(cell)
         self.finished += 1
         self.waiting[cell.variant] = self.waiting.get(cell.variant, 1) - 1
         if self.bar is not None:
@@ -89,6 +132,7 @@ class Display:
             print(f"[{self.finished}/{self.total}] done {cell.id} ({wall_s:.1f} s{self._eta()})", flush=True)
 
     def failed(self, cell: Cell, message: str, detail: str = "") -> None:
+        self._ended(cell)
         self.finished += 1
         self.waiting[cell.variant] = self.waiting.get(cell.variant, 1) - 1
         if self.bar is not None:
@@ -137,6 +181,15 @@ class Display:
             ids = ", ".join(list(result.failed)[:3]) + (", ..." if len(result.failed) > 3 else "")
             print(f"p2pfl: {len(result.failed)} of {n} cells failed ({ids}); fix the cause and run the same "
                   "command again to run them (complete cells are kept)", file=sys.stderr, flush=True)
+
+
+def _running_text(status: Optional[CellStatus]) -> str:
+    """``round 37/130 (28%), 42 min 10 s in; about 1 h 48 min left at its pace so far``."""
+    if status is None:
+        return "no progress reported yet"
+    text = f"{status.where()}, {fmt_duration(status.elapsed_s)} in"
+    left = status.left_s()
+    return text if left is None else f"{text}; about {fmt_duration(left)} left at its pace so far"
 
 
 def _time_table(result: SweepResult) -> list[str]:

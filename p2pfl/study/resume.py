@@ -2,6 +2,7 @@
 
     <out>/<cell id>/          a complete cell: its run directory (summary.json written last, by a rename)
     <out>/.<cell id>.tmp-*    a cell a stopped sweep was writing: removed before the next one runs
+    <out>/.<cell id>.progress how far a running cell has got (p2pfl.study.running): removed as it ends
     <out>/.sweep.lock         held while a sweep writes into <out>
 
 A complete cell is skipped by the next sweep when it is still the cell the study resolves to (the
@@ -74,16 +75,20 @@ def locked(out: Path) -> Iterator[None]:
 
 
 def remove_temps(out: Path, study: Study) -> int:
-    """Remove the temporary siblings (``.<cell id>.tmp-*``) a stopped sweep left; how many."""
+    """Remove the temporary siblings (``.<cell id>.tmp-*``) a stopped sweep left; how many. Its cells' progress
+    files (``.<cell id>.progress``, ``p2pfl.study.running``) go too, uncounted."""
     if not out.is_dir():
         return 0
     prefixes = tuple(f".{c.id}.tmp-" for c in study.cells)
+    reports = {f".{c.id}.progress{tail}" for c in study.cells for tail in ("", ".tmp")}
     removed = 0
     with no_interrupt():
         for entry in os.scandir(out):
             if entry.name.startswith(prefixes) and entry.is_dir(follow_symlinks=False):
                 shutil.rmtree(entry.path, ignore_errors=True)
                 removed += 1
+            elif entry.name in reports and entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
     return removed
 
 

@@ -38,6 +38,7 @@ from p2pfl.study.archive import archive_cell, evaluations_of, restore_cells
 from p2pfl.study.display import Display, fmt_duration
 from p2pfl.study.result import SweepInterrupted, SweepResult
 from p2pfl.study.resume import complete_cells, locked, no_interrupt, remove_temps, strangers
+from p2pfl.study.running import ProgressFile, progress_path, read_status
 from p2pfl.study.spec import Cell, Study, load_study
 from p2pfl.study.times import Budget, CellTimes, wall_s_of
 
@@ -68,13 +69,19 @@ def _worker_init(parent: int) -> None:
 
 
 def _run_cell(scenario: Scenario, out: str, cell_json: bytes, argv: list[str], cores: int,
-              evaluations: Optional[str] = None) -> float:
+              evaluations: Optional[str] = None, progress: Optional[str] = None) -> float:
     """Run one cell into ``out`` on ``cores`` cores (a worker's task), its scoring results kept in
-    ``evaluations`` (``p2pfl.sim.evaluations``); its wall-clock seconds."""
+    ``evaluations`` (``p2pfl.sim.evaluations``), its progress reported to the file ``progress``
+    (``p2pfl.study.running``); its wall-clock seconds."""
     from p2pfl.api import run
 
     t0 = time.perf_counter()
-    run(scenario, out=out, extra_files={"cell.json": cell_json}, argv=argv, cores=cores, evaluations=evaluations)
+    if progress is None:
+        run(scenario, out=out, extra_files={"cell.json": cell_json}, argv=argv, cores=cores, evaluations=evaluations)
+    else:
+        report = ProgressFile(Path(progress), getattr(scenario.protocol, "rounds", None))
+        run(scenario, out=out, extra_files={"cell.json": cell_json}, argv=argv, cores=cores, evaluations=evaluations,
+            on_setup=report.setup, on_start=report.start, on_round=report.advance)
     return time.perf_counter() - t0
 
 
@@ -122,7 +129,9 @@ def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, cor
             data = dumps_json(cell.record(study.name)).encode("utf-8")
             try:
                 kept = None if archive is None else str(evaluations_of(archive, cell.id))
-                futures[pool.submit(_run_cell, cell.scenario, str(out / cell.id), data, argv, share, kept)] = cell
+                report = str(progress_path(out, cell.id)) if display.enabled else None
+                futures[pool.submit(_run_cell, cell.scenario, str(out / cell.id), data, argv, share, kept,
+                                    report)] = cell
             except BrokenProcessPool:  # a worker died earlier: every cell left fails as the running ones did
                 failed[cell.id] = "its worker process died (killed, or out of memory)"
                 display.failed(cell, failed[cell.id])
@@ -130,9 +139,12 @@ def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, cor
     try:
         feed()
         while futures:
-            finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+            finished, _ = wait(futures, timeout=display.poll_s, return_when=FIRST_COMPLETED)
+            if not finished:
+                display.running([(c, read_status(progress_path(out, c.id))) for c in futures.values()])
             for fut in finished:
                 cell = futures.pop(fut)
+                progress_path(out, cell.id).unlink(missing_ok=True)
                 try:
                     wall = fut.result()
                 except UserError as err:

@@ -23,7 +23,7 @@ def inline_pool(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, Optiona
             pass
 
         def submit(self, fn: object, scenario: object, out: str, data: bytes, argv: list[str], share: int,
-                   evaluations: Optional[str]) -> Future[float]:
+                   evaluations: Optional[str], progress: Optional[str] = None) -> Future[float]:
             handed.append((Path(out).name, share, evaluations))
             fut: Future[float] = Future()
             fut.set_result(0.5)
