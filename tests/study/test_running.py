@@ -59,7 +59,7 @@ def test_what_is_not_a_status_file_reads_as_none(tmp_path, content):
     assert read_status(path) is None
 
 
-def test_a_real_cell_reports_every_round_by_its_end(tmp_path):
+def test_a_real_cell_reports_every_round_by_its_end_and_its_results_do_not_change(tmp_path):
     from p2pfl.api import resolve
     from p2pfl.study.runner import _run_cell
 
@@ -68,7 +68,8 @@ def test_a_real_cell_reports_every_round_by_its_end(tmp_path):
     _run_cell(sc, str(tmp_path / "c"), b"{}", [], 1, None, str(path))
     status = read_status(path)
     assert status.where() == "round 3/3 (100%)" and status.done == status.total == 12 and status.elapsed_s > 0
-    assert (tmp_path / "c" / "summary.json").is_file() and not (tmp_path / "c" / ".c.progress").exists()
+    _run_cell(sc, str(tmp_path / "quiet"), b"{}", [], 1, None, None)  # the same cell, reporting nothing
+    assert (tmp_path / "c" / "summary.json").read_bytes() == (tmp_path / "quiet" / "summary.json").read_bytes()
 
 
 def test_the_sweep_says_how_far_its_running_cells_are_and_removes_their_files(tmp_path, monkeypatch, capsys):
