@@ -27,7 +27,8 @@ function's own stacked form, within that function's stated tolerance.
 Given a ``pool`` (``make_executor`` gives it a :class:`~p2pfl.executors.process.ProcessExecutor`
 with a slot per core, this process one of them), the work that is not a stacked training group
 (evaluations, calls, the stacked calls' slices) runs there: the same bits as running it here (a
-job carries its thread count), on every core.
+job carries its thread count), on every core. A job whose modelled FLOPs are under ``INLINE_FLOPS``
+(a small model's evaluation) runs here instead: shipping it would cost more than running it.
 """
 
 from __future__ import annotations
@@ -70,6 +71,11 @@ BN_ATOL = 2e-3  # models with BatchNorm (see the module docstring)
 MAX_GROUP = 256
 #: Slices of grouped calls sent to the pool and not yet back, at most (two per slot on two cores).
 IN_FLIGHT = 4
+#: A job that does not stack runs here, not in the pool, when its modelled FLOPs are below this: sending it
+#: to a worker (a fleet row's module made and pickled) costs this process more than the job. Measured,
+#: rnd_gossip h1 at N = 10,000: packing the headline MLP's evaluations (5 MFLOP each) was 7% of the kernel's
+#: time, the evaluation itself a fraction of a millisecond.
+INLINE_FLOPS = 2e7
 
 _NO_STACK = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)
 
@@ -133,7 +139,8 @@ class BatchedExecutor(Executor):
         if stacking_of(job) is not None:
             return self._defer(cast(CallJob, job))
         if not isinstance(job, TrainJob) or not self._stacks(job):
-            return (self._pool or self._inline).submit(job)
+            cheap = 0 < job.flops < INLINE_FLOPS
+            return (self._inline if cheap or self._pool is None else self._pool).submit(job)
         gen = torch.Generator(device=job.generator.device)
         gen.set_state(job.generator.get_state())
         snap = object.__new__(TrainJob)  # a shallow copy (copy.copy's reduce protocol costs more than the job)

@@ -244,3 +244,25 @@ def test_auto_starts_the_pool_for_a_protocol_with_heavy_work_of_its_own():
     samples = 4 * 32  # digits, 40 per device less the test fifth
     assert small.protocol.work_flops(samples) == RNDProbe(small.run_info, epochs=10, batch_size=128,
                                                           lr=1e-3).work_flops(samples, 1) > 0
+
+
+def test_a_job_cheaper_than_shipping_it_runs_here_and_the_rest_in_the_pool():
+    from p2pfl.executors.batched import INLINE_FLOPS
+    from p2pfl.executors.jobs import EvalJob
+
+    class Pool(InlineExecutor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sent: list[float] = []
+
+        def submit(self, job):
+            self.sent.append(job.flops)
+            return super().submit(job)
+
+    pool = Pool()
+    executor = BatchedExecutor(pool)
+    model, x, y = MLP(64, 10, 16), torch.rand(20, 64), torch.randint(0, 10, (20,))
+    scores = [executor.submit(EvalJob(0, model, x, y, "accuracy", flops=f)).result()
+              for f in (INLINE_FLOPS / 4, INLINE_FLOPS, 0.0)]
+    assert pool.sent == [INLINE_FLOPS, 0.0]  # the cheap one ran here; unknown cost (0) goes to the pool as before
+    assert scores[0] == scores[1] == scores[2] == InlineExecutor().submit(EvalJob(0, model, x, y, "accuracy")).result()
