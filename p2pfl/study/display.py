@@ -64,7 +64,7 @@ class Display:
             for cell, status in statuses:
                 if status is None:
                     continue
-                label = f"  {cell.variant or 'cell'} seed {cell.seed}: {status.where()}"
+                label = f"  {_short(cell.id)}: {status.where()}"
                 if cell.id not in self.cell_rows:
                     self.cell_rows[cell.id] = self.bar.add_task(label, total=None)
                 self.bar.update(self.cell_rows[cell.id], description=label, total=status.total, completed=status.done)
@@ -181,6 +181,14 @@ class Display:
             ids = ", ".join(list(result.failed)[:3]) + (", ..." if len(result.failed) > 3 else "")
             print(f"p2pfl: {len(result.failed)} of {n} cells failed ({ids}); fix the cause and run the same "
                   "command again to run them (complete cells are kept)", file=sys.stderr, flush=True)
+
+
+def _short(cell_id: str, width: int = 60) -> str:
+    """A cell id for a bar's row: its start (the variant) and end (the last grid value, the seed) kept."""
+    if len(cell_id) <= width:
+        return cell_id
+    half = (width - 3) // 2
+    return f"{cell_id[:half]}...{cell_id[-half:]}"
 
 
 def _running_text(status: Optional[CellStatus]) -> str:

@@ -138,3 +138,39 @@ def test_a_stopped_sweeps_progress_files_are_removed_uncounted(tmp_path):
     progress_path(out, study.cells[0].id).write_text(json.dumps({}))
     (out / "notes.txt").write_text("mine")
     assert remove_temps(out, study) == 1 and [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_under_the_bar_each_running_cell_has_a_row_until_it_ends():
+    from p2pfl.study.display import _short
+    from p2pfl.study.spec import Cell
+
+    class Bar:
+        def __init__(self) -> None:
+            self.rows: dict[int, dict] = {}
+
+        def add_task(self, description, total):
+            self.rows[len(self.rows)] = {"description": description, "total": total}
+            return len(self.rows) - 1
+
+        def update(self, row, **fields):
+            self.rows[row].update(fields)
+
+        def remove_task(self, row):
+            del self.rows[row]
+
+        def advance(self, task):
+            pass
+
+    long_id = "rnd_gossip_h1__data.partition=kind-rotation-angles-0-9-0cc28917__dynamics=churn-d93136d7__seed0"
+    cell = Cell(long_id, "rnd_gossip_h1", {}, 0, (), (), (), None)  # type: ignore[arg-type]
+    display = Display(True)
+    display.bar = Bar()
+    display.running([(cell, None)])  # nothing reported yet: no row
+    assert display.bar.rows == {}
+    display.running([(cell, CellStatus(done=5, total=20, rounds=4))])
+    display.running([(cell, CellStatus(done=10, total=20, rounds=4))])
+    label = f"  {_short(long_id)}: round 2/4 (50%)"
+    assert display.bar.rows == {0: {"description": label, "total": 20, "completed": 10}}
+    assert _short(long_id) == long_id[:28] + "..." + long_id[-28:] and _short("seed0") == "seed0"
+    display.done(cell, 1.0)
+    assert display.bar.rows == {}
