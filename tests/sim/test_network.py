@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import ClassVar
 
 import numpy as np
@@ -317,3 +319,34 @@ def test_a_computed_queue_is_refused_where_a_downlink_is_a_resource(env):
     with pytest.raises(ValueError, match="static fleet with parallel downlinks"):
         Network(env, {(0, 1): Link(0.0, 1.0, 0.0)}, {0: 1.0, 1: 1.0}, {0: 1.0, 1: 1.0}, lambda n: None,
                 lambda *a, **kw: None, ingress_slots={1: 1}, computed=True)
+
+
+class _ReplyFirst(Protocol):
+    """Device 0 sends a tensor to device 1, which waits for it with a long timeout, drops it, then idles
+    while the timer is still pending: is the tensor still held?"""
+
+    name = "reply_first"
+    alive: ClassVar[list[bool]] = []
+
+    def device(self, ctx) -> Process:
+        if ctx.id == 0:
+            yield ctx.send(1, "m", {"w": torch.ones(1000)})
+        elif ctx.id == 1:
+            msg = yield ctx.recv("m", timeout=1000.0)
+            ref = weakref.ref(msg.payload["w"])
+            del msg
+            yield ctx.sleep(10.0)  # the timer fires at 1000 s
+            gc.collect()
+            type(self).alive.append(ref() is not None)
+
+
+@pytest.mark.slow
+def test_a_message_that_beats_its_timeout_is_not_held_by_the_pending_timer():
+    from p2pfl.config import load_dict
+    from p2pfl.sim.kernel import Simulation
+    from tests.helpers import digits_scenario
+
+    sc = digits_scenario({"name": "gossip", "rounds": 1}, n=2, kind="complete")
+    _ReplyFirst.alive = []
+    Simulation(load_dict(sc), protocol=_ReplyFirst).run()
+    assert _ReplyFirst.alive == [False]
