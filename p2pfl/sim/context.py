@@ -248,7 +248,7 @@ class NodeContext:
         def got(event: simpy.Event) -> None:
             if not done.triggered:
                 done.succeed(event.value)
-            if timer.callbacks is not None and expired in timer.callbacks:  # not fired yet
+            if timer.callbacks is not None:  # not fired yet (its callbacks are None once it has)
                 timer.callbacks.remove(expired)
 
         def expired(_: simpy.Event) -> None:

@@ -17,7 +17,7 @@ from p2pfl.study.times import CellTimes
 
 __all__ = ["Display", "describe", "fmt_duration"]
 
-#: Seconds between two looks at the running cells' progress files (the rich bar's per-cell rows).
+#: Seconds between two looks at the running cells' progress files for the rich bar's per-cell rows.
 POLL_S = 2.0
 #: Seconds between two plain "running" lines (no terminal: a log).
 RUNNING_EVERY_S = 60.0
@@ -50,10 +50,11 @@ class Display:
 
     @property
     def poll_s(self) -> Optional[float]:
-        """How often the sweep looks at its running cells for :meth:`running`; None: it need not."""
+        """How often the sweep looks at its running cells for :meth:`running` (their rows under the bar every
+        ``POLL_S``, a log's lines no more often than they are written); None: it need not."""
         if not self.enabled:
             return None
-        return POLL_S if self.bar is not None else min(POLL_S, self.running_every_s)
+        return POLL_S if self.bar is not None else self.running_every_s
 
     def running(self, statuses: Sequence[tuple[Cell, Optional[CellStatus]]]) -> None:
         """How far each running cell has got: a row each under the rich bar, else a line each every

@@ -76,12 +76,10 @@ def _run_cell(scenario: Scenario, out: str, cell_json: bytes, argv: list[str], c
     from p2pfl.api import run
 
     t0 = time.perf_counter()
-    if progress is None:
-        run(scenario, out=out, extra_files={"cell.json": cell_json}, argv=argv, cores=cores, evaluations=evaluations)
-    else:
-        report = ProgressFile(Path(progress), getattr(scenario.protocol, "rounds", None))
-        run(scenario, out=out, extra_files={"cell.json": cell_json}, argv=argv, cores=cores, evaluations=evaluations,
-            on_setup=report.setup, on_start=report.start, on_round=report.advance)
+    report = None if progress is None else ProgressFile(Path(progress), getattr(scenario.protocol, "rounds", None))
+    run(scenario, out=out, extra_files={"cell.json": cell_json}, argv=argv, cores=cores, evaluations=evaluations,
+        on_setup=None if report is None else report.setup, on_start=None if report is None else report.start,
+        on_round=None if report is None else report.advance)
     return time.perf_counter() - t0
 
 
