@@ -139,7 +139,8 @@ def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, cor
         while futures:
             finished, _ = wait(futures, timeout=display.poll_s, return_when=FIRST_COMPLETED)
             if not finished:
-                display.running([(c, read_status(progress_path(out, c.id))) for c in futures.values()])
+                display.running([(c, read_status(progress_path(out, c.id), time.time()))
+                                 for c in futures.values()])
             for fut in finished:
                 cell = futures.pop(fut)
                 progress_path(out, cell.id).unlink(missing_ok=True)

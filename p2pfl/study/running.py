@@ -14,7 +14,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -103,15 +103,26 @@ class ProgressFile:
         self.written = now
 
 
-def read_status(path: Path) -> Optional[CellStatus]:
-    """The status last written to ``path``; None where there is none yet (or it is not a status file)."""
+def read_status(path: Path, now: Optional[float] = None) -> Optional[CellStatus]:
+    """The status last written to ``path``; None where there is none yet (or it is not a status file).
+
+    With ``now`` (wall time, ``time.time()``), its times run on to ``now`` from the file's modification time:
+    a phase with no node rounds (a clustering protocol's discovery, an hour at N = 10,000) rewrites nothing,
+    and its cell would otherwise read as stopped where it last wrote.
+    """
     try:
-        if path.stat().st_size > MAX_BYTES:
+        st = path.stat()
+        if st.st_size > MAX_BYTES:
             return None
         raw = json.loads(path.read_text(encoding="utf-8"))
-        return CellStatus(step=str(raw["step"]), done=int(raw["done"]),
-                          total=None if raw["total"] is None else int(raw["total"]),
-                          rounds=None if raw["rounds"] is None else int(raw["rounds"]),
-                          elapsed_s=float(raw["elapsed_s"]), simulating_s=float(raw["simulating_s"]))
+        status = CellStatus(step=str(raw["step"]), done=int(raw["done"]),
+                            total=None if raw["total"] is None else int(raw["total"]),
+                            rounds=None if raw["rounds"] is None else int(raw["rounds"]),
+                            elapsed_s=float(raw["elapsed_s"]), simulating_s=float(raw["simulating_s"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if now is None:
+        return status
+    age = max(0.0, now - st.st_mtime)
+    return replace(status, elapsed_s=status.elapsed_s + age,
+                   simulating_s=status.simulating_s + age if status.total is not None else 0.0)

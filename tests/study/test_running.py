@@ -52,6 +52,28 @@ def test_the_file_says_the_setup_step_then_the_rounds_rewritten_at_most_every_in
     assert CellStatus(done=3, total=40).where() == "3/40 node rounds (8%)"  # no round count: node rounds
 
 
+def test_a_file_not_rewritten_for_a_while_reads_as_still_running_when_read_with_the_time(tmp_path):
+    import os
+
+    clock, path = Clock(), tmp_path / ".c.progress"
+    report = ProgressFile(path, rounds=4, interval=4.0, clock=clock)
+    clock.t = 102.0
+    report.setup("partitioning")
+    os.utime(path, (5000.0, 5000.0))  # written at wall time 5,000
+    assert read_status(path, 5000.0 + 60.0) == CellStatus(step="partitioning", rounds=4, elapsed_s=62.0)
+    clock.t = 103.0
+    report.start(8)
+    for _ in range(4):
+        clock.t += 2.0  # 105, 107 (rewritten), 109, 111 (rewritten): 4 of 8 at 2 s each
+        report.advance()
+    os.utime(path, (6000.0, 6000.0))
+    assert read_status(path) == CellStatus(done=4, total=8, rounds=4, elapsed_s=11.0, simulating_s=8.0)
+    late = read_status(path, 6000.0 + 600.0)  # a phase with no node rounds (a discovery) for 10 minutes
+    assert late == CellStatus(done=4, total=8, rounds=4, elapsed_s=611.0, simulating_s=608.0)
+    assert late.left_s() == 608.0  # 4 more at the pace so far, the silent 10 minutes included
+    assert read_status(path, 6000.0 - 30.0).elapsed_s == 11.0  # a clock behind the file's adds nothing
+
+
 @pytest.mark.parametrize("content", ["", "{", "[]", '{"step": ""}', "x" * 5000])
 def test_what_is_not_a_status_file_reads_as_none(tmp_path, content):
     path = tmp_path / ".c.progress"
