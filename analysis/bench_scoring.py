@@ -7,7 +7,7 @@ inputs are random (the costs do not depend on the values).
 ``rnd``: the headline fleet's RND nets on 100 Fashion-MNIST-sized images (1 x 28 x 28): the target's embedding
 of a device's data, one predictor fit (30 epochs of batch 32, Adam) one by one and stacked
 (``fitted_predictors``, groups of ``--sizes``), and the scoring of 99 predictors on one device's data as a
-loop (``state_novelties``) and as one concatenated/grouped forward; the fastest of ``--repeat`` runs (default 3).
+loop, in groups (``state_novelties``) and as one concatenated/grouped forward; the fastest of ``--repeat`` runs (default 3).
 
 ``dac_ifca``: per call, DAC's and IFCA's model scoring on the headline fleet's model and shard (MLP 784-32-10,
 100 samples): IFCA's E-step (K = 4 cluster models), original DAC's s_ij = 1/loss (3 sampled peers, each once
@@ -25,6 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from p2pfl.clustering.rnd import (
+    SCORE_GROUP,
+    _grouped_novelties,
+    _looped_novelties,
     fitted_predictor,
     fitted_predictors,
     make_predictor,
@@ -95,13 +98,19 @@ def scoring_rows(x: torch.Tensor, fx: torch.Tensor, repeat: int, m: int) -> list
     def before() -> list[float]:  # a predictor module per state, max_pool2d
         return [float(((p(x) - fx) ** 2).sum(dim=1).double().mean()) for p in old]
 
-    loop = best_of(lambda: state_novelties(template, states, x, fx), repeat)
+    loop = best_of(lambda: _looped_novelties(template, states, x, fx), repeat)
+    grouped = best_of(lambda: state_novelties(template, states, x, fx), repeat)
     with torch.no_grad():
         cat = best_of(concatenated, repeat)
         was = best_of(before, repeat)
     return [(f"scoring {m} predictors, loop of modules with max_pool2d (before)", f"{was * 1e3:.0f} ms"),
-            (f"scoring {m} predictors, loop (state_novelties, whole nets)", f"{loop * 1e3:.0f} ms"),
-            (f"scoring {m} predictors, concatenated + grouped convolutions only", f"{cat * 1e3:.0f} ms")]
+            (f"scoring {m} predictors, loop of states (whole nets)", f"{loop * 1e3:.0f} ms"),
+            (f"scoring {m} predictors, concatenated + grouped convolutions only", f"{cat * 1e3:.0f} ms"),
+            (f"scoring {m} predictors, {SCORE_GROUP} at a time (state_novelties, whole nets, the loop's bits)",
+             f"{grouped * 1e3:.0f} ms ({loop / grouped:.2f}x the loop)"),
+            *[(f"scoring {m} predictors, {g} at a time", f"{s * 1e3:.0f} ms ({loop / s:.2f}x the loop)")
+              for g in (2, 4, 16, 32) for s in [best_of(lambda g=g: _grouped_novelties(template, states, x, fx, g),
+                                                        repeat)]]]
 
 
 def rnd_table(repeat: int, sizes: list[int]) -> list[str]:

@@ -20,10 +20,13 @@ from p2pfl.clustering import (
     train_predictor,
 )
 from p2pfl.clustering.rnd import (
+    SCORE_GROUP,
     STACK_ATOL,
     UNFOLD_ATOL,
     MaxPool2x2,
     UnfoldConv2d,
+    _grouped_novelties,
+    _scores_in_groups,
     fitted_predictor,
     fitted_predictors,
     state_novelties,
@@ -188,6 +191,30 @@ def test_fitting_against_a_cached_embedding_is_training_against_the_target():
     with pytest.raises(ValueError, match=r"'fx' parameter must be the target's embedding of x, shape \(40, 64\); "
                                          r"got \(39, 64\)"):
         novelties(ps, x, fx[:39])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_one_channel_images_are_scored_in_groups_with_the_loops_bits(threads):
+    torch.set_num_threads(threads)
+    try:
+        t = make_target(1, seed=0)
+        x = torch.cat([_images(s, 550, "AB"[s]) for s in range(2)])  # 1,100 images: two sample batches
+        fx = target_embedding(t, x)
+        ps = [make_predictor(1, seed=k) for k in range(2 * SCORE_GROUP + 3)]  # two whole groups and a part
+        for k in (0, 5, 17):
+            ps[k] = fitted_predictor(ps[k], x[:64], fx[:64], 2, 16, 1e-3, torch_generator(0, "g", k))
+        template = make_predictor(1, seed=99)
+        states = [q.state_dict() for q in ps]
+        assert _scores_in_groups(template, x)
+        loop = novelties(ps, x, fx).tolist()  # each a module's own forward
+        assert len(set(loop)) == len(ps)
+        assert state_novelties(template, states, x, fx).tolist() == loop  # groups of 1: 6.4 MB of maps each
+        assert _grouped_novelties(template, states, x, fx, group=5).tolist() == loop  # 5, 5, 5, 4
+        assert state_novelties(template, states, x[:100], fx[:100]).tolist() == novelties(ps, x[:100], fx[:100]).tolist()
+        rgb = torch.rand(5, 3, 12, 12)  # three channels: the loop
+        assert not _scores_in_groups(make_predictor((3, 12, 12), seed=0), rgb)
+    finally:
+        torch.set_num_threads(1)
 
 
 def test_stacked_fits_are_within_tolerance_of_the_loop():
