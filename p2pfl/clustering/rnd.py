@@ -547,7 +547,7 @@ def _grouped_novelties(template: nn.Sequential, states: Sequence[Mapping[str, to
             weight = torch.cat([st["0.weight"].reshape(c1, -1) for st in members])
             bias = torch.cat([st["0.bias"] for st in members])
             maps = torch.baddbmm(bias.reshape(1, -1, 1), weight.expand(n, -1, -1), cols).reshape(n, -1, h, w)
-            maps = pool(F.relu(maps))
+            maps = F.relu(pool(maps))  # max and relu commute exactly: relu on a quarter of the values
             second = torch.cat([conv2._conv_forward(maps[:, k * c1 : (k + 1) * c1], st["3.weight"], st["3.bias"])
                                 for k, st in enumerate(members)], dim=1)
             pooled = avg(F.relu(second))
