@@ -34,7 +34,8 @@ def progress_path(out: Path, cell_id: str) -> Path:
 @dataclass(frozen=True)
 class CellStatus:
     """A running cell as last reported: its setup step, or node rounds ``done`` of ``total`` (the protocol's
-    ``rounds`` turn them into rounds), and the wall seconds since the cell began and since it began simulating."""
+    ``rounds`` turn them into rounds), the wall seconds since the cell began and since it began simulating, and
+    the simulating seconds at which its first node round ended."""
 
     step: str = ""
     done: int = 0
@@ -42,6 +43,7 @@ class CellStatus:
     rounds: Optional[int] = None
     elapsed_s: float = 0.0
     simulating_s: float = 0.0
+    first_round_s: Optional[float] = None
 
     def where(self) -> str:
         """``setup: loading ...``, ``starting``, or ``round 37/130 (28%)`` (``1,200/5,000 node rounds`` without
@@ -54,10 +56,15 @@ class CellStatus:
         return f"{self.done:,}/{self.total:,} node rounds ({frac})"
 
     def left_s(self) -> Optional[float]:
-        """Wall seconds left at the pace of the simulation so far; None before its first node round."""
+        """Wall seconds left at the pace of the node rounds since the first one ended (what came before it, e.g. a
+        clustering protocol's discovery, an hour at N = 10,000, is no round's pace); None before the first."""
         if self.total is None or self.done <= 0:
             return None
-        return self.simulating_s * max(self.total - self.done, 0) / self.done
+        if self.done >= 2 and self.first_round_s is not None:
+            pace = (self.simulating_s - self.first_round_s) / (self.done - 1)
+        else:
+            pace = self.simulating_s / self.done
+        return pace * max(self.total - self.done, 0)
 
 
 class ProgressFile:
@@ -76,6 +83,7 @@ class ProgressFile:
         self.step = ""
         self.done = 0
         self.total: Optional[int] = None
+        self.first_round_s: Optional[float] = None
 
     def setup(self, step: str) -> None:
         self.step = step
@@ -89,12 +97,14 @@ class ProgressFile:
     def advance(self) -> None:
         self.done += 1
         now = self.clock()
+        if self.first_round_s is None and self.sim_t0 is not None:
+            self.first_round_s = now - self.sim_t0
         if now - self.written >= self.interval or (self.total is not None and self.done >= self.total):
             self._write(now)
 
     def status(self, now: float) -> CellStatus:
         return CellStatus(self.step, self.done, self.total, self.rounds, now - self.t0,
-                          0.0 if self.sim_t0 is None else now - self.sim_t0)
+                          0.0 if self.sim_t0 is None else now - self.sim_t0, self.first_round_s)
 
     def _write(self, now: float) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
@@ -118,7 +128,8 @@ def read_status(path: Path, now: Optional[float] = None) -> Optional[CellStatus]
         status = CellStatus(step=str(raw["step"]), done=int(raw["done"]),
                             total=None if raw["total"] is None else int(raw["total"]),
                             rounds=None if raw["rounds"] is None else int(raw["rounds"]),
-                            elapsed_s=float(raw["elapsed_s"]), simulating_s=float(raw["simulating_s"]))
+                            elapsed_s=float(raw["elapsed_s"]), simulating_s=float(raw["simulating_s"]),
+                            first_round_s=None if raw["first_round_s"] is None else float(raw["first_round_s"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if now is None:

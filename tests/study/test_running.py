@@ -42,12 +42,14 @@ def test_the_file_says_the_setup_step_then_the_rounds_rewritten_at_most_every_in
     clock.t = 108.0
     report.advance()  # 5 s since the start's rewrite: rewritten, 4 of 8
     status = read_status(path)
-    assert status == CellStatus(done=4, total=8, rounds=4, elapsed_s=8.0, simulating_s=5.0)
-    assert status.where() == "round 2/4 (50%)" and status.left_s() == 5.0  # 4 more at 1.25 s each
+    assert status == CellStatus(done=4, total=8, rounds=4, elapsed_s=8.0, simulating_s=5.0, first_round_s=1.0)
+    assert status.where() == "round 2/4 (50%)"
+    assert status.left_s() == pytest.approx(16 / 3)  # 4 more at 4 / 3 s each: 3 rounds in the 4 s after the first
     for _ in range(4):
         clock.t += 0.5
         report.advance()  # the last one is written whatever the interval
-    assert read_status(path) == CellStatus(done=8, total=8, rounds=4, elapsed_s=10.0, simulating_s=7.0)
+    assert read_status(path) == CellStatus(done=8, total=8, rounds=4, elapsed_s=10.0, simulating_s=7.0,
+                                           first_round_s=1.0)
     assert read_status(path).where() == "round 4/4 (100%)" and read_status(path).left_s() == 0.0
     assert CellStatus(done=3, total=40).where() == "3/40 node rounds (8%)"  # no round count: node rounds
 
@@ -67,11 +69,19 @@ def test_a_file_not_rewritten_for_a_while_reads_as_still_running_when_read_with_
         clock.t += 2.0  # 105, 107 (rewritten), 109, 111 (rewritten): 4 of 8 at 2 s each
         report.advance()
     os.utime(path, (6000.0, 6000.0))
-    assert read_status(path) == CellStatus(done=4, total=8, rounds=4, elapsed_s=11.0, simulating_s=8.0)
-    late = read_status(path, 6000.0 + 600.0)  # a phase with no node rounds (a discovery) for 10 minutes
-    assert late == CellStatus(done=4, total=8, rounds=4, elapsed_s=611.0, simulating_s=608.0)
-    assert late.left_s() == 608.0  # 4 more at the pace so far, the silent 10 minutes included
+    assert read_status(path) == CellStatus(done=4, total=8, rounds=4, elapsed_s=11.0, simulating_s=8.0,
+                                           first_round_s=2.0)
+    late = read_status(path, 6000.0 + 600.0)  # no node round for 10 minutes
+    assert late == CellStatus(done=4, total=8, rounds=4, elapsed_s=611.0, simulating_s=608.0, first_round_s=2.0)
+    assert late.left_s() == 808.0  # 4 more at 202 s each: 3 rounds in the 606 s after the first, silence included
     assert read_status(path, 6000.0 - 30.0).elapsed_s == 11.0  # a clock behind the file's adds nothing
+
+
+def test_the_time_left_is_at_the_pace_of_the_rounds_not_of_a_discovery_before_them():
+    discovered = CellStatus(done=10, total=20, rounds=2, simulating_s=3609.0, first_round_s=3600.0)
+    assert discovered.left_s() == 10.0  # 9 rounds in the 9 s after the first; the hour before is not a pace
+    assert CellStatus(done=1, total=20, simulating_s=3600.0, first_round_s=3600.0).left_s() == 19 * 3600.0
+    assert CellStatus(done=0, total=20, simulating_s=3600.0).left_s() is None
 
 
 @pytest.mark.parametrize("content", ["", "{", "[]", '{"step": ""}', "x" * 5000])
@@ -116,8 +126,8 @@ def test_the_sweep_says_how_far_its_running_cells_are_and_removes_their_files(tm
             clock = Clock()
             report = ProgressFile(Path(progress), rounds=2, interval=0.0, clock=clock)
             report.start(10)
-            clock.t += 30.0
             for _ in range(5):
+                clock.t += 6.0
                 report.advance()
             futures.append(Future())
             return futures[-1]
