@@ -4,7 +4,8 @@
 
 Needs the ``libero`` extra (``pip install -e '.[libero]'``). One torch thread, one process.
 Prints one table: building an env, resetting it, one control step (25 physics steps and one 128 px
-agent-view render; with the wrist camera too, two renders; the policy's forward timed apart), and the
+agent-view render; with the wrist camera too, two renders; the policy's forward timed apart; each with the
+meshes out of a camera's view culled, as rollouts render, beside robosuite's render of all), and the
 process's resident memory after each of ``--episodes`` short episodes in one reused environment (the
 adapter's way), beside the old way (a new environment per episode, never closed) for 3 episodes. The last
 line gives the control step as FLOPs at this core's measured rate for the policy's forward: the figures the
@@ -66,14 +67,19 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     env.reset(0)
     rows.append(("reset, incl. 5 settling steps (s)", f"{time.perf_counter() - t0:.2f}"))
-    rng = np.random.default_rng(0)
-    step_s = median_step_s(env, rng)
-    rows.append(("control step, median of 100 (ms)", f"{1e3 * step_s:.1f}"))
-    wrist_env = LiberoEnv(a.suite, task, lay.image, "bench", wrist=True)
-    wrist_env.reset(0)
-    wrist_s = median_step_s(wrist_env, rng)
-    wrist_env.close()
-    rows.append(("control step with the wrist camera too, median of 100 (ms)", f"{1e3 * wrist_s:.1f}"))
+    steps = {}
+    for wrist in (False, True):  # culling off (robosuite's render) beside on, fresh envs, the same actions
+        for cull in (False, True):
+            e = LiberoEnv(a.suite, task, lay.image, "bench", wrist=wrist, cull=cull)
+            e.reset(0)
+            steps[wrist, cull] = median_step_s(e, np.random.default_rng(1))
+            e.close()
+    for wrist in (False, True):
+        cams = "agent view and wrist" if wrist else "agent view"
+        off, on = steps[wrist, False], steps[wrist, True]
+        rows.append((f"control step, {cams}: all meshes drawn / out-of-view meshes culled (ms)",
+                     f"{1e3 * off:.1f} / {1e3 * on:.1f} ({off / on:.2f}x)"))
+    step_s, wrist_s = steps[False, True], steps[True, True]
     x = torch.rand(1, lay.width)
     x[:, -lay.tokens:] = 0
     with torch.no_grad():

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from p2pfl.errors import DataError
+from p2pfl.robotics.cull import cull_robosuite_renders
 from p2pfl.robotics.gl import require_gl
 from p2pfl.robotics.schema import LIBERO_HORIZONS
 
@@ -106,9 +107,12 @@ class _Info:
 
 class LiberoEnv:
     """One LIBERO task with our env interface (reset(seed) / step(action) -> (obs, info)); observations
-    resized to ``image`` px; ``wrist`` adds the eye-in-hand camera (``eye_in_hand_rgb``)."""
+    resized to ``image`` px; ``wrist`` adds the eye-in-hand camera (``eye_in_hand_rgb``). Renders skip the
+    meshes out of the camera's view (:mod:`p2pfl.robotics.cull`: the same pixels); ``cull=False`` draws
+    them all, as robosuite does."""
 
-    def __init__(self, suite: str, task_name: str, image: int, instruction: str, wrist: bool = False) -> None:
+    def __init__(self, suite: str, task_name: str, image: int, instruction: str, wrist: bool = False,
+                 cull: bool = True) -> None:
         from libero.libero.envs import OffScreenRenderEnv
 
         bench = libero_benchmark(suite)
@@ -120,6 +124,7 @@ class LiberoEnv:
         self.env = OffScreenRenderEnv(bddl_file_name=bddl_path(bench.get_task(i)), camera_names=cameras,
                                       camera_heights=CAMERA_PX, camera_widths=CAMERA_PX)
         self.wrist = wrist
+        self.cull = cull
         self.init_states = bench.get_task_init_states(i)
         self.task = _Task(instruction)
         self.image = image
@@ -146,6 +151,8 @@ class LiberoEnv:
         """Episode ``seed``: one of the task's fixed initial states (LIBERO's 50), then the settling steps."""
         self.env.seed(seed)
         self.env.reset()
+        if self.cull:  # after reset: robosuite's hard reset builds a new sim and render context
+            cull_robosuite_renders(self.env.env.sim._render_context_offscreen)
         o = self.env.set_init_state(self.init_states[seed % len(self.init_states)])
         for _ in range(_SETTLE_STEPS):
             o, _, _, _ = self.env.step(np.zeros(self.action_dim))

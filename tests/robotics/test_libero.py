@@ -99,6 +99,34 @@ def test_observations_action_and_instruction_of_a_real_env():
 
 @needs_mujoco
 @needs_libero
+def test_culled_renders_of_a_real_libero_scene_are_byte_identical_to_robosuites():
+    """Both cameras at LIBERO's 128 px, over an episode that swings the arm about: every frame is the one
+    robosuite draws with all meshes, and the eye-in-hand camera does skip some."""
+    import mujoco
+
+    env = LiberoEnv(SUITE, TASK, image=32, instruction="x", wrist=True)
+    try:
+        env.reset(0)
+        sim = env.env.env.sim
+        ctx = sim._render_context_offscreen
+        rng = np.random.default_rng(0)
+        hidden = {"agentview": 0, "robot0_eye_in_hand": 0}
+        for _ in range(6):
+            for cam in hidden:
+                culled = sim.render(128, 128, camera_name=cam)  # the culling render LiberoEnv installed
+                hidden[cam] += sum(g.type == mujoco.mjtGeom.mjGEOM_NONE for g in ctx.scn.geoms[:ctx.scn.ngeom])
+                type(ctx).render(ctx, 128, 128, camera_id=sim.model.camera_name2id(cam))  # robosuite's own
+                assert np.array_equal(culled, ctx.read_pixels(128, 128)), cam
+            action = rng.uniform(-1, 1, 7)
+            for _ in range(10):
+                env.step(action)
+        assert hidden["robot0_eye_in_hand"] > 0
+    finally:
+        env.close()
+
+
+@needs_mujoco
+@needs_libero
 def test_rollouts_build_one_env_per_task_reuse_it_and_close_it():
     built, closed = [], []
 
