@@ -45,8 +45,11 @@ def _planes(cam: Any, aspect: float) -> list[tuple[float, float, float]]:
     half = cam.frustum_width or 0.5 * aspect * (cam.frustum_top - cam.frustum_bottom)
     left, right = (cam.frustum_center - half) / n, (cam.frustum_center + half) / n
     bottom, top = cam.frustum_bottom / n, cam.frustum_top / n
-    raw = [(1.0, 0.0, -left), (-1.0, 0.0, right), (0.0, 1.0, -bottom), (0.0, -1.0, top)]
-    return [(a / math.hypot(a, b, c), b / math.hypot(a, b, c), c / math.hypot(a, b, c)) for a, b, c in raw]
+    planes = []
+    for a, b, c in [(1.0, 0.0, -left), (-1.0, 0.0, right), (0.0, 1.0, -bottom), (0.0, -1.0, top)]:
+        norm = math.hypot(a, b, c)
+        planes.append((a / norm, b / norm, c / norm))
+    return planes
 
 
 def cull_scene(mujoco: Any, scn: Any, width: int, height: int) -> int:

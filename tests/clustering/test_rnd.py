@@ -209,7 +209,7 @@ def test_one_channel_images_are_scored_in_groups_with_the_loops_bits(threads):
         assert _scores_in_groups(template, x)
         loop = novelties(ps, x, fx).tolist()  # each a module's own forward
         assert len(set(loop)) == len(ps)
-        assert state_novelties(template, states, x, fx).tolist() == loop  # 1,100 images: groups of 1 (6.4 MB each)
+        assert state_novelties(template, states, x, fx).tolist() == loop  # 1,100 images: groups of 1 (6.4 MB of maps each); 120: of 8
         assert _grouped_novelties(template, states, x, fx, group=5).tolist() == loop  # 5, 5, 5, 4
         assert state_novelties(template, states, x[:100], fx[:100]).tolist() == novelties(ps, x[:100], fx[:100]).tolist()
         rgb = torch.rand(5, 3, 12, 12)  # three channels: the loop
