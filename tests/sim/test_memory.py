@@ -14,7 +14,7 @@ import p2pfl.sim.kernel as kernel
 from p2pfl.api import resolve
 from p2pfl.learning.flat import FlatState, Layout
 from p2pfl.protocols.serverless.dsgd import DSGD
-from p2pfl.protocols.serverless.gossip import Gossip, consensus_distance
+from p2pfl.protocols.serverless.gossip import Gossip, consensus_distance, rows_of_one_table
 from p2pfl.sim import heap
 from p2pfl.sim.kernel import Simulation
 from p2pfl.sim.network import Message, Network
@@ -112,6 +112,22 @@ def test_consensus_distance_in_blocks_is_the_stacked_formula_bit_for_bit(flat):
     stacked = torch.stack([v.to(torch.float64) for v in vectors])
     expected = float(((stacked - stacked.mean(dim=0)) ** 2).sum(dim=1).mean())
     assert consensus_distance(states).hex() == expected.hex()
+
+
+def test_consensus_distance_of_a_tables_rows_reads_them_in_place_to_the_same_bits():
+    g = torch.Generator().manual_seed(1)
+    table = torch.randn(1100, 5000, generator=g) * 0.1 + 0.5
+    layout = Layout(("w",), ((5000,),), (0, 5000), torch.float32)
+    rows = [FlatState(table[i], layout) for i in range(1100)]
+    assert rows_of_one_table([r.vector for r in rows]) is not None
+    order = list(range(1100))
+    order[3], order[4] = 4, 3  # out of order, a row missing, a row of another tensor: stacked as before
+    for other in ([rows[i] for i in order], rows[:5] + rows[6:], rows[:-1] + [FlatState(table[-1].clone(), layout)]):
+        assert rows_of_one_table([r.vector for r in other]) is None
+    stacked = table.to(torch.float64)
+    expected = float(((stacked - stacked.mean(dim=0)) ** 2).sum(dim=1).mean())
+    assert consensus_distance(rows).hex() == expected.hex()
+    assert consensus_distance([FlatState(table[i].clone(), layout) for i in range(1100)]).hex() == expected.hex()
 
 
 @pytest.mark.skipif(heap._TRIM is None, reason="malloc_trim is glibc's")
