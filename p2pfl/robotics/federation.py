@@ -105,9 +105,29 @@ class RobotFederation(Federation):
         key = self.rollout_key(model, suite)
         return JobEvaluation(key=key, fn=fn, args=args, flops=self.rollout_flops_bound(suite, forward_flops),
                              report=report, what="rollout", log="rollout_success",
-                             fields={"suite": suite, "per_task": None},
+                             fields={"suite": suite, "per_task": None, "bc_test_loss": self.bc_test_loss(device, model)},
                              kept=KeptResult(self.rollout_digest(model, key), RolloutResult.to_json,
                                              RolloutResult.from_json))
+
+    def bc_test_loss(self, device: int, model: nn.Module, batch: int = 256) -> Optional[float]:
+        """The behaviour-cloning loss of ``model`` (its ``loss``: the GMM negative log-likelihood of the expert
+        actions, Eq. 4) on ``device``'s held-out demos, in eval mode: a reading for the experimenter beside the
+        rollouts (logged with them; no protocol sees it, no compute charged). None where the device holds no
+        test demos or the model has no ``loss``."""
+        shard = self.shards[device]
+        n = int(shard.test_y.shape[0])
+        loss = getattr(model, "loss", None)
+        if n == 0 or not callable(loss):
+            return None
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                total = sum(float(loss(shard.test_x[a : a + batch], shard.test_y[a : a + batch])) * min(batch, n - a)
+                            for a in range(0, n, batch))
+        finally:
+            model.train(was_training)
+        return total / n
 
     def score_fields(self, curve: list[dict[str, Any]]) -> dict[str, Any]:
         """The success two ways, side by side: ``success_last_round`` (the curve's last point, the mean over

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -127,6 +129,7 @@ def test_protocols_run_from_yaml_with_rollouts_as_events(tmp_path, protocol):
     assert {e["suite"] for e in rollouts} == {"object", "goal"}
     assert all(set(e["per_task"]) and 0 <= e["value"] <= 1 for e in rollouts)
     assert not any("reach" in e or "grasp" in e for e in rollouts)  # our suites' envs report no progress
+    assert all(isinstance(e["bc_test_loss"], float) and math.isfinite(e["bc_test_loss"]) for e in rollouts)
     assert s["metric"] == "success" and "accuracy_per_node" not in s  # scores named by the metric
     assert s["success_last_round"] == s["success_curve"][-1]["success_mean"] == s["success_best_of_last_k"]  # k = 1
     assert len(s["success_per_node"]) == 4 and all(a is not None for a in s["success_per_node"])
@@ -248,6 +251,36 @@ def test_summary_scores_the_last_round_and_the_best_of_the_last_k_side_by_side()
     assert fed.score_fields(curve)["success_last_round"] == 0.6
     assert RobotFederation(dataset="robotics", shards=(), num_classes=0, input_shape=(1,),
                            true_clusters=()).score_fields([]) == {}
+
+
+def test_bc_test_loss_is_the_policys_nll_on_the_devices_held_out_demos_in_eval_mode():
+    from p2pfl.data.shards import Shard
+    from p2pfl.robotics.federation import RobotFederation
+
+    lay = ObsLayout(history=1)
+    rng = np.random.default_rng(0)
+
+    def demos(t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = pack_samples(lay, rng.integers(0, 255, (t, 32, 32, 3), dtype=np.uint8), rng.normal(size=(t, 3)),
+                         rng.normal(size=(t, 2)), "pick up the red cube")
+        return torch.from_numpy(x), torch.from_numpy(rng.uniform(-1, 1, (t, lay.action)).astype(np.float32))
+
+    (x0, y0), (x1, y1), (x2, y2) = demos(40), demos(300), demos(20)
+    none = (torch.zeros(0, lay.width), torch.zeros(0, lay.action))
+    shards = (Shard(x0, y0, x1, y1, 0), Shard(x0, y0, x2, y2, 0), Shard(x0, y0, *none, 0))
+    fed = RobotFederation(dataset="robotics", shards=shards, num_classes=0, input_shape=(lay.width,),
+                          true_clusters=(0, 0, 0), layout=lay)
+    torch.manual_seed(0)
+    policy = ResNetTPolicy(lay).train()
+    policy(x0)  # train mode: the proprio statistics move (eval mode would not)
+    with torch.no_grad():
+        expected = [float(policy.eval().loss(x1, y1)), float(policy.loss(x2, y2))]
+    policy.train()
+    got = [fed.bc_test_loss(0, policy, batch=128), fed.bc_test_loss(1, policy)]  # 300 samples in 3 batches
+    assert got[0] == pytest.approx(expected[0], rel=1e-5) and got[1] == pytest.approx(expected[1], rel=1e-5)
+    assert got[0] != pytest.approx(got[1], rel=1e-3)  # each device's own demos
+    assert policy.training  # its mode as it was
+    assert fed.bc_test_loss(2, policy) is None and fed.bc_test_loss(0, torch.nn.Linear(2, 2)) is None
 
 
 def test_robot_partition_defaults_to_one_step_history():
