@@ -1,23 +1,26 @@
 """FedDRMan vs FedAvg vs Local, with a centralized reference, on real LIBERO-Object (the paper's Table I layout).
 
     python -m p2pfl.robotics.libero_demos --suite libero_object --tasks 0,3,6 --demos 30 --noise 0.2 --out ~/.cache/p2pfl/libero/libero_object
-    p2pfl sweep scenarios/studies/libero_object.yaml --jobs 1 --out runs/libero_object
-    python analysis/libero_report.py runs/libero_object        # -> analysis/results/libero_object.md
+    p2pfl sweep scenarios/studies/libero_object.yaml --jobs 1 --out runs/libero_object --archive analysis/cells/libero_object
+    python analysis/libero_report.py analysis/cells/libero_object        # -> analysis/results/libero_object.md
 
-Reads the run directories through ``p2pfl.metrics.runs``: each run's rollout success per task from its
-``rollout_success`` log (one entry per device and evaluated round), its bytes, messages and wall time
-from ``load_runs`` (``timing.wall_s``), the budget from its ``scenario.*`` columns. A cell is
-the success (%) at the last evaluated round, averaged over the devices (Local: over its 5 policies, as
-the paper's Local BC), then over seeds (± the 95% t-interval's half-width when there are several).
+Reads the run directories (or their archived cells) through ``p2pfl.metrics.runs``: each run's rollout
+success per task from its ``rollout_success`` log (one entry per device and evaluated round), with the
+policy's BC test loss where the log has it, the best of the last k evaluations from its summary
+(``success_best_of_last_k``), its bytes, messages and wall time from ``load_runs`` (``timing.wall_s``), the
+budget from its ``scenario.*`` columns. A cell is the success (%) at the last evaluated round, averaged over
+the devices (Local: over its 5 policies, as the paper's Local BC), then over seeds (± the 95% t-interval's
+half-width when there are several). Ablations are read as paired differences over the seeds both arms ran.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
-from p2pfl.metrics.claims import cannot_test, fmt_ci
+from p2pfl.metrics.claims import cannot_test, fmt_ci, fmt_diff
 from p2pfl.metrics.runs import load_runs, log_entries
 from p2pfl.metrics.tables import markdown_table, report_main
 
@@ -29,8 +32,14 @@ LABELS = {"centralized": "Centralized BC", "local": "Local BC", "fedavg": "FedAv
 PAPER_OBJECT = {"centralized": 56.0, "local": 27.2, "fedavg": 75.2, "feddrman": 88.0}
 COMMAND = ("python -m p2pfl.robotics.libero_demos --suite libero_object --tasks 0,3,6 --demos 30 --noise 0.2 "
            "--out ~/.cache/p2pfl/libero/libero_object\n"
-           "p2pfl sweep scenarios/studies/libero_object.yaml --jobs 1 --out runs/libero_object\n"
-           "python analysis/libero_report.py runs/libero_object")
+           "p2pfl sweep scenarios/studies/libero_object.yaml --jobs 1 --out runs/libero_object "
+           "--archive analysis/cells/libero_object\n"
+           "python analysis/libero_report.py analysis/cells/libero_object")
+#: (arm, its reference, what the difference isolates): paired over seeds
+ABLATIONS = (("feddrman", "fedavg", "FedDRMan's server and terms together"),
+             ("fedavg_srb", "fedavg", "spectral rebalancing (SRB) alone"),
+             ("feddrman", "feddrman_no_sub", "the subspace term L_sub"),
+             ("feddrman", "feddrman_no_act", "the action term L_act"))
 
 
 def final_per_task(log: list[dict[str, Any]], key: str = "per_task") -> tuple[int, dict[str, float]]:
@@ -49,6 +58,16 @@ def final_per_task(log: list[dict[str, Any]], key: str = "per_task") -> tuple[in
     return last, {t: sum(v) / len(v) for t, v in sorted(per.items())}
 
 
+def final_bc_loss(log: list[dict[str, Any]]) -> float | None:
+    """The policy's BC test loss (GMM NLL on the held-out demos) at the last evaluated round, averaged over the
+    devices that report one; None for logs without it (runs from before it was logged)."""
+    if not log:
+        return None
+    last = max(e["round"] for e in log)
+    values = [e["bc_test_loss"] for e in log if e["round"] == last and e.get("bc_test_loss") is not None]
+    return sum(values) / len(values) if values else None
+
+
 def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One row per run of the study, and the budget from their scenarios."""
     runs = load_runs(*dirs)
@@ -63,12 +82,15 @@ def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, An
                   "demos": sc[part + "demos_per_task"], "history": sc[part + "history"],
                   "wrist": sc.get(part + "wrist") in (True,), "clients": sc[part + "clients_per_suite"],
                   "alpha": sc[part + "alpha"], "tasks": [Path(f).stem.removesuffix("_demo") for f in files],
+                  "binarize": sc.get(part + "binarize_gripper") in (True,),
                   "dart": demos_have_labels(sc["data.root"], files)}
         last, per_task = final_per_task(log)
         reach, grasp = final_per_task(log, "reach")[1], final_per_task(log, "grasp")[1]
         policies = sum(1 for e in log if e["round"] == last and not e["cached"])
         rows.append({"label": r["variant"], "seed": int(r["seed"]), "round": last, "per_task": per_task,
                      "success": 100 * sum(per_task.values()) / len(per_task), "bytes": r["bytes_total"],
+                     "best": _number(r.get("success_best_of_last_k"), 100), "best_k": _number(r.get("best_of_last_k")),
+                     "bc_loss": final_bc_loss(log),
                      "reach_cm": 100 * sum(reach.values()) / len(reach) if reach else None,
                      "grasp": 100 * sum(grasp.values()) / len(grasp) if grasp else None,
                      "episodes": policies * len(per_task) * budget["episodes"],
@@ -77,6 +99,11 @@ def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, An
         raise SystemExit(f"{' '.join(map(str, dirs))}: no runs of the study {STUDY!r} "
                          "(scenarios/studies/libero_object.yaml) found")
     return rows, budget
+
+
+def _number(v: Any, scale: float = 1.0) -> float | None:
+    """``v`` scaled, or None where a run's summary has no such field (NaN in the runs table)."""
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else scale * float(v)
 
 
 def demos_have_labels(root: str, files: list[str]) -> bool | None:
@@ -105,12 +132,15 @@ def short(task: str) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
-    """The Table I layout for the subset: per-task SR, mean SR, then (where the rollouts report progress) the
-    closest reach to the task's object and the share of episodes that grasped it, evaluated round, bytes,
-    wall time, paper's Object SR."""
+    """The Table I layout for the subset: per-task SR, mean SR at the last evaluated round, then (where every
+    run has them) the best of the last k evaluations, the BC test loss, the closest reach to the task's object and
+    the share of episodes that grasped it; evaluated round, bytes, wall time, paper's Object SR."""
     tasks = sorted({t for r in rows for t in r["per_task"]})
-    progress = has_progress(rows)
+    progress, best, bc = has_progress(rows), every(rows, "best"), every(rows, "bc_loss")
+    k = {r.get("best_k") for r in rows}
     head = (["Method"] + [f"{short(t)} SR (%)" for t in tasks] + ["Mean SR (%)"]
+            + ([f"Best of last {int(next(iter(k)))} SR (%)" if len(k) == 1 else "Best of last k SR (%)"] if best else [])
+            + (["BC test NLL"] if bc else [])
             + (["Closest reach (cm)", "Grasped (%)"] if progress else [])
             + ["Round", "Comm. MB (MB/msg)", "Wall (min)", "Paper Object SR (%)"])
     rows_out = []
@@ -122,6 +152,10 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
         for t in tasks:
             cells.append(fmt_ci([100 * r["per_task"][t] for r in rs], scale=1.0, digits=1))
         cells.append(fmt_ci([r["success"] for r in rs], scale=1.0, digits=1))
+        if best:
+            cells.append(fmt_ci([r["best"] for r in rs], scale=1.0, digits=1))
+        if bc:
+            cells.append(fmt_ci([r["bc_loss"] for r in rs], scale=1.0, digits=2))
         if progress:
             cells.append(fmt_ci([r["reach_cm"] for r in rs], scale=1.0, digits=1))
             cells.append(fmt_ci([r["grasp"] for r in rs], scale=1.0, digits=1))
@@ -137,7 +171,26 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
 
 def has_progress(rows: list[dict[str, Any]]) -> bool:
     """Whether every run's rollouts reported progress (closest reach, grasps): no partial columns."""
-    return all(r.get("reach_cm") is not None for r in rows)
+    return every(rows, "reach_cm")
+
+
+def every(rows: list[dict[str, Any]], key: str) -> bool:
+    """Whether every run has ``key``: a column is shown whole or not at all."""
+    return all(r.get(key) is not None for r in rows)
+
+
+def ablations(rows: list[dict[str, Any]]) -> list[str]:
+    """Paired differences (last-round mean SR, points) of ``ABLATIONS`` over the seeds both arms ran, with a
+    95% t-interval and what each isolates; arms not run are left out."""
+    by = {(r["label"], r["seed"]): r for r in rows}
+    out = []
+    for arm, ref, isolates in ABLATIONS:
+        seeds = sorted(s for (lab, s) in by if lab == arm and (ref, s) in by)
+        if not seeds:
+            continue
+        diffs = [by[(arm, s)]["success"] - by[(ref, s)]["success"] for s in seeds]
+        out.append([f"{LABELS[arm]} − {LABELS[ref]}", isolates, str(len(seeds)), fmt_diff(diffs, scale=1.0)])
+    return markdown_table(out, ["Arms", "Isolates", "Seeds", "Mean SR difference (points, 95% CI)"]) if out else []
 
 
 def mean_by_label(rows: list[dict[str, Any]], key: str) -> dict[str, float]:
@@ -171,6 +224,21 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
             for lab in ORDER for r in rows if r["label"] == lab)
                    + " (Local rolls out each client's policy). Each count comes from one training run (Local: five "
                    "policies); without more seeds it does not separate the method from the run.")
+    if every(rows, "best"):
+        best = mean_by_label(rows, "best")
+        out.append("- Best of the last k evaluations vs the last one: " + ", ".join(
+            f"{LABELS[k]} {best[k]:.1f}% vs {v:.1f}%" for k, v in mean.items())
+                   + ". The same rollouts choose and score the best checkpoint, so it reads high (summary.json's "
+                   "success_best_of_last_k; the paper scores its chosen checkpoint on fresh rollouts); the last "
+                   "round is the unbiased reading.")
+    if every(rows, "bc_loss"):
+        bc = mean_by_label(rows, "bc_loss")
+        out.append("- BC test loss (GMM NLL of the held-out demos' actions, lower is better): " + ", ".join(
+            f"{LABELS[k]} {v:.2f}" for k, v in sorted(bc.items(), key=lambda kv: kv[1]))
+                   + (". The order by loss is the order by success." if sorted(bc, key=bc.__getitem__)
+                      == sorted(mean, key=lambda k: -mean[k]) else
+                      ". The order by loss differs from the order by success: imitating the demos better does not "
+                      "make a policy finish more tasks here."))
     if "centralized" in mean and "local" in mean:
         c, loc = mean["centralized"], mean["local"]
         out.append(f"- Pooling all clients' demos (Centralized {c:.1f}%) vs each client's own (Local {loc:.1f}%): "
@@ -193,14 +261,17 @@ def write(dirs: list[Path], md: Path) -> None:
         f"LIBERO's hdf5 format), split over {b['clients']} clients by Dirichlet({b['alpha']}) over tasks, 10% of each "
         f"task's demos held out for the BC test loss. {b['rounds']} rounds of one local epoch; every policy is scored by "
         f"{b['episodes']} rollouts per task from LIBERO's fixed initial states (which no demo used), up to "
-        f"{b['horizon']} control steps each (LIBERO's horizon), every {b['eval_every']} rounds and at the last. "
-        f"Rollouts run on the process executor (2 workers). {len(rows)} runs, {cpu_min:.0f} min of wall time in all.", "",
+        f"{b['horizon']} control steps each (LIBERO's horizon), every {b['eval_every']} rounds and at the last, "
+        + ("the gripper command sent as +1 or -1 (binarized, as LIBERO's own policies send it). " if b["binarize"] else
+           "the gripper command sent as the policy gives it (not binarized). ")
+        + f"Rollouts run on the process executor (2 workers). {len(rows)} runs, {cpu_min:.0f} min of wall time in all.", "",
         f"Differences from the paper's Table I, stated: {len(b['tasks'])} of LIBERO-Object's 10 tasks, scripted demos instead of "
         f"LIBERO's 50 human demos per task, " + (f"{b['rounds']} rounds instead of 50, " if b["rounds"] != 50 else "")
         + "a policy of "
         f"{policy_params(b['history'], b['wrist']) / 1e6:.2f} M parameters on 32 px "
         f"{'agent-view and wrist' if b['wrist'] else 'agent-view (no wrist camera)'} images (the paper's 5.38 M, both cameras), "
-        "the last evaluated round shown (no 'best round' column), FedProx, FedKD and FedVLA not run (the "
+        "scores read at the last evaluated round (the best of the last k beside it, optimistic), "
+        "FedProx, FedKD and FedVLA not run (the "
         "generated-suite study covers FedProx and FedKD; FedVLA "
         + cannot_test("its method is not among the sources available offline") + ").", "",
         *table(rows), "",
@@ -209,6 +280,7 @@ def write(dirs: list[Path], md: Path) -> None:
            "the object at some step (robosuite's two-finger contact check: strict, an episode can succeed without "
            "it firing, so it counts holds from below). Both are read from the simulator's state for "
            "scoring; no policy sees them.", ""] if has_progress(rows) else []),
+        *(["## Ablations", "", *ablations(rows), ""] if ablations(rows) else []),
         "## Reading", "", *reading(rows), "",
     ])
     md.parent.mkdir(parents=True, exist_ok=True)

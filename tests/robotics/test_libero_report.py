@@ -63,3 +63,30 @@ def test_progress_columns_appear_when_every_run_reports_them() -> None:
             "Centralized BC 40%, Local BC 0%, FedAvg 0%") in text
     rows[1]["reach_cm"] = None  # one run without progress: no column rather than a partial one
     assert "Closest reach" not in rep.table(rows)[0]
+
+
+def test_best_of_k_and_bc_loss_columns_and_paired_ablations() -> None:
+    rep = analysis_module("libero_report")
+    assert rep.final_bc_loss([{**_log(10, 0, 0), "bc_test_loss": 9.0}, {**_log(20, 0, 0), "bc_test_loss": 1.0},
+                              {**_log(20, 0, 0), "bc_test_loss": 2.0}, _log(20, 0, 0)]) == 1.5
+    assert rep.final_bc_loss([_log(20, 0, 0)]) is None  # a run from before the loss was logged
+    succ = {("feddrman", 0): 60.0, ("feddrman", 1): 40.0, ("fedavg", 0): 50.0, ("fedavg", 1): 20.0,
+            ("feddrman_no_sub", 0): 60.0, ("fedavg", 2): 10.0}
+    bc = {"feddrman": 1.0, "fedavg": 2.0, "feddrman_no_sub": 3.0}
+    rows = [{"label": lab, "seed": s, "round": 50, "per_task": {T0: v / 100}, "success": v, "best": v + 5,
+             "best_k": 5.0, "bc_loss": bc[lab], "bytes": 0, "messages": 0, "sim_s": 1.0, "wall_s": 60.0}
+            for (lab, s), v in succ.items()]
+    lines = rep.table(rows)
+    assert lines[0].startswith("| Method | alphabet soup SR (%) | Mean SR (%) | Best of last 5 SR (%) | BC test NLL | Round |")
+    assert lines[2].startswith("| FedAvg | 26.7 ± 51.7 | 26.7 ± 51.7 | 31.7 ± 51.7 | 2.00 ± 0.00 | 50 |")
+    abl = rep.ablations(rows)  # paired over the seeds both arms ran: FedDRMan - FedAvg on seeds 0 and 1
+    assert abl[2] == "| FedDRMan − FedAvg | FedDRMan's server and terms together | 2 | +15.0 [-48.5, +78.5] |"
+    assert abl[3] == "| FedDRMan − FedDRMan no L_sub | the subspace term L_sub | 1 | +0.0 (n=1) |"
+    assert len(abl) == 4  # no FedAvg + SRB, no "no L_act" runs: their rows left out
+    text = "\n".join(rep.reading(rows))
+    assert "BC test loss (GMM NLL of the held-out demos' actions, lower is better): FedDRMan 1.00, FedAvg 2.00, " \
+           "FedDRMan no L_sub 3.00. The order by loss differs from the order by success" in text
+    assert "Best of the last k evaluations vs the last one: FedAvg 31.7% vs 26.7%" in text
+    for r in rows:
+        r["bc_loss"] = None if r["label"] == "fedavg" and r["seed"] == 2 else r["bc_loss"]
+    assert "BC test NLL" not in rep.table(rows)[0]  # one run without it: no partial column
