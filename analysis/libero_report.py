@@ -86,6 +86,7 @@ def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, An
                   "dart": demos_have_labels(sc["data.root"], files)}
         last, per_task = final_per_task(log)
         reach, grasp = final_per_task(log, "reach")[1], final_per_task(log, "grasp")[1]
+        lift, carry = final_per_task(log, "lift")[1], final_per_task(log, "carry")[1]
         policies = sum(1 for e in log if e["round"] == last and not e["cached"])
         rows.append({"label": r["variant"], "seed": int(r["seed"]), "round": last, "per_task": per_task,
                      "success": 100 * sum(per_task.values()) / len(per_task), "bytes": r["bytes_total"],
@@ -93,6 +94,8 @@ def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, An
                      "bc_loss": final_bc_loss(log),
                      "reach_cm": 100 * sum(reach.values()) / len(reach) if reach else None,
                      "grasp": 100 * sum(grasp.values()) / len(grasp) if grasp else None,
+                     "lift": 100 * sum(lift.values()) / len(lift) if lift else None,
+                     "carry_cm": 100 * sum(carry.values()) / len(carry) if carry else None,
                      "episodes": policies * len(per_task) * budget["episodes"],
                      "messages": r["messages_total"], "sim_s": r["sim_time_s"], "wall_s": r["timing.wall_s"]})
     if not rows:
@@ -136,12 +139,13 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     run has them) the best of the last k evaluations, the BC test loss, the closest reach to the task's object and
     the share of episodes that grasped it; evaluated round, bytes, wall time, paper's Object SR."""
     tasks = sorted({t for r in rows for t in r["per_task"]})
-    progress, best, bc = has_progress(rows), every(rows, "best"), every(rows, "bc_loss")
+    progress, best, bc, lifts = has_progress(rows), every(rows, "best"), every(rows, "bc_loss"), every(rows, "lift")
     k = {r.get("best_k") for r in rows}
     head = (["Method"] + [f"{short(t)} SR (%)" for t in tasks] + ["Mean SR (%)"]
             + ([f"Best of last {int(next(iter(k)))} SR (%)" if len(k) == 1 else "Best of last k SR (%)"] if best else [])
             + (["BC test NLL"] if bc else [])
             + (["Closest reach (cm)", "Grasped (%)"] if progress else [])
+            + (["Lifted (%)", "Object to basket (cm)"] if lifts else [])
             + ["Round", "Comm. MB (MB/msg)", "Wall (min)", "Paper Object SR (%)"])
     rows_out = []
     for label in ORDER:
@@ -159,6 +163,9 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
         if progress:
             cells.append(fmt_ci([r["reach_cm"] for r in rs], scale=1.0, digits=1))
             cells.append(fmt_ci([r["grasp"] for r in rs], scale=1.0, digits=1))
+        if lifts:
+            cells.append(fmt_ci([r["lift"] for r in rs], scale=1.0, digits=1))
+            cells.append(fmt_ci([r["carry_cm"] for r in rs], scale=1.0, digits=1))
         cells.append(str(rs[0]["round"]))
         mb = sum(r["bytes"] for r in rs) / len(rs) / 1e6
         per_msg = sum(r["bytes"] / r["messages"] for r in rs if r["messages"]) / len(rs) / 1e6
@@ -213,7 +220,14 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
     if all(v == 0 for v in mean.values()):
         out.append("- No method completes a task: at this budget our policy does not reach LIBERO-Object's "
                    "goal states, so success does not rank the methods.")
-    if has_progress(rows):
+    if every(rows, "lift"):
+        reach, grasp = mean_by_label(rows, "reach_cm"), mean_by_label(rows, "grasp")
+        lift, carry = mean_by_label(rows, "lift"), mean_by_label(rows, "carry_cm")
+        out.append("- Where the episodes stop (scored from the simulator's object poses, never shown to a policy): "
+                   + "; ".join(f"{LABELS[k]} reaches to {reach[k]:.1f} cm of the object, grasps it in {grasp[k]:.0f}% "
+                               f"of episodes, lifts it in {lift[k]:.0f}%, brings it to {carry[k]:.1f} cm of the basket "
+                               f"and places it in {v:.0f}%" for k, v in mean.items()) + ".")
+    elif has_progress(rows):
         reach, grasp = mean_by_label(rows, "reach_cm"), mean_by_label(rows, "grasp")
         out.append("- Progress (scored from the simulator's object poses, never shown to a policy): closest reach "
                    + ", ".join(f"{LABELS[k]} {v:.1f} cm" for k, v in reach.items()) + "; episodes that grasped the "
@@ -279,7 +293,10 @@ def write(dirs: list[Path], md: Path) -> None:
            "averaged over episodes, tasks and devices. Grasped: the share of episodes in which both fingers held "
            "the object at some step (robosuite's two-finger contact check: strict, an episode can succeed without "
            "it firing, so it counts holds from below). Both are read from the simulator's state for "
-           "scoring; no policy sees them.", ""] if has_progress(rows) else []),
+           "scoring; no policy sees them."
+           + (" Lifted: the share of episodes in which the object rose 4 cm above where it rested (robosuite's Lift "
+              "criterion). Object to basket: per episode, the closest the object came to the basket's origin, "
+              "averaged like the reach." if every(rows, "lift") else ""), ""] if has_progress(rows) else []),
         *(["## Ablations", "", *ablations(rows), ""] if ablations(rows) else []),
         "## Reading", "", *reading(rows), "",
     ])

@@ -202,6 +202,8 @@ class RobotFederation(Federation):
         fields: dict[str, Any] = {"suite": suite, "per_task": res.per_task, "cached": cached}
         if res.reach:  # progress, from environments that report it (LIBERO-Object)
             fields.update(reach=res.reach, grasp=res.grasp)
+        if res.lift:
+            fields.update(lift=res.lift, carry=res.carry)
         return RolloutReport(res.success, flops, fields)
 
 

@@ -42,6 +42,10 @@ def object_of(task_name: str) -> str:
     return obj
 
 
+#: Where every LIBERO-Object task puts its object ("... and place it in the basket"): the basket's observation.
+GOAL = "basket_1"
+
+
 def holds(env: Any, obj: str) -> bool:
     """Whether both fingers of the robot in LIBERO env ``env`` (an ``OffScreenRenderEnv``) touch object
     ``obj`` (robosuite's ``_check_grasp``): the recorder's lift switch and the rollouts' grasp score."""
@@ -97,12 +101,15 @@ class _Task:
 @dataclass
 class _Info:
     """A step's outcome: LIBERO's goal check, and for LIBERO-Object tasks the progress towards the named
-    object (ground truth read for scoring only): the gripper's distance to it (m) and whether both fingers
-    hold it (robosuite's ``_check_grasp``)."""
+    object (ground truth read for scoring only): the gripper's distance to it (m), whether both fingers
+    hold it (robosuite's ``_check_grasp``), how far it has risen above where it rested after the reset (m),
+    and its distance to the basket it goes in (m)."""
 
     success: bool
     reach: float | None = None
     grasped: bool | None = None
+    lift: float | None = None
+    to_goal: float | None = None
 
 
 class LiberoEnv:
@@ -129,6 +136,7 @@ class LiberoEnv:
         self.task = _Task(instruction)
         self.image = image
         self.obj = object_of(task_name) if suite == "libero_object" else None
+        self._rest_z = 0.0  # the object's height once the reset has settled
 
     @property
     def action_dim(self) -> int:
@@ -156,14 +164,22 @@ class LiberoEnv:
         o = self.env.set_init_state(self.init_states[seed % len(self.init_states)])
         for _ in range(_SETTLE_STEPS):
             o, _, _, _ = self.env.step(np.zeros(self.action_dim))
+        self.rest(o)
         return self._obs(o)
+
+    def rest(self, raw: dict) -> None:
+        """Measure lifts from the task object's height in ``raw`` (robosuite's observation), where it rests."""
+        if self.obj is not None:
+            self._rest_z = float(raw[f"{self.obj}_1_pos"][2])
 
     def step(self, action: np.ndarray) -> tuple[dict, _Info]:
         o, _, done, _ = self.env.step(np.asarray(action, dtype=np.float64))
         if self.obj is None:
             return self._obs(o), _Info(bool(done))
-        reach = float(np.linalg.norm(o["robot0_eef_pos"] - o[f"{self.obj}_1_pos"]))
-        return self._obs(o), _Info(bool(done), reach, holds(self.env, self.obj))
+        pos = o[f"{self.obj}_1_pos"]
+        reach = float(np.linalg.norm(o["robot0_eef_pos"] - pos))
+        return self._obs(o), _Info(bool(done), reach, holds(self.env, self.obj), float(pos[2]) - self._rest_z,
+                                   float(np.linalg.norm(o[f"{GOAL}_pos"] - pos)))
 
     def close(self) -> None:
         self.env.close()

@@ -1,5 +1,6 @@
 """Closed-loop rollouts: N seeded episodes per task, batched policy steps, success per task (and, where the
-environment reports it, progress: the closest the gripper came to the task's object and whether it held it).
+environment reports it, progress: the closest the gripper came to the task's object, whether it held it,
+lifted it, and how close it brought the object to the goal).
 
 The initial poses of evaluation episodes come from seeds disjoint from the demonstrations', the
 same for every method, so success rates are comparable. The policy acts by the mean of its most
@@ -19,42 +20,52 @@ from torch import nn
 
 from p2pfl.robotics.policy import ObsLayout, pack_samples
 
-__all__ = ["RolloutResult", "rollout_tasks", "run_rollouts", "binarize_gripper", "EVAL_SEED_OFFSET"]
+__all__ = ["RolloutResult", "rollout_tasks", "run_rollouts", "binarize_gripper", "EVAL_SEED_OFFSET", "LIFT_M"]
 
 EVAL_SEED_OFFSET = 10_000_019  # evaluation layouts never coincide with demonstration layouts
+#: An object counts as lifted once it rose this far above where it rested (robosuite's Lift task: 4 cm).
+LIFT_M = 0.04
+_PROGRESS = ("reach", "grasp", "lift", "carry")
 
 
 @dataclass
 class RolloutResult:
     """Success rate per task id, their mean, and the control steps taken (for the compute charge).
 
-    ``reach`` and ``grasp`` only for environments whose steps report progress (LIBERO-Object): per task,
-    the mean over episodes of the closest the gripper came to the task's object (m), and the fraction of
-    episodes in which the gripper held it at some step. Success alone reads 0 for every policy that almost
-    does the task; these say how far each got.
+    Progress, only for environments whose steps report it (LIBERO-Object), per task over its episodes:
+    ``reach``, the mean of the closest the gripper came to the task's object (m); ``grasp``, the fraction of
+    episodes in which the gripper held it at some step; ``lift``, the fraction in which the object rose
+    ``LIFT_M`` above where it rested; ``carry``, the mean of the closest the object came to the goal (m).
+    Success alone reads 0 for every policy that almost does the task; these say where each stopped.
     """
 
     per_task: dict[str, float] = field(default_factory=dict)
     steps: int = 0
     reach: dict[str, float] = field(default_factory=dict)
     grasp: dict[str, float] = field(default_factory=dict)
+    lift: dict[str, float] = field(default_factory=dict)
+    carry: dict[str, float] = field(default_factory=dict)
 
     @property
     def success(self) -> float:
         return float(np.mean(list(self.per_task.values()))) if self.per_task else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        """The result as a JSON object (floats and an int: they read back to the same values)."""
-        return {"per_task": self.per_task, "steps": self.steps, "reach": self.reach, "grasp": self.grasp}
+        """The result as a JSON object (floats and an int: they read back to the same values); lift and carry
+        only where scored."""
+        out = {"per_task": self.per_task, "steps": self.steps, "reach": self.reach, "grasp": self.grasp}
+        return {**out, "lift": self.lift, "carry": self.carry} if self.lift else out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RolloutResult:
-        """``to_json``'s object read back; ValueError on anything else."""
-        if not isinstance(d, Mapping) or set(d) != {"per_task", "steps", "reach", "grasp"}:
-            raise ValueError("expected an object with per_task, steps, reach and grasp")
+        """``to_json``'s object read back (one kept before lift and carry were scored reads with them empty);
+        ValueError on anything else."""
+        base = {"per_task", "steps", "reach", "grasp"}
+        if not isinstance(d, Mapping) or set(d) not in (base, base | {"lift", "carry"}):
+            raise ValueError("expected an object with per_task, steps, reach and grasp (and lift and carry)")
         maps = {}
-        for name in ("per_task", "reach", "grasp"):
-            m = d[name]
+        for name in ("per_task", *_PROGRESS):
+            m = d.get(name, {})
             if not isinstance(m, Mapping) or not all(isinstance(k, str) and isinstance(v, (int, float))
                                                      and not isinstance(v, bool) for k, v in m.items()):
                 raise ValueError(f"{name}: expected task ids mapped to numbers")
@@ -62,7 +73,7 @@ class RolloutResult:
         steps = d["steps"]
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
             raise ValueError("steps: expected a whole number >= 0")
-        return cls(per_task=maps["per_task"], steps=steps, reach=maps["reach"], grasp=maps["grasp"])
+        return cls(per_task=maps["per_task"], steps=steps, **{name: maps[name] for name in _PROGRESS})
 
 
 def binarize_gripper(actions: np.ndarray) -> np.ndarray:
@@ -99,11 +110,14 @@ def rollout_tasks(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], epi
                     env.close()
             else:  # all episodes of the task step together, the policy batched over them
                 ep = _episodes(model, layout, [make_env(tid) for _ in range(episodes)], seeds, horizon, out, binarize)
-            success, reach, grasp = ep
+            success, reach, grasp, lift, carry = ep
             out.per_task[tid] = float(success.mean())
             if not np.isnan(reach).any():
                 out.reach[tid] = float(reach.mean())
                 out.grasp[tid] = float(grasp.mean())
+            if not np.isnan(lift).any():
+                out.lift[tid] = float((lift >= LIFT_M).mean())
+                out.carry[tid] = float(carry.mean())
     finally:
         model.train(was_training)
     return out
@@ -112,13 +126,14 @@ def rollout_tasks(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], epi
 def _episodes(model: nn.Module, layout: ObsLayout, envs: Sequence, seeds: Sequence[int], horizon: int,
               out: RolloutResult, binarize: bool = False) -> np.ndarray:
     """One episode in each env (env k reset with ``seeds[k]``), stepped together. Rows per episode: success,
-    the closest reach (NaN where the env reports none), whether the object was held at some step."""
+    the closest reach (NaN where the env reports none), whether the object was held at some step, the highest
+    lift and the closest the object came to the goal (NaN where the env reports none)."""
     obs = [e.reset(s) for e, s in zip(envs, seeds)]
     instr = envs[0].task.instruction
     hist = [[o] for o in obs]
     done = np.zeros(len(envs), bool)
     success = np.zeros(len(envs), bool)
-    reach = np.full(len(envs), np.nan)
+    reach, lift, carry = (np.full(len(envs), np.nan) for _ in range(3))
     grasped = np.zeros(len(envs), bool)
     for _ in range(horizon):
         live = np.flatnonzero(~done)
@@ -135,9 +150,12 @@ def _episodes(model: nn.Module, layout: ObsLayout, envs: Sequence, seeds: Sequen
             if getattr(info, "reach", None) is not None:
                 reach[k] = np.fmin(reach[k], info.reach)
                 grasped[k] |= bool(info.grasped)
+            if getattr(info, "lift", None) is not None:
+                lift[k] = np.fmax(lift[k], info.lift)
+                carry[k] = np.fmin(carry[k], info.to_goal)
             if info.success:
                 done[k] = success[k] = True
-    return np.stack([success.astype(float), reach, grasped.astype(float)])
+    return np.stack([success.astype(float), reach, grasped.astype(float), lift, carry])
 
 
 def run_rollouts(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], episodes: int, horizon: int,

@@ -237,6 +237,49 @@ def test_rollouts_binarize_the_policys_gripper_command_when_asked(binarize):
     assert np.allclose(np.stack(sent)[:, :3], [[0.5, -0.1, 0.2], [0.6, 0.0, -0.4]])  # the other dims as the policy said
 
 
+def test_rollouts_score_where_each_episode_stopped_and_the_result_reads_back():
+    from p2pfl.robotics.rollout import LIFT_M, RolloutResult, rollout_tasks
+
+    # per episode, each step's (reach, grasped, lift, to_goal): one lifts the object 5 cm and carries it to 8 cm of
+    # the goal, one holds it at 3 cm (under LIFT_M), one never touches it
+    scripts = [[(0.10, False, 0.0, 0.50), (0.01, True, 0.05, 0.08), (0.02, True, 0.01, 0.20)],
+               [(0.20, False, 0.0, 0.40), (0.02, True, 0.03, 0.35), (0.03, False, 0.0, 0.38)],
+               [(0.30, False, 0.0, 0.60), (0.25, False, 0.0, 0.61), (0.28, False, 0.0, 0.62)]]
+
+    class Scripted(_StubEnv):
+        def reset(self, seed: int) -> dict:
+            self.left = list(scripts[len(self.sent) // 3])
+            return self._obs()
+
+        def step(self, a):
+            reach, grasped, lift, to_goal = self.left.pop(0)
+            self.sent.append(np.array(a))
+            return self._obs(), type("I", (), {"success": False, "reach": reach, "grasped": grasped, "lift": lift,
+                                               "to_goal": to_goal})()
+
+        def close(self) -> None:
+            pass
+
+    class OneEnv:  # hands out one env for a task's episodes, as LIBERO's factory does
+        one_env_per_task = True
+
+        def __call__(self, tid: str) -> Scripted:
+            return Scripted(sent)
+
+    sent: list = []
+    factory = OneEnv()
+    out = rollout_tasks(torch.nn.Linear(ObsLayout(history=1).width, 4), ObsLayout(history=1), ["t"], episodes=3,
+                        horizon=3, make_env=factory)
+    assert LIFT_M == 0.04 and out.steps == 9
+    assert out.reach == {"t": pytest.approx((0.01 + 0.02 + 0.25) / 3)} and out.grasp == {"t": pytest.approx(2 / 3)}
+    assert out.lift == {"t": pytest.approx(1 / 3)} and out.carry == {"t": pytest.approx((0.08 + 0.35 + 0.60) / 3)}
+    assert RolloutResult.from_json(out.to_json()) == out
+    old = {"per_task": {"t": 0.0}, "steps": 9, "reach": {"t": 0.1}, "grasp": {"t": 0.0}}  # kept before lift was scored
+    assert RolloutResult.from_json(old).lift == {} and RolloutResult.from_json(old).to_json() == old
+    with pytest.raises(ValueError, match="and lift and carry"):
+        RolloutResult.from_json({**old, "lift": {}})
+
+
 def test_summary_scores_the_last_round_and_the_best_of_the_last_k_side_by_side():
     from p2pfl.robotics.federation import RobotFederation
 

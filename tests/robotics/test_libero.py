@@ -12,7 +12,7 @@ from p2pfl.config import load_dict
 from p2pfl.errors import DataError, UserError
 from p2pfl.robotics.libero import LiberoEnv, LiberoEnvFactory, check_layout, libero_available, libero_task_names
 from p2pfl.robotics.policy import ObsLayout, ResNetTPolicy
-from p2pfl.robotics.rollout import rollout_tasks
+from p2pfl.robotics.rollout import LIFT_M, rollout_tasks
 
 from .conftest import needs_mujoco
 from .test_suites import _libero_style_file
@@ -143,6 +143,7 @@ def test_rollouts_build_one_env_per_task_reuse_it_and_close_it():
     assert built == [TID] and closed == [TID]
     assert out.steps == 3 * 2 and out.per_task == {TID: 0.0}
     assert set(out.reach) == {TID} and 0.05 < out.reach[TID] < 1.0 and out.grasp == {TID: 0.0}  # 2 steps: far, empty
+    assert out.lift == {TID: 0.0} and 0.05 < out.carry[TID] < 1.0  # the object still rests away from the basket
 
 
 @needs_mujoco
@@ -168,6 +169,7 @@ def test_a_one_round_fedavg_scenario_on_a_libero_task(tmp_path, wrist):
     per_task = [e["per_task"] for e in logs]
     assert all(set(p) == {TID} for p in per_task)  # the rollouts ran on the LIBERO task
     assert all(set(e["reach"]) == {TID} and e["grasp"] == {TID: 0.0} for e in logs)  # with their progress
+    assert all(e["lift"] == {TID: 0.0} and set(e["carry"]) == {TID} for e in logs)
 
 
 @needs_mujoco
@@ -216,6 +218,7 @@ def test_a_recorded_expert_demo_is_in_liberos_format_and_replays_to_success(tmp_
         default_arm = inner.env.sim.get_state().flatten()[1:8]
         assert 1e-3 < np.abs(arm - default_arm).max() < 0.1  # the arm started perturbed (joint_noise=0.02)
         o = inner.set_init_state(init)
+        env.rest(o)
         infos = [env.step(a)[1] for a in actions]
         raw = inner.env._get_observations()
         assert infos[-1].success
@@ -223,5 +226,10 @@ def test_a_recorded_expert_demo_is_in_liberos_format_and_replays_to_success(tmp_
         start = float(np.linalg.norm(o["robot0_eef_pos"] - o["alphabet_soup_1_pos"]))
         assert infos[0].reach > 0.1 and not infos[0].grasped  # the expert starts away from the soup, hand empty
         assert min(i.reach for i in infos) < 0.03 < start and any(i.grasped for i in infos)
+        assert infos[-1].to_goal == pytest.approx(float(np.linalg.norm(raw["basket_1_pos"] - raw["alphabet_soup_1_pos"])))
+        # LIBERO's initial states put objects a little low and the first steps pop them up (env.reset settles
+        # before measuring the rest height); from there the expert lifts the soup
+        assert max(i.lift for i in infos) - max(i.lift for i in infos[:5]) > LIFT_M
+        assert infos[-1].to_goal < 0.5 * infos[0].to_goal  # and brings it to the basket
     finally:
         env.close()

@@ -90,3 +90,18 @@ def test_best_of_k_and_bc_loss_columns_and_paired_ablations() -> None:
     for r in rows:
         r["bc_loss"] = None if r["label"] == "fedavg" and r["seed"] == 2 else r["bc_loss"]
     assert "BC test NLL" not in rep.table(rows)[0]  # one run without it: no partial column
+
+
+def test_lift_and_carry_columns_and_where_the_episodes_stop() -> None:
+    rep = analysis_module("libero_report")
+    rows = [{"label": lab, "seed": 0, "round": 50, "per_task": {T0: s / 100}, "success": s, "reach_cm": 1.5,
+             "grasp": g, "lift": li, "carry_cm": c, "bytes": 0, "messages": 0, "sim_s": 1.0, "wall_s": 60.0}
+            for lab, s, g, li, c in (("centralized", 0.0, 66.7, 40.0, 12.5), ("feddrman", 20.0, 80.0, 60.0, 4.0))]
+    lines = rep.table(rows)
+    assert "| Closest reach (cm) | Grasped (%) | Lifted (%) | Object to basket (cm) | Round |" in lines[0]
+    assert lines[2].startswith("| Centralized BC | 0.0 (n=1) | 0.0 (n=1) | 1.5 (n=1) | 66.7 (n=1) | 40.0 (n=1) | 12.5 (n=1) |")
+    text = "\n".join(rep.reading(rows))
+    assert ("Centralized BC reaches to 1.5 cm of the object, grasps it in 67% of episodes, lifts it in 40%, brings it "
+            "to 12.5 cm of the basket and places it in 0%; FedDRMan reaches") in text
+    rows[1]["lift"] = None  # a run from before lifts were scored: no partial columns, the older sentence
+    assert "Lifted (%)" not in rep.table(rows)[0] and "episodes that grasped the object" in "\n".join(rep.reading(rows))
