@@ -88,7 +88,7 @@ def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, An
         reach, grasp = final_per_task(log, "reach")[1], final_per_task(log, "grasp")[1]
         lift, carry = final_per_task(log, "lift")[1], final_per_task(log, "carry")[1]
         policies = sum(1 for e in log if e["round"] == last and not e["cached"])
-        rows.append({"label": r["variant"], "seed": int(r["seed"]), "round": last, "per_task": per_task,
+        rows.append({"label": r["variant"], "seed": int(r["seed"]), "cell": r["cell"], "round": last, "per_task": per_task,
                      "success": 100 * sum(per_task.values()) / len(per_task), "bytes": r["bytes_total"],
                      "best": _number(r.get("success_best_of_last_k"), 100), "best_k": _number(r.get("best_of_last_k")),
                      "bc_loss": final_bc_loss(log),
@@ -174,6 +174,29 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
         cells.append(f"{PAPER_OBJECT[label]:.1f}" if label in PAPER_OBJECT else "-")
         rows_out.append(cells)
     return markdown_table(rows_out, head)
+
+
+def binarization(rows: list[dict[str, Any]], rescored: dict[str, Any]) -> list[str]:
+    """The rescored cells (``analysis/libero_rescore.py``: the saved final policies rolled out with the gripper
+    command continuous) beside their binarized last-round success, per method over the seeds rescored, and
+    whether the methods' order by mean success changes."""
+    pairs: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        got = rescored.get(r.get("cell", ""))
+        if got is not None and got.get("success_mean") is not None:
+            pairs.setdefault(r["label"], []).append((r["success"], 100 * got["success_mean"]))
+    if not pairs:
+        return []
+    body = [[LABELS[lab], str(len(ps)), fmt_ci([b for b, _ in ps], scale=1.0, digits=1),
+             fmt_ci([c for _, c in ps], scale=1.0, digits=1), fmt_diff([c - b for b, c in ps], scale=1.0)]
+            for lab in ORDER if (ps := pairs.get(lab))]
+    binarized = {lab: sum(b for b, _ in ps) / len(ps) for lab, ps in pairs.items()}
+    continuous = {lab: sum(c for _, c in ps) / len(ps) for lab, ps in pairs.items()}
+    same = sorted(binarized, key=lambda k: (-binarized[k], k)) == sorted(continuous, key=lambda k: (-continuous[k], k))
+    return [*markdown_table(body, ["Method", "Seeds rescored", "SR binarized (%)", "SR continuous (%)",
+                                   "Continuous − binarized (points)"]), "",
+            "The methods' order by mean success " + ("is the same both ways." if same else
+                                                     "changes with the gripper command: read both.")]
 
 
 def has_progress(rows: list[dict[str, Any]]) -> bool:
@@ -263,6 +286,9 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
 
 def write(dirs: list[Path], md: Path) -> None:
     rows, b = rows_from_runs(dirs)
+    rescore_file = Path(__file__).parent / "results" / "libero_rescore.json"
+    rescored = json.loads(rescore_file.read_text()) if rescore_file.is_file() else {}
+    check = binarization(rows, rescored)
     cpu_min = sum(r["wall_s"] for r in rows) / 60
     tasks = ", ".join(short(t) for t in b["tasks"])
     text = "\n".join([
@@ -298,6 +324,10 @@ def write(dirs: list[Path], md: Path) -> None:
               "criterion). Object to basket: per episode, the closest the object came to the basket's origin, "
               "averaged like the reach." if every(rows, "lift") else ""), ""] if has_progress(rows) else []),
         *(["## Ablations", "", *ablations(rows), ""] if ablations(rows) else []),
+        *(["## The gripper command, binarized or not", "",
+           "The saved final policies rolled out again with the gripper command as the policy gives it "
+           "(`python analysis/libero_rescore.py analysis/cells/libero_object`), beside the study's binarized score "
+           "of the same policies.", "", *check, ""] if check else []),
         "## Reading", "", *reading(rows), "",
     ])
     md.parent.mkdir(parents=True, exist_ok=True)

@@ -56,9 +56,15 @@ class Scenario(Strict):
                            "and more, where those lines are most of the file and of the kernel's time)")
     dynamics: Optional[DynamicsSpec] = Field(None, description="churn, link failures, partitions, mobility, "
                                                                 "stragglers (absent: a static fleet)")
+    save_models: Literal["none", "final"] = Field(
+        "none", description="final: models.npz in the run directory, each device's model as last scored "
+                            "(equal states once; p2pfl.learning.saved), to score them again without training")
 
     @model_validator(mode="after")
     def _dynamics_fit_topology(self) -> Scenario:
+        if self.save_models != "none" and self.engine != "events":
+            raise ValueError(f"save_models: {self.save_models} needs engine: events (the tensor engine keeps "
+                             "no model per device); remove save_models or use engine: events")
         dyn = self.dynamics
         if dyn is not None and dyn.mobility is not None and self.topology.kind != "random_geometric":
             raise ValueError(f"dynamics.mobility needs topology kind random_geometric (devices with positions "

@@ -35,6 +35,7 @@ from p2pfl.executors.select import make_executor, resolve_kind
 from p2pfl.learning.clone import clone_module
 from p2pfl.learning.flat import FlatState
 from p2pfl.learning.rows import ModelTable, RowModel, table_for
+from p2pfl.learning.saved import MODELS_FILE, pack_models, state_arrays
 from p2pfl.learning.state import flatten_live_
 from p2pfl.metrics.energy import EnergyModel
 from p2pfl.metrics.recorder import Recorder
@@ -159,6 +160,8 @@ class Simulation:
             self.executor.share(self.federation.shards)
         self._evals: deque[tuple[Future[Any], Callable[[Any], None]]] = deque()
         self._scoring_jobs: dict[Hashable, Future[Any]] = {}  # JobEvaluation results by key (bounded)
+        #: each device's last scored model and round (``save_models: final``)
+        self._last_scored: dict[int, tuple[Optional[int], dict[str, np.ndarray]]] = {}
         self.evaluations = None if evaluations is None else EvaluationStore(evaluations, scenario.threads)
         self._flops: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
         #: Every ``report_clusters`` of the run with its scores: ``{"round", "t", "clusters", "ari", ...}``.
@@ -296,6 +299,8 @@ class Simulation:
         """The run's score of ``model`` for ``device``, recorded for it: as the federation says
         (``Federation.evaluation``), on the device's local test set or by a job of its own."""
         t0 = time.perf_counter()
+        if self.scenario.save_models == "final":
+            self._last_scored[device] = (round, state_arrays(model.state_dict()))
         forward = self.forward_flops(model)
         how = self.federation.evaluation(device, model, forward)
         if isinstance(how, JobEvaluation):
@@ -530,8 +535,8 @@ class Simulation:
 
     def artifacts(self) -> dict[str, bytes]:
         """Extra files of the run: the protocol's; its novelty matrix (``novelty.npy``) and heatmap, ordered
-        by the true clusters; and under mobility ``positions.npz`` (``t``: frame times, ``pos``: (frames,
-        devices, 2) positions)."""
+        by the true clusters; under mobility ``positions.npz`` (``t``: frame times, ``pos``: (frames,
+        devices, 2) positions); with ``save_models: final``, ``models.npz`` (``p2pfl.learning.saved``)."""
         out = dict(self.protocol.artifacts())
         novelty = self.protocol.novelty()
         if novelty is not None:
@@ -543,6 +548,8 @@ class Simulation:
             buf = io.BytesIO()
             np.savez_compressed(buf, t=np.asarray(self.mover.frame_times), pos=np.stack(self.mover.frames))
             out["positions.npz"] = buf.getvalue()
+        if self.scenario.save_models == "final":
+            out[MODELS_FILE] = pack_models(self._last_scored, self.n_devices)
         return out
 
     def timing(self) -> dict[str, float]:

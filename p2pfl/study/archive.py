@@ -1,8 +1,8 @@
 """A study's results small enough to commit: each complete cell's run directory without its event stream.
 
     <archive>/<cell id>/   cell.json, scenario.yaml, summary.json, timing.json, manifest.json
-                           (and positions.npz where the run wrote one, thinned to POSITIONS_BYTES);
-                           no events.jsonl
+                           (and positions.npz where the run wrote one, thinned to POSITIONS_BYTES;
+                           models.npz where the scenario saves its final models); no events.jsonl
 
 ``p2pfl sweep STUDY --archive DIR`` copies every cell into ``DIR`` as it completes, and before it
 runs copies the cells ``DIR`` holds into ``--out`` (a fresh clone resumes a study from the committed
@@ -40,7 +40,7 @@ from p2pfl.metrics.rundir import discard_run_dir, start_run_dir
 __all__ = ["KEPT", "POSITIONS_BYTES", "archive_cell", "restore_cells", "thin_positions", "evaluations_of"]
 
 #: the run-directory files an archive keeps (the event stream is left out: about 10x the rest)
-KEPT = ("cell.json", "scenario.yaml", "summary.json", "timing.json", "manifest.json", "positions.npz")
+KEPT = ("cell.json", "scenario.yaml", "summary.json", "timing.json", "manifest.json", "positions.npz", "models.npz")
 
 #: the most bytes of (uncompressed float32) device positions an archived cell keeps: 16 frames of 10,000
 #: devices, 163 of 1,000, every frame of a 100-device headline run (1,200 frames: 0.96 MB)

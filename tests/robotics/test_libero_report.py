@@ -7,6 +7,8 @@ import pytest
 
 from tests.helpers import analysis_module
 
+from .conftest import needs_mujoco
+
 pytestmark = pytest.mark.robotics
 
 T0 = "libero_object/pick_up_the_alphabet_soup_and_place_it_in_the_basket"
@@ -105,3 +107,35 @@ def test_lift_and_carry_columns_and_where_the_episodes_stop() -> None:
             "to 12.5 cm of the basket and places it in 0%; FedDRMan reaches") in text
     rows[1]["lift"] = None  # a run from before lifts were scored: no partial columns, the older sentence
     assert "Lifted (%)" not in rep.table(rows)[0] and "episodes that grasped the object" in "\n".join(rep.reading(rows))
+
+
+@needs_mujoco
+@pytest.mark.slow
+def test_rescoring_a_cells_saved_policies_reproduces_its_last_scores(tmp_path) -> None:
+    """With the run's own gripper setting, rolling out the saved final policies again gives the run's last
+    success exactly: the rescoring runs the same rollouts on the same weights (then it changes only the setting)."""
+    import p2pfl
+    from tests.helpers import robot_scenario
+
+    rescore = analysis_module("libero_rescore")
+    run = p2pfl.run(robot_scenario(tmp_path / "data", {"name": "local", "rounds": 1}, save_models="final"),
+                    out=tmp_path / "run")
+    got = rescore.rescore_cell(tmp_path / "run")
+    assert got["binarize_gripper"] is False and got["round"] == 1 and got["policies"] == 4  # Local: four of its own
+    assert got["success_per_node"] == run.summary["success_per_node"]
+    assert got["success_mean"] == pytest.approx(run.summary["success_mean"], abs=1e-12)
+
+
+def test_the_binarization_check_pairs_rescored_cells_with_their_binarized_score() -> None:
+    rep = analysis_module("libero_report")
+    rows = [{"label": lab, "seed": s, "cell": f"{lab}__seed{s}", "success": v}
+            for lab, s, v in (("fedavg", 0, 40.0), ("fedavg", 1, 20.0), ("feddrman", 0, 50.0), ("feddrman", 1, 30.0))]
+    assert rep.binarization(rows, {}) == []
+    rescored = {"fedavg__seed0": {"success_mean": 0.6}, "feddrman__seed0": {"success_mean": 0.5},
+                "other__seed0": {"success_mean": 1.0}}
+    lines = rep.binarization(rows, rescored)
+    assert lines[2] == "| FedAvg | 1 | 40.0 (n=1) | 60.0 (n=1) | +20.0 (n=1) |"
+    assert lines[3] == "| FedDRMan | 1 | 50.0 (n=1) | 50.0 (n=1) | +0.0 (n=1) |"
+    assert lines[-1] == "The methods' order by mean success changes with the gripper command: read both."
+    rescored["fedavg__seed0"]["success_mean"] = 0.3
+    assert rep.binarization(rows, rescored)[-1] == "The methods' order by mean success is the same both ways."

@@ -1,0 +1,91 @@
+"""Score a LIBERO study's final policies again with the gripper command as the policy gives it (not binarized).
+
+    python analysis/libero_rescore.py analysis/cells/libero_object [--seeds 0]   # -> analysis/results/libero_rescore.json
+
+The study runs its rollouts with the gripper command binarized to +-1, as LIBERO's own policies send it
+(``data.partition.binarize_gripper``). Whether that choice changes the ranking of the methods is read here
+without training again: every cell saves the models its last scores came from (``save_models: final``,
+``models.npz``), and each distinct one is rolled out once more on its devices' suite, the same tasks,
+episodes, horizon and seeds, with the command continuous. ``analysis/libero_report.py`` puts the result
+beside the binarized score. A cell already in the output file is skipped (a long rescoring resumes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from p2pfl.config import load_dict
+from p2pfl.learning.saved import MODELS_FILE, load_models
+from p2pfl.robotics.federation import RobotFederation
+from p2pfl.sim.kernel import build_only, torch_threads
+
+OUT = Path(__file__).parent / "results" / "libero_rescore.json"
+
+
+def rescore_cell(cell: Path) -> dict[str, Any]:
+    """The cell's final policies rolled out with a continuous gripper command: per device its success, their
+    mean (as summary.json's success_mean), and the round the policies come from."""
+    sc = load_dict(yaml.safe_load((cell / "scenario.yaml").read_text(encoding="utf-8")), source=str(cell))
+    sim = build_only(sc)
+    fed = sim.federation
+    if not isinstance(fed, RobotFederation):
+        raise SystemExit(f"{cell}: not a robot run")
+    fed = dataclasses.replace(fed, binarize_gripper=False)
+    saved = load_models(cell / MODELS_FILE)
+    model = sim.new_model()
+    done: dict[tuple[int, str], float] = {}
+    per_device: list[float | None] = []
+    with torch_threads(sc.threads):
+        for device in range(len(saved.device_model)):
+            state = saved.of(device)
+            if state is None:
+                per_device.append(None)
+                continue
+            key = (int(saved.device_model[device]), fed.device_suites[device])
+            if key not in done:
+                model.load_state_dict(state)
+                fn, args = fed.rollout_call(model, key[1])
+                done[key] = fn(*args).success
+            per_device.append(done[key])
+    scored = [s for s in per_device if s is not None]
+    rounds = sorted({int(r) for r in saved.device_round if r >= 0})
+    return {"binarize_gripper": False, "success_mean": sum(scored) / len(scored) if scored else None,
+            "success_per_node": per_device, "round": rounds[-1] if rounds else None, "policies": len(done)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("cells", type=Path, help="a study's archive (or sweep output) folder")
+    ap.add_argument("--seeds", type=int, nargs="*", help="only the cells of these seeds")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    results: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    cells = sorted(d for d in args.cells.iterdir() if (d / MODELS_FILE).is_file())
+    if args.seeds is not None:
+        cells = [d for d in cells if json.loads((d / "cell.json").read_text())["seed"] in args.seeds]
+    todo = [d for d in cells if d.name not in results]
+    print(f"{len(cells)} cells with saved models, {len(todo)} to rescore", file=sys.stderr)
+    for i, cell in enumerate(todo, 1):
+        t0 = time.perf_counter()
+        print(f"[{i}/{len(todo)}] {cell.name} ...", file=sys.stderr, flush=True)
+        results[cell.name] = rescore_cell(cell)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, args.out)  # each cell's result written as it completes
+        print(f"[{i}/{len(todo)}] {cell.name}: success {results[cell.name]['success_mean']} "
+              f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
