@@ -71,8 +71,8 @@ def consensus_distance(states: Sequence[State], cols: int = 2048, cache_bytes: i
     In float64, the same bits as stacking the models into one matrix (tested): the mean in blocks of
     ``cols`` columns, each gathered by one stack (0.2 GB for 10^4 headline MLPs, not 2 GB), or read in
     place where the states are the consecutive rows of one table (a fleet of row models: 10^4 headline
-    MLPs in 2.0 s instead of 3.2); the distances in blocks of rows that fit ``cache_bytes``, so their
-    three passes stay in cache.
+    MLPs in 0.86 s instead of 1.40 on a quiet core); the distances in blocks of rows that fit
+    ``cache_bytes``, so their three passes stay in cache.
     """
     vecs = [s.vector if isinstance(s, FlatState) else state_to_vector(s) for s in states]
     n, d = len(vecs), vecs[0].numel()
