@@ -77,16 +77,30 @@ class SavedModels:
         return None if k < 0 else self.states[k]
 
 
+def _declared_bytes(z: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
+    """The bytes of the array an npz member's header declares (read before the array is)."""
+    with z.open(info) as f:
+        major, _ = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(f)
+    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+
+
 def load_models(path: str | Path) -> SavedModels:
     """Read a ``models.npz`` (one-line ``DataError`` for anything else)."""
     path = Path(path)
     try:
         with zipfile.ZipFile(path) as z:
-            stored = sum(info.file_size for info in z.infolist())
-    except (OSError, zipfile.BadZipFile) as err:
+            members = z.infolist()
+            declared = [_declared_bytes(z, info) for info in members]
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
         raise DataError(f"{path}: not a models file ({err}); write one with save_models: final") from None
+    stored = sum(info.file_size for info in members)
     if stored > MAX_MODELS_BYTES:
         raise DataError(f"{path}: {stored} bytes of models, over the {MAX_MODELS_BYTES} this reader takes")
+    for info, size in zip(members, declared):  # no array larger than its member: nothing allocated blind
+        if size > info.file_size:
+            raise DataError(f"{path}: entry {info.filename!r} declares {size} bytes and holds {info.file_size}")
     try:
         with np.load(path, allow_pickle=False) as z:
             data = {name: z[name] for name in z.files}

@@ -67,3 +67,17 @@ def test_save_models_needs_the_event_engine():
     sc = digits_scenario({"name": "gossip", "rounds": 1}, save_models="final", engine="tensor")
     with pytest.raises(ConfigError, match="save_models: final needs engine: events"):
         load_dict(sc)
+
+
+def test_an_entry_declaring_more_than_it_holds_is_refused_before_it_is_read(tmp_path):
+    import io
+    import zipfile
+
+    path = tmp_path / MODELS_FILE
+    path.write_bytes(pack_models({0: (1, {"w": np.zeros(4, dtype=np.float32)})}, 1))
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (10**9,)})
+    with zipfile.ZipFile(path, "a") as z:
+        z.writestr("state0.big.npy", b"\x93NUMPY\x01\x00" + header.getvalue()[8:] + b"\x00" * 16)
+    with pytest.raises(DataError, match=r"entry 'state0.big.npy' declares 4000000000 bytes and holds"):
+        load_models(path)
