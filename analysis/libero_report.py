@@ -136,8 +136,9 @@ def short(task: str) -> str:
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
     """The Table I layout for the subset: per-task SR, mean SR at the last evaluated round, then (where every
-    run has them) the best of the last k evaluations, the BC test loss, the closest reach to the task's object and
-    the share of episodes that grasped it; evaluated round, bytes, wall time, paper's Object SR."""
+    run has them) the best of the last k evaluations, the BC test loss, the closest reach to the task's object,
+    the shares of episodes that grasped it and lifted it, the closest the object came to the basket; evaluated
+    round, bytes, wall time, paper's Object SR."""
     tasks = sorted({t for r in rows for t in r["per_task"]})
     progress, best, bc, lifts = has_progress(rows), every(rows, "best"), every(rows, "bc_loss"), every(rows, "lift")
     k = {r.get("best_k") for r in rows}
