@@ -27,7 +27,8 @@ then the cell's grid and zip values (as on the command line, removals come first
 ``set: {key: ~}`` removes a key after the sets before it).
 
 Cells are variants (in file order) x grid combinations (the last key varies fastest)
-x zip positions x seeds, less the cells an ``exclude`` entry matches. A cell's id, e.g.
+x zip positions x seeds, less the cells an ``exclude`` entry matches; with ``order: seeds`` the seeds
+vary slowest instead (every cell of the first seed, then of the next), the same cells. A cell's id, e.g.
 ``fedavg__training.lr=0.01__seed0`` (no variant part without variants), names its run
 directory; a value that is not a plain number or word is written as a slug plus a short hash.
 Every cell is validated when the study is loaded, before anything runs.
@@ -44,7 +45,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, Union
 
 import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
@@ -176,6 +177,9 @@ class StudySpec(Strict):
     zip: dict[Key, ZipValues] = Field(default_factory=dict)
     seeds: Union[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)], SeedRange]
     exclude: list[dict[str, Any]] = Field(default_factory=list)
+    order: Literal["variants", "seeds"] = Field(
+        "variants", description="the order cells run in: variants (each cell's seeds together), or seeds (every "
+                                "cell of the first seed, then of the next: a long study reads whole tables early)")
 
     @field_validator("zip")
     @classmethod
@@ -329,6 +333,8 @@ def expand(spec: StudySpec) -> list[tuple[Optional[str], dict[str, Any], int]]:
     grid = [dict(zip(spec.grid, combo)) for combo in itertools.product(*spec.grid.values())]
     zipped = [dict(zip(spec.zip, values)) for values in zip(*spec.zip.values())] if spec.zip else [{}]
     kept = [(v, {**g, **z}) for v in variants for g in grid for z in zipped if not spec.excluded(v, {**g, **z})]
+    if spec.order == "seeds":
+        return [(v, a, s) for s in spec.seed_list() for v, a in kept]
     return [(v, a, s) for v, a in kept for s in spec.seed_list()]
 
 

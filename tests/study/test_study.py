@@ -124,6 +124,17 @@ def test_cells_are_variants_x_grid_x_zip_x_seeds_in_order(tmp_path):
     assert load_study(path).cells == study.cells  # deterministic
 
 
+def test_order_seeds_runs_every_cell_of_a_seed_before_the_next_seed(tmp_path):
+    fields = {"variants": {"gossip": {}, "fedavg": FEDAVG}, "grid": {"training.lr": [0.02, 0.05]}, "seeds": [0, 1]}
+    by_variant = load_study(_study(tmp_path, **fields)).cells
+    by_seed = load_study(_study(tmp_path, **fields, order="seeds")).cells
+    assert [c.seed for c in by_seed] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [c.id for c in by_seed[:4]] == [c.id for c in by_variant if c.seed == 0]  # variants, grid as before
+    assert sorted(by_seed, key=lambda c: c.id) == sorted(by_variant, key=lambda c: c.id)  # the same cells
+    with pytest.raises(ConfigError, match=r"field 'order'"):
+        load_study(_study(tmp_path, **fields, order="random"))
+
+
 def test_exclude_drops_exactly_the_matching_cells_and_keeps_the_others_as_they_were(tmp_path):
     fields = {"variants": {"gossip": {}, "fedavg": FEDAVG},
               "zip": {"training.lr": [0.02, 0.05, 0.05], "training.epochs": [1, 1, 2]}, "seeds": [0, 1]}
