@@ -244,18 +244,18 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
     if all(v == 0 for v in mean.values()):
         out.append("- No method completes a task: at this budget our policy does not reach LIBERO-Object's "
                    "goal states, so success does not rank the methods.")
-    if every(rows, "lift"):
+    if has_progress(rows):
         reach, grasp = mean_by_label(rows, "reach_cm"), mean_by_label(rows, "grasp")
-        lift, carry = mean_by_label(rows, "lift"), mean_by_label(rows, "carry_cm")
-        out.append("- Where the episodes stop (scored from the simulator's object poses, never shown to a policy): "
-                   + "; ".join(f"{LABELS[k]} reaches to {reach[k]:.1f} cm of the object, grasps it in {grasp[k]:.0f}% "
-                               f"of episodes, lifts it in {lift[k]:.0f}%, brings it to {carry[k]:.1f} cm of the basket "
-                               f"and places it in {v:.0f}%" for k, v in mean.items()) + ".")
-    elif has_progress(rows):
-        reach, grasp = mean_by_label(rows, "reach_cm"), mean_by_label(rows, "grasp")
-        out.append("- Progress (scored from the simulator's object poses, never shown to a policy): closest reach "
-                   + ", ".join(f"{LABELS[k]} {v:.1f} cm" for k, v in reach.items()) + "; episodes that grasped the "
-                   "object " + ", ".join(f"{LABELS[k]} {v:.0f}%" for k, v in grasp.items()) + ".")
+        if every(rows, "lift"):
+            lift, carry = mean_by_label(rows, "lift"), mean_by_label(rows, "carry_cm")
+            out.append("- Where the episodes stop (scored from the simulator's object poses, never shown to a policy): "
+                       + "; ".join(f"{LABELS[k]} reaches to {reach[k]:.1f} cm of the object, grasps it in "
+                                   f"{grasp[k]:.0f}% of episodes, lifts it in {lift[k]:.0f}%, brings it to {carry[k]:.1f} "
+                                   f"cm of the basket and places it in {v:.0f}%" for k, v in mean.items()) + ".")
+        else:
+            out.append("- Progress (scored from the simulator's object poses, never shown to a policy): closest reach "
+                       + ", ".join(f"{LABELS[k]} {v:.1f} cm" for k, v in reach.items()) + "; episodes that grasped "
+                       "the object " + ", ".join(f"{LABELS[k]} {v:.0f}%" for k, v in grasp.items()) + ".")
     if seeds == 1 and all("episodes" in r for r in rows):
         out.append("- Successful episodes: " + ", ".join(
             f"{LABELS[r['label']]} {round(r['success'] / 100 * r['episodes'])} of {r['episodes']}"
@@ -289,7 +289,7 @@ def write(dirs: list[Path], md: Path) -> None:
     rows, b = rows_from_runs(dirs)
     rescore_file = Path(__file__).parent / "results" / "libero_rescore.json"
     rescored = json.loads(rescore_file.read_text()) if rescore_file.is_file() else {}
-    check = binarization(rows, rescored)
+    check, paired = binarization(rows, rescored), ablations(rows)
     cpu_min = sum(r["wall_s"] for r in rows) / 60
     tasks = ", ".join(short(t) for t in b["tasks"])
     text = "\n".join([
@@ -324,7 +324,7 @@ def write(dirs: list[Path], md: Path) -> None:
            + (" Lifted: the share of episodes in which the object rose 4 cm above where it rested (robosuite's Lift "
               "criterion). Object to basket: per episode, the closest the object came to the basket's origin, "
               "averaged like the reach." if every(rows, "lift") else ""), ""] if has_progress(rows) else []),
-        *(["## Ablations", "", *ablations(rows), ""] if ablations(rows) else []),
+        *(["## Ablations", "", *paired, ""] if paired else []),
         *(["## The gripper command, binarized or not", "",
            "The saved final policies rolled out again with the gripper command as the policy gives it "
            "(`python analysis/libero_rescore.py analysis/cells/libero_object`), beside the study's binarized score "
