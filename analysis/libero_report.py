@@ -193,11 +193,21 @@ def binarization(rows: list[dict[str, Any]], rescored: dict[str, Any]) -> list[s
             for lab in ORDER if (ps := pairs.get(lab))]
     binarized = {lab: sum(b for b, _ in ps) / len(ps) for lab, ps in pairs.items()}
     continuous = {lab: sum(c for _, c in ps) / len(ps) for lab, ps in pairs.items()}
-    same = sorted(binarized, key=lambda k: (-binarized[k], k)) == sorted(continuous, key=lambda k: (-continuous[k], k))
+    swapped = swapped_pairs(binarized, continuous)
     return [*markdown_table(body, ["Method", "Seeds rescored", "SR binarized (%)", "SR continuous (%)",
                                    "Continuous − binarized (points)"]), "",
-            "The methods' order by mean success " + ("is the same both ways." if same else
-                                                     "changes with the gripper command: read both.")]
+            "The methods' order by mean success " + (
+                "is the same both ways (no two methods swap places; a tie in one reading is no swap)." if not swapped
+                else "changes with the gripper command (" + "; ".join(
+                    f"{LABELS[a]} above {LABELS[b]} binarized, below continuous" for a, b in swapped) + "): read both.")]
+
+
+def swapped_pairs(first: dict[str, float], second: dict[str, float]) -> list[tuple[str, str]]:
+    """Pairs (a, b), in the table's order, that ``first`` ranks strictly a above b and ``second`` strictly b
+    above a (both: higher ranks higher). A tie in either reading orders nothing, so it swaps nothing."""
+    keys = [k for k in ORDER if k in first and k in second]
+    return [(a, b) if first[a] > first[b] else (b, a) for i, a in enumerate(keys) for b in keys[i + 1:]
+            if (first[a] - first[b]) * (second[a] - second[b]) < 0]
 
 
 def has_progress(rows: list[dict[str, Any]]) -> bool:
@@ -273,10 +283,11 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
         bc = mean_by_label(rows, "bc_loss")
         out.append("- BC test loss (GMM NLL of the held-out demos' actions, lower is better): " + ", ".join(
             f"{LABELS[k]} {v:.2f}" for k, v in sorted(bc.items(), key=lambda kv: kv[1]))
-                   + (". The order by loss is the order by success." if sorted(bc, key=bc.__getitem__)
-                      == sorted(mean, key=lambda k: -mean[k]) else
-                      ". The order by loss differs from the order by success: imitating the demos better does not "
-                      "make a policy finish more tasks here."))
+                   + (". Loss and success agree on every pair of methods that success separates." if not (
+                       swapped := swapped_pairs(mean, {k: -v for k, v in bc.items()})) else
+                      ". The order by loss differs from the order by success (" + "; ".join(
+                          f"{LABELS[a]} succeeds more than {LABELS[b]} at a higher loss" for a, b in swapped)
+                      + "): imitating the demos better does not make a policy finish more tasks here."))
     if "centralized" in mean and "local" in mean:
         c, loc = mean["centralized"], mean["local"]
         out.append(f"- Pooling all clients' demos (Centralized {c:.1f}%) vs each client's own (Local {loc:.1f}%): "

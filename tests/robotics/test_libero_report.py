@@ -87,7 +87,15 @@ def test_best_of_k_and_bc_loss_columns_and_paired_ablations() -> None:
     assert len(abl) == 4  # no FedAvg + SRB, no "no L_act" runs: their rows left out
     text = "\n".join(rep.reading(rows))
     assert "BC test loss (GMM NLL of the held-out demos' actions, lower is better): FedDRMan 1.00, FedAvg 2.00, " \
-           "FedDRMan no L_sub 3.00. The order by loss differs from the order by success" in text
+           "FedDRMan no L_sub 3.00. The order by loss differs from the order by success (FedDRMan no L_sub succeeds " \
+           "more than FedAvg at a higher loss; FedDRMan no L_sub succeeds more than FedDRMan at a higher loss)" in text
+    rows = [r for r in rows if r["label"] != "feddrman_no_sub"]
+    assert "Loss and success agree on every pair of methods that success separates." in "\n".join(rep.reading(rows))
+    for r in rows:  # FedAvg at FedDRMan's success: a tie orders nothing, whatever the losses
+        r["success"] = 50.0
+    assert "Loss and success agree" in "\n".join(rep.reading(rows))
+    rows = [{**r, "success": 60.0 if r["label"] == "fedavg" else 40.0} for r in rows]
+    assert "(FedAvg succeeds more than FedDRMan at a higher loss)" in "\n".join(rep.reading(rows))
     assert "Best of the last k evaluations vs the last one: FedAvg 31.7% vs 26.7%" in text
     for r in rows:
         r["bc_loss"] = None if r["label"] == "fedavg" and r["seed"] == 2 else r["bc_loss"]
@@ -136,6 +144,12 @@ def test_the_binarization_check_pairs_rescored_cells_with_their_binarized_score(
     lines = rep.binarization(rows, rescored)
     assert lines[2] == "| FedAvg | 1 | 40.0 (n=1) | 60.0 (n=1) | +20.0 (n=1) |"
     assert lines[3] == "| FedDRMan | 1 | 50.0 (n=1) | 50.0 (n=1) | +0.0 (n=1) |"
-    assert lines[-1] == "The methods' order by mean success changes with the gripper command: read both."
+    assert lines[-1] == ("The methods' order by mean success changes with the gripper command (FedDRMan above FedAvg "
+                         "binarized, below continuous): read both.")
     rescored["fedavg__seed0"]["success_mean"] = 0.3
-    assert rep.binarization(rows, rescored)[-1] == "The methods' order by mean success is the same both ways."
+    same = "The methods' order by mean success is the same both ways (no two methods swap places; a tie in one reading is no swap)."
+    assert rep.binarization(rows, rescored)[-1] == same
+    rescored["fedavg__seed0"]["success_mean"] = 0.5  # a tie continuous: no swap
+    assert rep.binarization(rows, rescored)[-1] == same
+    assert rep.swapped_pairs({"fedavg": 1.0, "local": 2.0, "feddrman": 3.0}, {"fedavg": 3.0, "local": 2.0, "feddrman": 1.0}) \
+        == [("local", "fedavg"), ("feddrman", "local"), ("feddrman", "fedavg")]
