@@ -1,8 +1,8 @@
 """FedDRMan's Tables I-III from the run directories of the studies in ``scenarios/studies/feddrman/``.
 
-    for f in scenarios/studies/feddrman/*.yaml; do
-      p2pfl sweep $f --jobs 2 --out runs/feddrman/$(basename $f .yaml); done
-    python analysis/feddrman_report.py runs/feddrman        # -> analysis/results/feddrman.md + PNGs
+    for t in table1 table1_feddrman table2 table2_feddrman table3; do
+      p2pfl sweep scenarios/studies/feddrman/$t.yaml --jobs 2 --out runs/feddrman/$t --archive analysis/cells/feddrman/$t; done
+    python analysis/feddrman_report.py analysis/cells/feddrman        # -> analysis/results/feddrman.md + PNGs
 
 Each run's per-suite rollout success per evaluated round comes from its ``rollout_success`` log, its
 CUA groups per round from ``cua_groups`` (``p2pfl.metrics.runs.load_log``); the table (I, II, III) from the
@@ -40,8 +40,9 @@ from p2pfl.metrics.tables import markdown_table, report_main
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = {"feddrman_table1": "I", "feddrman_table1_feddrman": "I", "feddrman_table2": "II",
           "feddrman_table2_feddrman": "II", "feddrman_table3": "III"}
-COMMAND = ("for f in scenarios/studies/feddrman/*.yaml; do p2pfl sweep $f --jobs 2 --out runs/feddrman/$(basename $f .yaml); done\n"
-           "python analysis/feddrman_report.py runs/feddrman")
+COMMAND = ("for t in table1 table1_feddrman table2 table2_feddrman table3; do p2pfl sweep scenarios/studies/feddrman/$t.yaml "
+           "--jobs 2 --out runs/feddrman/$t --archive analysis/cells/feddrman/$t; done\n"
+           "python analysis/feddrman_report.py analysis/cells/feddrman")
 SUITES = ("object", "goal", "spatial")
 #: The paper's final success rates (%), Tables I-III (LIBERO, 50 rounds, 3 seeds).
 PAPER_I = {"centralized": 54.1, "local": 34.7, "fedavg": 69.1, "fedprox": 64.9, "fedkd": 40.0, "fedvla": 51.7,
@@ -330,7 +331,7 @@ def figures(groups: Groups, out: Path) -> list[str]:
 
 
 def _coverage(rows: list[dict[str, Any]]) -> list[str]:
-    """Runs found per study (each study has 3 seeds per cell); a line naming studies not run yet."""
+    """Runs found per study; a line naming studies not run yet."""
     per = Counter(r["study"] for r in rows)
     missing = [s for s in TABLES if s not in per]
     line = "Runs per study: " + ", ".join(f"{s} {n}" for s, n in per.items()) + "."
