@@ -343,9 +343,18 @@ def _coverage(rows: list[dict[str, Any]]) -> list[str]:
     missing = [s for s in TABLES if s not in per]
     line = "Runs per study: " + ", ".join(f"{s} {n}" for s, n in per.items()) + "."
     if missing:
-        line += (f" Not run yet: {', '.join(missing)} (the command above resumes); claims on their tables read "
-                 f"'{NOT_RUN}'.")
+        line += (f" Not run yet: {', '.join(missing)} (the command above resumes); claims on their tables are listed "
+                 "below the claims table, without a verdict.")
     return [line, ""]
+
+
+def claims_table(rows: list[tuple[str, str, str, str]]) -> list[str]:
+    """The claims decided here in one table (the five verdicts), then a line naming those whose studies have not
+    run yet (no verdict to give)."""
+    done = [r for r in rows if r[3] != NOT_RUN]
+    waiting = [r[0] for r in rows if r[3] == NOT_RUN]
+    out = markdown_table(done, ["claim", "paper", "ours (paired difference, points)", "verdict"]) if done else []
+    return out + (["", "Not run yet (no verdict): " + "; ".join(waiting) + "."] if waiting else [])
 
 
 def write(dirs: list[Path], md_path: Path) -> None:
@@ -368,8 +377,7 @@ def write(dirs: list[Path], md_path: Path) -> None:
           "budget above, so only the direction of each comparison is checked, and a result against the paper reads "
           "'not comparable here' (the payload claim excepted). A row whose runs differ from the "
           "paper's method in a way that can change the answer is not comparable here and says how.", "",
-          *markdown_table(claims(groups, method_differs(rows)),
-                          ["claim", "paper", "ours (paired difference, points)", "verdict"])]
+          *claims_table(claims(groups, method_differs(rows)))]
     md += ["", *tables(groups), *data_and_groups(groups), *figures(groups, md_path.parent), "", "## Not run here", "", f"* {FEDVLA}", f"* {FEDKD}"]
     md_path.write_text("\n".join(md) + "\n")
     print(f"wrote {md_path}")

@@ -111,7 +111,8 @@ UNFOLD_ATOL = 1e-5
 STACK_LIMIT = 16
 #: Tolerance of a stacked fit's weights against ``fitted_predictor``'s (absolute, after 120 Adam steps; tested).
 STACK_ATOL = 1e-4
-#: Predictors scored as one group by ``state_novelties`` on images of one channel: at most this many, and as
+#: Predictors scored as one group by ``_grouped_novelties`` (not the path scores take: ``state_novelties``) on
+#: images of one channel: at most this many, and as
 #: many as keep the group's first maps within ``SCORE_GROUP_BYTES``. Measured (one core, quiet, ms a predictor,
 #: analysis/bench_scoring.py): 100 images of 1 x 28 x 28, one by one 1.24, in groups of 4 / 8 / 12 / 16 / 24,
 #: 0.70 / 0.67 / 0.68 / 0.79 / 0.92; 300 images, 3.04, groups of 1 / 2 / 4 / 8, 2.18 / 2.06 / 2.13 / 2.27;
@@ -484,13 +485,14 @@ def state_novelties(template: nn.Module, states: Sequence[Mapping[str, torch.Ten
                     fx: torch.Tensor) -> np.ndarray:
     """:func:`novelties` of predictors given as state dicts of ``template``'s architecture (as they travel).
 
-    Images of one channel are scored in groups (:func:`_grouped_novelties`), others one by one
-    (:func:`_looped_novelties`): the same bits (measured; tested).
+    One predictor at a time (:func:`_looped_novelties`), each as its own module's forward. Scoring one-channel
+    images in groups (:func:`_grouped_novelties`, about 1.8x faster at 100 images) gave the loop's bits on the
+    machines it was measured on but not on an AMD EPYC one (up to 1e-8 apart, relative: ``nn.Conv2d`` picks its
+    kernel by CPU), so a score would depend on the machine's kernels beyond the loop's own: it stays a measured
+    alternative (analysis/bench_scoring.py), not the path scores take.
     """
     x = _check_input(template, x, scan=False)
     _check_embedding(x, fx)
-    if _scores_in_groups(template, x):
-        return _grouped_novelties(cast(nn.Sequential, template), states, x, fx)
     return _looped_novelties(template, states, x, fx)
 
 

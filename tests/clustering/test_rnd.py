@@ -194,7 +194,7 @@ def test_fitting_against_a_cached_embedding_is_training_against_the_target():
 
 
 @pytest.mark.parametrize("threads", [pytest.param(1, marks=pytest.mark.slow), 2])
-def test_one_channel_images_are_scored_in_groups_with_the_loops_bits(threads):
+def test_one_channel_images_score_as_the_loop_and_groups_come_close(threads):
     torch.set_num_threads(threads)
     try:
         t = make_target(1, seed=0)
@@ -209,8 +209,10 @@ def test_one_channel_images_are_scored_in_groups_with_the_loops_bits(threads):
         assert _scores_in_groups(template, x)
         loop = novelties(ps, x, fx).tolist()  # each a module's own forward
         assert len(set(loop)) == len(ps)
-        assert state_novelties(template, states, x, fx).tolist() == loop  # 1,100 images: groups of 1 (6.4 MB of maps each); 120: of 8
-        assert _grouped_novelties(template, states, x, fx, group=5).tolist() == loop  # 5, 5, 5, 4
+        assert state_novelties(template, states, x, fx).tolist() == loop  # the loop's bits: scores run the loop
+        # grouped (1,100 images: groups of 1, 6.4 MB of maps each; 120: of 8): the loop's bits on some CPUs, not all
+        assert np.allclose(_grouped_novelties(template, states, x, fx, group=5), loop, rtol=1e-6, atol=0)  # 5, 5, 5, 4
+        assert np.allclose(_grouped_novelties(template, states, x, fx), loop, rtol=1e-6, atol=0)
         assert state_novelties(template, states, x[:100], fx[:100]).tolist() == novelties(ps, x[:100], fx[:100]).tolist()
         rgb = torch.rand(5, 3, 12, 12)  # three channels: the loop
         assert not _scores_in_groups(make_predictor((3, 12, 12), seed=0), rgb)

@@ -128,3 +128,11 @@ def test_feddrman_table_iii_against_a_cua_that_never_separated_the_suites_is_not
 def test_includes_cannot_tell_without_a_revision():
     rep = analysis_module("feddrman_report")
     assert rep._includes(None, "63664ba") is None and rep._includes(float("nan"), "63664ba") is None
+
+
+def test_feddrman_claims_not_run_yet_are_listed_below_the_table_without_a_verdict():
+    rep = analysis_module("feddrman_report")
+    lines = rep.claims_table([("a", "p", "o", HOLDS), ("b", "p", "—", NOT_RUN), ("c", "p", "—", NOT_RUN)])
+    assert lines[0] == "| claim | paper | ours (paired difference, points) | verdict |"
+    assert lines[2:] == ["| a | p | o | holds |", "", "Not run yet (no verdict): b; c."]
+    assert rep.claims_table([("b", "p", "—", NOT_RUN)]) == ["", "Not run yet (no verdict): b."]
