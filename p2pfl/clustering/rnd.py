@@ -530,9 +530,9 @@ def _grouped_novelties(template: nn.Sequential, states: Sequence[Mapping[str, to
     images, unfolded once for all its predictors (as :class:`UnfoldConv2d`), and the elementwise layers and
     the average pool run on the group's maps at once; the second convolution and the linear layer run per
     predictor. With one input channel each output of the first convolution is the same 9-term sum as
-    ``nn.Conv2d``'s, and the scores are the loop's bit for bit (measured on every input and thread count
-    tried; tested). With three channels the sums are ordered differently (1e-6 apart, measured): those run
-    the loop.
+    ``nn.Conv2d``'s, and the scores were the loop's bit for bit on the machines first measured, but not on
+    every CPU (``nn.Conv2d``'s kernel is the CPU's choice): within 1e-6 of the loop, relative (tested), so
+    :func:`state_novelties` runs the loop. With three channels the sums are ordered differently (1e-6 apart).
     """
     conv1, pool, conv2, avg = cast(nn.Conv2d, template[0]), template[2], cast(nn.Conv2d, template[3]), template[5]
     c1, c2 = conv1.out_channels, conv2.out_channels
