@@ -42,7 +42,7 @@ from p2pfl.metrics.report import ci95
 __all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_COMPARABLE", "CANNOT_TEST", "VERDICTS", "NOT_RUN",
            "not_comparable", "cannot_test", "downgrade", "holds_if", "kind", "short", "interval", "paired", "fmt_ci",
            "fmt_diff", "at_least", "below", "beats", "combine", "per_part", "holm", "holm_adjusted",
-           "paired_p", "at_least_holm", "seeds_to_resolve", "headroom_gain", "headroom_gains", "target_accuracy",
+           "paired_p", "at_least_holm", "at_least_holm_p", "seeds_to_resolve", "headroom_gain", "headroom_gains", "target_accuracy",
            "fewer_bytes", "device_percentile", "mean_curve"]
 
 # ------------------------------------------------------------------------------ the five verdicts
@@ -255,6 +255,32 @@ def paired_p(diffs: Sequence[float], margin: float = 0.0, side: Literal["greater
     return float(t.sf(sign * (mean - margin) / (sd / math.sqrt(n)), n - 1))
 
 
+def _at_least_pvalues(diffs_list: Sequence[Sequence[float]], margin: float, family: Optional[int]
+                      ) -> tuple[list[int], list[float]]:
+    """(the comparisons on two seeds or more, the p-values Holm's procedure takes: theirs in that order, then
+    p = 1 for each planned one missing): ``at_least_holm``'s two-sided paired tests of mean(diff) = -margin."""
+    tested = [k for k, d in enumerate(diffs_list) if len(d) >= 2]
+    p = [min(1.0, 2 * min(paired_p(diffs_list[k], -margin, "greater"), paired_p(diffs_list[k], -margin, "less")))
+         for k in tested]
+    if family is not None:
+        if family < len(p):
+            raise ValueError(f"family={family} is smaller than the {len(p)} comparisons tested")
+        p += [1.0] * (family - len(p))
+    return tested, p
+
+
+def at_least_holm_p(diffs_list: Sequence[Sequence[float]], margin: float,
+                    family: Optional[int] = None) -> list[Optional[float]]:
+    """The Holm-adjusted p-value behind each ``at_least_holm`` verdict (``holm_adjusted`` over the same family),
+    in input order; None where fewer than two seeds ran. A verdict other than "not resolved" at level alpha is
+    exactly an adjusted p-value <= alpha: the figure to print beside an unadjusted interval."""
+    tested, p = _at_least_pvalues(diffs_list, margin, family)
+    out: list[Optional[float]] = [None] * len(diffs_list)
+    for k, a in zip(tested, holm_adjusted(p)):
+        out[k] = a
+    return out
+
+
 def at_least_holm(diffs_list: Sequence[Sequence[float]], margin: float, alpha: float = 0.05,
                   family: Optional[int] = None) -> list[str]:
     """``at_least`` verdicts ('a >= b - margin', diffs a - b) for a table of m comparisons, Holm-corrected.
@@ -272,13 +298,7 @@ def at_least_holm(diffs_list: Sequence[Sequence[float]], margin: float, alpha: f
     missing enters Holm's procedure as p = 1, so a verdict given now stands once they come in, whatever they
     show (their real p-values are at most 1, and Holm's thresholds only grow as they fall).
     """
-    tested = [k for k, d in enumerate(diffs_list) if len(d) >= 2]
-    p = [min(1.0, 2 * min(paired_p(diffs_list[k], -margin, "greater"), paired_p(diffs_list[k], -margin, "less")))
-         for k in tested]
-    if family is not None:
-        if family < len(p):
-            raise ValueError(f"family={family} is smaller than the {len(p)} comparisons tested")
-        p += [1.0] * (family - len(p))
+    tested, p = _at_least_pvalues(diffs_list, margin, family)
     out = [NOT_RUN] * len(diffs_list)
     for k, rejected in zip(tested, holm(p, alpha)):
         if not rejected:

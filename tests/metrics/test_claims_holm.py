@@ -14,6 +14,7 @@ from p2pfl.metrics.claims import (
     NOT_RESOLVED,
     at_least,
     at_least_holm,
+    at_least_holm_p,
     device_percentile,
     fewer_bytes,
     headroom_gain,
@@ -110,6 +111,28 @@ def test_not_run_comparisons_are_left_out_of_the_family():
     borderline = around(-margin + 3 * 0.00707107)  # two-sided p = 0.040: rejected only when m = 1
     assert at_least_holm([borderline, [0.5]], margin) == ["holds", "not run"]
     assert at_least_holm([borderline, around(-margin)], margin)[0].startswith("not resolved")
+
+
+def test_the_adjusted_p_value_is_the_one_behind_each_verdict():
+    margin = 0.02
+    borderline = around(-margin + 3 * 0.00707107)  # t = 3, 4 df: two-sided p = 0.0399
+    p_borderline = 2 * ttest_1samp(borderline, popmean=-margin, alternative="greater").pvalue
+    assert p_borderline == pytest.approx(0.0399, abs=1e-4)
+    # alone: unadjusted; with a clear comparison ahead of it (m = 2): the running max of (2 p_clear, 1 p_borderline)
+    assert at_least_holm_p([borderline], margin) == pytest.approx([p_borderline], rel=1e-12)
+    clear = around(0.05)
+    p_clear = 2 * ttest_1samp(clear, popmean=-margin, alternative="greater").pvalue
+    got = at_least_holm_p([clear, borderline, [0.3]], margin)
+    assert got[:2] == pytest.approx([2 * p_clear, p_borderline], rel=1e-9) and got[2] is None
+    # a planned family of 3: the borderline's adjusted p is 2 p (step 2 of 3), over 0.05: not resolved
+    got = at_least_holm_p([clear, borderline], margin, family=3)
+    assert got == pytest.approx([3 * p_clear, 2 * p_borderline], rel=1e-9)
+    assert at_least_holm([clear, borderline], margin, family=3) == ["holds", NOT_RESOLVED]
+    # the verdicts and the adjusted p-values agree on every table above: rejected exactly when p <= 0.05
+    for table, family in (([borderline], None), ([clear, borderline], None), ([clear, borderline], 3),
+                          ([around(-0.08), clear], None)):
+        for v, a in zip(at_least_holm(table, margin, family=family), at_least_holm_p(table, margin, family=family)):
+            assert a is not None and (v != NOT_RESOLVED) == (a <= 0.05)
 
 
 def test_a_planned_family_counts_the_comparisons_not_run_yet_as_not_rejected():
