@@ -41,6 +41,10 @@ from p2pfl.metrics.tables import markdown_table, report_main
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = {"feddrman_table1": "I", "feddrman_table1_feddrman": "I", "feddrman_table2": "II",
           "feddrman_table2_feddrman": "II", "feddrman_table3": "III"}
+#: the budget the report states: field -> its scenario column (read per table, ``per_table``)
+BUDGET = {"rounds": "protocol.rounds", "eval_every": "protocol.eval_every", "episodes": "data.partition.eval_episodes",
+          "horizon": "data.partition.horizon", "demos": "data.partition.demos_per_task", "epochs": "training.epochs",
+          "lr": "training.lr", "clients": "data.partition.clients_per_suite"}
 COMMAND = ("for t in table1 table1_feddrman table2 table2_feddrman table3; do p2pfl sweep scenarios/studies/feddrman/$t.yaml "
            "--jobs 2 --out runs/feddrman/$t --archive analysis/cells/feddrman/$t; done\n"
            "python analysis/feddrman_report.py analysis/cells/feddrman")
@@ -87,13 +91,12 @@ def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, An
     runs = load_runs(*dirs)
     logs = {name: log_entries(*dirs, name=name) for name in ("rollout_success", "cua_groups")}
     samples = load_nodes(*dirs).groupby("path", sort=False)["samples"].apply(list)
-    rows, budget = [], {}
+    rows: list[dict[str, Any]] = []
+    seen: dict[str, dict[str, set[Any]]] = {field: {} for field in BUDGET}
     for _, r in runs[runs["study"].isin(TABLES)].iterrows():
         sc, path = {k.removeprefix("scenario."): v for k, v in r.items() if k.startswith("scenario.")}, r["path"]
-        budget = {"rounds": sc["protocol.rounds"], "eval_every": sc["protocol.eval_every"],
-                  "episodes": sc["data.partition.eval_episodes"], "horizon": sc["data.partition.horizon"],
-                  "demos": sc["data.partition.demos_per_task"], "epochs": sc["training.epochs"],
-                  "lr": sc["training.lr"], "clients": sc["data.partition.clients_per_suite"]}
+        for field, column in BUDGET.items():
+            seen[field].setdefault(TABLES[r["study"]], set()).add(sc[column])
         curve = per_suite_curve(logs["rollout_success"].get(path, []))
         rows.append({"study": r["study"], "table": TABLES[r["study"]], "label": r["variant"], "seed": int(r["seed"]),
                      "protocol": sc["protocol.name"], "revision": r["git_revision"],
@@ -103,7 +106,16 @@ def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, An
                      "per_suite": sc["data.partition.clients_per_suite"]})
     if not rows:
         raise SystemExit(f"{' '.join(map(str, dirs))}: no runs of the FedDRMan studies (scenarios/studies/feddrman/) found")
-    return rows, budget
+    return rows, {field: per_table(values) for field, values in seen.items()}
+
+
+def per_table(values: dict[str, set[Any]]) -> str:
+    """A budget field as the report states it: its value where every table ran the same, else each table's
+    ('5 (Table I), 2 (Table II)'), so a table's settings never stand for another's."""
+    distinct = {v for vs in values.values() for v in vs}
+    if len(distinct) == 1:
+        return str(next(iter(distinct)))
+    return ", ".join(f"{'/'.join(sorted(map(str, vs)))} (Table {t})" for t, vs in sorted(values.items()))
 
 
 Groups = dict[tuple[str, str, str], list[dict[str, Any]]]
@@ -368,8 +380,10 @@ def write(dirs: list[Path], md_path: Path) -> None:
           f"{b['eval_every']} rounds, {b['episodes']} episodes per task at every evaluation (10, and 20 for the final "
           f"number), 4 tasks per suite (10), horizon {b['horizon']}, {b['epochs']} local epoch per round, lr {b['lr']} "
           f"(1e-4), {b['demos']} scripted demos per task on our MuJoCo suites (LIBERO's 50 human demos), "
-          f"{b['clients']} clients per suite. One episode is {100 / (4 * b['episodes']):.1f} points of a suite's rate. "
-          "Cells: final-round success (%), mean over seeds ± the half-width of the 95% t-interval (per-seed values).",
+          f"{b['clients']} clients per suite. "
+          + (f"One episode is {100 / (4 * int(b['episodes'])):.1f} points of a suite's rate. "
+             if b["episodes"].isdigit() else "")
+          + "Cells: final-round success (%), mean over seeds ± the half-width of the 95% t-interval (per-seed values).",
           "", *_coverage(rows), "## Claims", "",
           "Verdicts come from the 95% interval of the per-seed paired difference: a claim 'a beats b' holds when the "
           "whole interval is above 0, does not hold when it is wholly below, and is not resolved otherwise (the "

@@ -136,3 +136,11 @@ def test_feddrman_claims_not_run_yet_are_listed_below_the_table_without_a_verdic
     assert lines[0] == "| claim | paper | ours (paired difference, points) | verdict |"
     assert lines[2:] == ["| a | p | o | holds |", "", "Not run yet (no verdict): b; c."]
     assert rep.claims_table([("b", "p", "—", NOT_RUN)]) == ["", "Not run yet (no verdict): b."]
+
+
+def test_feddrman_budget_states_each_tables_value_where_the_tables_differ():
+    rep = analysis_module("feddrman_report")
+    assert rep.per_table({"I": {5}, "II": {5}}) == "5"
+    # Table II's 2 clients per suite must not stand for Table I's 5 (the last run read used to set the line)
+    assert rep.per_table({"II": {2}, "I": {5}, "III": {2}}) == "5 (Table I), 2 (Table II), 2 (Table III)"
+    assert rep.per_table({"I": {20, 50}}) == "20/50 (Table I)"
