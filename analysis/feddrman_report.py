@@ -349,11 +349,21 @@ def figures(groups: Groups, out: Path) -> list[str]:
     return md
 
 
-def _coverage(rows: list[dict[str, Any]]) -> list[str]:
-    """Runs found per study; a line naming studies not run yet."""
+def study_cells() -> dict[str, int]:
+    """Study name -> its planned cells (``load_study`` on ``scenarios/studies/feddrman/``), for those on disk."""
+    from p2pfl.study.spec import load_study
+
+    folder = ROOT / "scenarios" / "studies" / "feddrman"
+    paths = [folder / f"{name.removeprefix('feddrman_')}.yaml" for name in TABLES]
+    return {(study := load_study(path)).name: len(study.cells) for path in paths if path.is_file()}
+
+
+def _coverage(rows: list[dict[str, Any]], planned: dict[str, int]) -> list[str]:
+    """Runs found per study against its planned cells; a line naming studies not run yet."""
     per = Counter(r["study"] for r in rows)
     missing = [s for s in TABLES if s not in per]
-    line = "Runs per study: " + ", ".join(f"{s} {n}" for s, n in per.items()) + "."
+    line = "Runs per study: " + ", ".join(
+        f"{s} {n}" + (f" of {planned[s]}" if s in planned else "") for s, n in per.items()) + "."
     if missing:
         line += (f" Not run yet: {', '.join(missing)} (the command above resumes); claims on their tables are listed "
                  "below the claims table, without a verdict.")
@@ -384,7 +394,7 @@ def write(dirs: list[Path], md_path: Path) -> None:
           + (f"One episode is {100 / (4 * int(b['episodes'])):.1f} points of a suite's rate. "
              if b["episodes"].isdigit() else "")
           + "Cells: final-round success (%), mean over seeds ± the half-width of the 95% t-interval (per-seed values).",
-          "", *_coverage(rows), "## Claims", "",
+          "", *_coverage(rows, study_cells()), "## Claims", "",
           "Verdicts come from the 95% interval of the per-seed paired difference: a claim 'a beats b' holds when the "
           "whole interval is above 0, does not hold when it is wholly below, and is not resolved otherwise (the "
           "interval spans the margin, 0). The paper's numbers are on LIBERO at its budget; ours on our suites at the "

@@ -144,3 +144,13 @@ def test_feddrman_budget_states_each_tables_value_where_the_tables_differ():
     # Table II's 2 clients per suite must not stand for Table I's 5 (the last run read used to set the line)
     assert rep.per_table({"II": {2}, "I": {5}, "III": {2}}) == "5 (Table I), 2 (Table II), 2 (Table III)"
     assert rep.per_table({"I": {20, 50}}) == "20/50 (Table I)"
+
+
+def test_feddrman_coverage_counts_runs_against_the_planned_cells():
+    rep = analysis_module("feddrman_report")
+    rows = [{"study": "feddrman_table1"}] * 3 + [{"study": "feddrman_table2"}]
+    line = rep._coverage(rows, {"feddrman_table1": 75, "feddrman_table2": 80})[0]
+    assert line.startswith("Runs per study: feddrman_table1 3 of 75, feddrman_table2 1 of 80. Not run yet: "
+                           "feddrman_table1_feddrman, feddrman_table2_feddrman, feddrman_table3 (")
+    # the planned cells come from the studies on disk
+    assert rep.study_cells()["feddrman_table2"] == 80
