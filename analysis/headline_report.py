@@ -304,6 +304,11 @@ def _ratio(x: float) -> str:
     return f"{x:.2f}" if x >= 0.01 else f"{x:.1g}"
 
 
+def _ratio3(x: float) -> str:
+    """A ratio with three decimals, or one significant digit below 0.001 (0.0004, not 0.000)."""
+    return f"{x:.3f}" if x >= 0.001 else f"{x:.1g}"
+
+
 def recommend(c_by_arm: dict[str, tuple[dict[str, Any], str]], fedavg_gain: float,
               server_gain: float) -> tuple[str, str]:
     """(what to run, because ...) for one group from the serverless arms' verdicts (an arm read on one seed only
@@ -466,7 +471,7 @@ def comparisons_table(verdict: dict[tuple[Group, str], tuple[dict[str, Any], str
     rows = [[group_name(g), a, c["n_seeds"], fmt_diff(c["equal_traffic"], 1.0, 2), v,
              "—" if c["holm_p"] is None else f"{c['holm_p']:.3g}", needed(g[0], c["equal_traffic"]),
              f"{fmt_diff(c['equal_time'], 1.0, 2)} ({len(c['equal_time'])})", fmt_diff(c["end"], 1.0, 2),
-             f"{np.mean(c['traffic_ratio']):.2f}", f"{np.mean(c['time_ratio']):.3f}"]
+             f"{np.mean(c['traffic_ratio']):.2f}", _ratio3(float(np.mean(c["time_ratio"])))]
             for (g, a), (c, v) in verdict.items() if v != NOT_RUN]
     if not rows:
         return ["No comparison on two seeds or more yet.", ""]
