@@ -274,9 +274,9 @@ def verdicts(table: dict[Group, dict[str, list[Row]]], family: Mapping[int, int]
                  if (c := comparison(arms, name)) is not None}
         tested = sum(len(c["equal_traffic"]) >= 2 for c in comps.values())
         planned = max(family[n], tested) if n in family else None
-        held = at_least_holm([c["equal_traffic"] for c in comps.values()], MARGIN, family=planned)
-        for c, adjusted in zip(comps.values(), at_least_holm_p([c["equal_traffic"] for c in comps.values()], MARGIN,
-                                                                family=planned)):
+        diffs = [c["equal_traffic"] for c in comps.values()]
+        held = at_least_holm(diffs, MARGIN, family=planned)
+        for c, adjusted in zip(comps.values(), at_least_holm_p(diffs, MARGIN, family=planned)):
             c["holm_p"] = adjusted
         # "not run" from Holm: fewer than two seeds; with none read at IFCA's traffic, that is no reading there
         out.update({key: (c, NO_READING if v == NOT_RUN and not c["equal_traffic"] else v)
@@ -299,14 +299,9 @@ def group_name(g: Group) -> str:
     return f"N = {g[0]:,}, {g[1]}, {g[2]}"
 
 
-def _ratio(x: float) -> str:
-    """A ratio with two decimals, or one significant digit below 0.01 (0.003, not 0.00)."""
-    return f"{x:.2f}" if x >= 0.01 else f"{x:.1g}"
-
-
-def _ratio3(x: float) -> str:
-    """A ratio with three decimals, or one significant digit below 0.001 (0.0004, not 0.000)."""
-    return f"{x:.3f}" if x >= 0.001 else f"{x:.1g}"
+def _ratio(x: float, decimals: int = 2) -> str:
+    """A ratio with ``decimals`` decimals, or one significant digit below their last (0.003, not 0.00)."""
+    return f"{x:.{decimals}f}" if x >= 10.0 ** -decimals else f"{x:.1g}"
 
 
 def recommend(c_by_arm: dict[str, tuple[dict[str, Any], str]], fedavg_gain: float,
@@ -471,7 +466,7 @@ def comparisons_table(verdict: dict[tuple[Group, str], tuple[dict[str, Any], str
     rows = [[group_name(g), a, c["n_seeds"], fmt_diff(c["equal_traffic"], 1.0, 2), v,
              "—" if c["holm_p"] is None else f"{c['holm_p']:.3g}", needed(g[0], c["equal_traffic"]),
              f"{fmt_diff(c['equal_time'], 1.0, 2)} ({len(c['equal_time'])})", fmt_diff(c["end"], 1.0, 2),
-             f"{np.mean(c['traffic_ratio']):.2f}", _ratio3(float(np.mean(c["time_ratio"])))]
+             f"{np.mean(c['traffic_ratio']):.2f}", _ratio(float(np.mean(c["time_ratio"])), 3)]
             for (g, a), (c, v) in verdict.items() if v != NOT_RUN]
     if not rows:
         return ["No comparison on two seeds or more yet.", ""]
@@ -600,7 +595,7 @@ def write(dirs: list[Path], report: Path) -> None:
         + ", ".join(f"{m} at N = {n:,}" for n, m in explore_family.items())
         + "; those not run yet count as not rejected, so a verdict given now stands when they come in). "
         "Brackets are paired 95% t-intervals over the seeds, not adjusted: a verdict needs the Holm-adjusted "
-        "p-value of the test of mean = −0.10 at or below 0.05 (the comparisons table prints it), which over a "
+        f"p-value of the test of mean = −{MARGIN} at or below 0.05 (the comparisons table prints it), which over a "
         "family of m asks at its strictest step for the 1 − 0.05/m interval, so an unadjusted bracket clear of "
         "the margin can still read 'not resolved'; "
         f"'fewer bytes' = at least "
