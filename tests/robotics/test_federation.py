@@ -360,8 +360,8 @@ def test_fedkd_sends_only_the_compressed_mentee_and_never_the_mentor(tmp_path):
     assert again["bytes_total"] == s["bytes_total"] and again["success_per_node"] == s["success_per_node"]
 
 
-def test_mutual_distillation_trains_both_models_and_the_hidden_map():
-    from p2pfl.protocols.server.fedkd import MentorMentee, mutual_distillation_loss
+def _pair_and_batch():
+    from p2pfl.protocols.server.fedkd import MentorMentee
 
     lay = ObsLayout(history=1)
     with torch.random.fork_rng(devices=[]):
@@ -370,10 +370,49 @@ def test_mutual_distillation_trains_both_models_and_the_hidden_map():
     g = torch.Generator().manual_seed(1)
     x, y = torch.rand(32, lay.width, generator=g), torch.rand(32, lay.action, generator=g) * 2 - 1
     x[:, -lay.tokens:] = torch.from_numpy(tokenize("pick up the red cube", lay.tokens)).float()
+    return pair, x, y
+
+
+def test_mutual_distillation_trains_both_models_and_the_hidden_map():
+    from p2pfl.protocols.server.fedkd import mutual_distillation_loss
+
+    pair, x, y = _pair_and_batch()
     loss = mutual_distillation_loss(pair, x, y, torch.Generator().manual_seed(2))
     loss.backward()
     for part in (pair.mentor.head, pair.mentee.head, pair.hidden):
         assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in part.parameters())
+
+
+def test_distillation_terms_split_fedkds_loss_into_its_parts():
+    from p2pfl.protocols.server.fedkd import mutual_distillation_loss
+    from p2pfl.robotics.gmm import gmm_nll
+
+    pair, x, y = _pair_and_batch()
+    task = gmm_nll(pair.mentor.distribution(x), y) + gmm_nll(pair.mentee.distribution(x), y)
+    loss = {t: mutual_distillation_loss(pair, x, y, torch.Generator().manual_seed(2), terms=t)
+            for t in ("all", "action", "hidden", "none")}
+    assert torch.equal(loss["none"], task)  # no distillation: behaviour cloning of both policies
+    assert float(loss["action"] - task) != 0 and float(loss["hidden"] - task) > 0
+    torch.testing.assert_close(loss["all"] - task, (loss["action"] - task) + (loss["hidden"] - task))
+    default = mutual_distillation_loss(pair, x, y, torch.Generator().manual_seed(2))
+    assert torch.equal(default, loss["all"])  # FedKD-A unless an ablation is asked for
+
+
+@pytest.mark.parametrize("terms, hidden_map_trains", [("action", False), ("hidden", True), ("none", False)])
+def test_an_ablated_term_leaves_its_parameters_untrained(terms, hidden_map_trains):
+    from p2pfl.protocols.server.fedkd import mutual_distillation_loss
+
+    pair, x, y = _pair_and_batch()
+    mutual_distillation_loss(pair, x, y, torch.Generator().manual_seed(2), terms=terms).backward()
+    assert all(p.grad is not None for p in pair.mentor.head.parameters())
+    assert all((p.grad is not None) == hidden_map_trains for p in pair.hidden.parameters())
+
+
+def test_an_unknown_distillation_term_is_a_config_error_naming_the_field(tmp_path):
+    from p2pfl.config import load_dict
+
+    with pytest.raises(ConfigError, match="distill_terms"):
+        load_dict(_scenario(tmp_path, {"name": "fedkd", "rounds": 2, "distill_terms": "kl"}))
 
 
 @pytest.mark.slow

@@ -47,7 +47,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.robotics.policy import ResNetTPolicy
     from p2pfl.sim.context import DeviceContext, NodeContext, ServerContext
 
-__all__ = ["FedKD", "FedKDParams", "MentorMentee", "mutual_distillation_loss"]
+__all__ = ["FedKD", "FedKDParams", "MentorMentee", "DistillTerms", "mutual_distillation_loss"]
+
+#: Which of FedKD-A's distillation terms train the pair: all of them (FedKD-A), only the two action
+#: distillations, only the hidden-state loss, or none (then the pair trains by behaviour cloning alone).
+DistillTerms = Literal["all", "action", "hidden", "none"]
 
 
 class FedKDParams(FedAvgParams):
@@ -55,6 +59,7 @@ class FedKDParams(FedAvgParams):
     energy_start: float = Field(0.95, gt=0, le=1, description="SVD energy threshold T at round 0")
     energy_end: float = Field(0.98, gt=0, le=1, description="SVD energy threshold T at the last round")
     evaluate: Literal["mentee", "mentor"] = Field("mentee", description="score the shared mentee (server) or each device's mentor")
+    distill_terms: DistillTerms = Field("all", description="the distillation terms that train (an ablation; 'all' is FedKD-A)")
 
 
 def _mean_action(d: GMM) -> torch.Tensor:
@@ -75,15 +80,24 @@ class MentorMentee(nn.Module):
 
 
 def mutual_distillation_loss(pair: MentorMentee, x: torch.Tensor, y: torch.Tensor,
-                             generator: torch.Generator | None = None) -> torch.Tensor:
-    """L_t^T + L_t^S + (L_d^T + L_d^S + L_h) / (e_T + e_S): FedKD's adaptive mutual distillation."""
+                             generator: torch.Generator | None = None, terms: DistillTerms = "all") -> torch.Tensor:
+    """L_t^T + L_t^S + (L_d^T + L_d^S + L_h) / (e_T + e_S): FedKD's adaptive mutual distillation.
+
+    ``terms`` keeps a subset of the distillation terms (``DistillTerms``); the adaptive weight is unchanged.
+    """
     z_t, _ = pair.mentor.encode(x)
     z_s, _ = pair.mentee.encode(x)
     d_t, d_s = pair.mentor.head(z_t), pair.mentee.head(z_s)
     task = gmm_nll(d_t, y) + gmm_nll(d_s, y)
+    if terms == "none":
+        return task
     with torch.no_grad():
         e = ((_mean_action(d_t) - y) ** 2).sum(-1).mean() + ((_mean_action(d_s) - y) ** 2).sum(-1).mean()
+    if terms == "hidden":
+        return task + F.mse_loss(pair.hidden(z_s), z_t) / (e + 1e-3)
     distil = action_distillation(d_s, d_t, generator) + action_distillation(d_t, d_s, generator)
+    if terms == "action":
+        return task + distil / (e + 1e-3)
     hidden = F.mse_loss(pair.hidden(z_s), z_t)
     return task + (distil + hidden) / (e + 1e-3)
 
@@ -175,7 +189,7 @@ class FedKD(FedAvgBase[FedKDParams]):
             load_state_(pair.mentee, shared.state_dict())
             gen = torch.Generator()
             gen.manual_seed(int(ctx.rng.integers(2**62)))
-            yield from ctx.train(pair, loss=functools.partial(_pair_loss, generator=gen))
+            yield from ctx.train(pair, loss=functools.partial(_pair_loss, generator=gen, terms=p.distill_terms))
             base = shared.state_dict()
             delta = {k: v.detach() - base[k] for k, v in pair.mentee.state_dict().items()}
             packed = compress_update(delta, self.threshold(msg.round))
@@ -191,9 +205,10 @@ class FedKD(FedAvgBase[FedKDParams]):
         return cast("ResNetTPolicy", model)
 
 
-def _pair_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
+def _pair_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, generator: torch.Generator,
+               terms: DistillTerms = "all") -> torch.Tensor:
     """``mutual_distillation_loss`` as a batch loss of the trained pair."""
-    return mutual_distillation_loss(cast(MentorMentee, model), x, y, generator)
+    return mutual_distillation_loss(cast(MentorMentee, model), x, y, generator, terms)
 
 
 def _width(policy: ResNetTPolicy) -> int:
