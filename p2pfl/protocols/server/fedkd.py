@@ -93,13 +93,14 @@ def mutual_distillation_loss(pair: MentorMentee, x: torch.Tensor, y: torch.Tenso
         return task
     with torch.no_grad():
         e = ((_mean_action(d_t) - y) ** 2).sum(-1).mean() + ((_mean_action(d_s) - y) ** 2).sum(-1).mean()
-    if terms == "hidden":
-        return task + F.mse_loss(pair.hidden(z_s), z_t) / (e + 1e-3)
-    distil = action_distillation(d_s, d_t, generator) + action_distillation(d_t, d_s, generator)
-    if terms == "action":
-        return task + distil / (e + 1e-3)
-    hidden = F.mse_loss(pair.hidden(z_s), z_t)
-    return task + (distil + hidden) / (e + 1e-3)
+    distil: torch.Tensor | None = None
+    if terms in ("all", "action"):
+        distil = action_distillation(d_s, d_t, generator) + action_distillation(d_t, d_s, generator)
+    if terms in ("all", "hidden"):
+        hidden = F.mse_loss(pair.hidden(z_s), z_t)
+        distil = hidden if distil is None else distil + hidden
+    assert distil is not None
+    return task + distil / (e + 1e-3)
 
 
 class FedKD(FedAvgBase[FedKDParams]):
