@@ -296,10 +296,19 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def rescored_in(dirs: list[Path]) -> dict[str, Any]:
+    """``analysis/libero_rescore.py``'s results by cell, read from ``libero_rescore.json`` in each folder reported
+    on (the rescoring writes it beside the cells it rescored)."""
+    rescored: dict[str, Any] = {}
+    for d in dirs:
+        if (d / "libero_rescore.json").is_file():
+            rescored.update(json.loads((d / "libero_rescore.json").read_text(encoding="utf-8")))
+    return rescored
+
+
 def write(dirs: list[Path], md: Path) -> None:
     rows, b = rows_from_runs(dirs)
-    rescore_file = Path(__file__).parent / "results" / "libero_rescore.json"
-    rescored = json.loads(rescore_file.read_text()) if rescore_file.is_file() else {}
+    rescored = rescored_in(dirs)
     check, paired = binarization(rows, rescored), ablations(rows)
     cpu_min = sum(r["wall_s"] for r in rows) / 60
     tasks = ", ".join(short(t) for t in b["tasks"])

@@ -1,13 +1,15 @@
 """Score a LIBERO study's final policies again with the gripper command as the policy gives it (not binarized).
 
-    python analysis/libero_rescore.py analysis/cells/libero_object [--seeds 0]   # -> analysis/results/libero_rescore.json
+    python analysis/libero_rescore.py analysis/cells/libero_object [--seeds 0]   # -> <that folder>/libero_rescore.json
 
 The study runs its rollouts with the gripper command binarized to +-1, as LIBERO's own policies send it
 (``data.partition.binarize_gripper``). Whether that choice changes the ranking of the methods is read here
 without training again: every cell saves the models its last scores came from (``save_models: final``,
 ``models.npz``), and each distinct one is rolled out once more on its devices' suite, the same tasks,
 episodes, horizon and seeds, with the command continuous. ``analysis/libero_report.py`` puts the result
-beside the binarized score. A cell already in the output file is skipped (a long rescoring resumes).
+beside the binarized score: it reads ``libero_rescore.json`` from each folder it reports on, so a rescoring
+stays with the cells it rescored (and is committed with an archive). A cell already in the file is skipped (a
+long rescoring resumes).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from p2pfl.learning.saved import MODELS_FILE, load_models
 from p2pfl.robotics.federation import RobotFederation
 from p2pfl.sim.kernel import build_only, torch_threads
 
-OUT = Path(__file__).parent / "results" / "libero_rescore.json"
+RESCORE_FILE = "libero_rescore.json"  # in the folder of the cells rescored
 
 
 def rescore_cell(cell: Path) -> dict[str, Any]:
@@ -66,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("cells", type=Path, help="a study's archive (or sweep output) folder")
     ap.add_argument("--seeds", type=int, nargs="*", help="only the cells of these seeds")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out", type=Path, help=f"the output file (default: CELLS/{RESCORE_FILE}, where the report reads it)")
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = args.cells / RESCORE_FILE
     results: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
     cells = sorted(d for d in args.cells.iterdir() if (d / MODELS_FILE).is_file())
     if args.seeds is not None:

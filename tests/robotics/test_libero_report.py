@@ -134,6 +134,18 @@ def test_rescoring_a_cells_saved_policies_reproduces_its_last_scores(tmp_path) -
     assert got["success_mean"] == pytest.approx(run.summary["success_mean"], abs=1e-12)
 
 
+def test_the_report_reads_each_folders_rescoring(tmp_path) -> None:
+    """A rescoring is written beside the cells it rescored (the script's default) and read from there."""
+    rep, rescore = analysis_module("libero_report"), analysis_module("libero_rescore")
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    assert rescore.main([str(a)]) == 0 and not (a / rescore.RESCORE_FILE).exists()  # no saved models: nothing
+    (a / rescore.RESCORE_FILE).write_text('{"fedavg__seed0": {"success_mean": 0.5}}')
+    (b / rescore.RESCORE_FILE).write_text('{"feddrman__seed0": {"success_mean": 0.25}}')
+    assert rep.rescored_in([a, b]) == {"fedavg__seed0": {"success_mean": 0.5}, "feddrman__seed0": {"success_mean": 0.25}}
+    assert rep.rescored_in([tmp_path]) == {}
+
+
 def test_the_binarization_check_pairs_rescored_cells_with_their_binarized_score() -> None:
     rep = analysis_module("libero_report")
     rows = [{"label": lab, "seed": s, "cell": f"{lab}__seed{s}", "success": v}
