@@ -500,7 +500,7 @@ def curves_figure(table: dict[Group, dict[str, list[Row]]], n: int, dyn: str, ou
                     ax.plot(*zip(*pts), label=rs[0]["protocol"], color=colour(rs[0]["protocol"]), lw=1.2)
             ax.set(xscale="log", xlabel=label, ylabel="mean accuracy", title=f"N = {n:,}, {g[1]}, {dyn}")
             ax.title.set_fontsize(9)
-            if i == 0 and j == 0:
+            if i == 0 and j == 1:  # the time panel: every protocol has a curve there (Local sends nothing)
                 ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
