@@ -300,9 +300,9 @@ def rescored_in(dirs: list[Path]) -> dict[str, Any]:
     """``analysis/libero_rescore.py``'s results by cell, read from ``libero_rescore.json`` in each folder reported
     on (the rescoring writes it beside the cells it rescored)."""
     rescored: dict[str, Any] = {}
-    for d in dirs:
-        if (d / "libero_rescore.json").is_file():
-            rescored.update(json.loads((d / "libero_rescore.json").read_text(encoding="utf-8")))
+    for f in (d / "libero_rescore.json" for d in dirs):  # libero_rescore.RESCORE_FILE
+        if f.is_file():
+            rescored.update(json.loads(f.read_text(encoding="utf-8")))
     return rescored
 
 
