@@ -207,6 +207,17 @@ class RobotFederation(Federation):
         return RolloutReport(res.success, flops, fields)
 
 
+def check_render_lod(attrs: dict, want: float, path: Path) -> None:
+    """One-line error where a LIBERO demo file was rendered with other meshes than the rollouts will draw
+    (its ``data`` attribute ``render_lod``, absent: LIBERO's whole meshes): a policy would be scored on
+    images unlike its training images."""
+    have = float(attrs.get("render_lod", 0.0))
+    if have != want:
+        raise DataError(f"{path}: demos rendered with render_lod {have:g}, the scenario draws rollouts with "
+                        f"data.partition.render_lod {want:g}; set render_lod: {have:g}, or record demos with "
+                        f"python -m p2pfl.robotics.libero_demos --lod {want:g}")
+
+
 def _suite_demos(p: RobotSuitesPartition, suite: str, root: Optional[str]):
     """[(task id, instruction, demos)] of a suite, from the generator's cache or LIBERO files."""
     from p2pfl.robotics.demos import read_demo_file, task_demos
@@ -233,6 +244,7 @@ def _suite_demos(p: RobotSuitesPartition, suite: str, root: Optional[str]):
     for f in files:
         path = Path(f) if root is None else Path(root).expanduser() / f
         df = read_demo_file(path, max_demos=p.demos_per_task, wrist=p.wrist)
+        check_render_lod(df.attrs, p.render_lod, path)
         out.append((f"{suite}/{Path(f).stem.removesuffix('_demo')}", df.instruction, df.demos))
     return out
 
@@ -307,7 +319,7 @@ def build_robot_federation(spec: Any, n_devices: int, *, seed: int) -> RobotFede
     if p.source == "libero":
         from p2pfl.robotics.libero import check_layout, libero_env_factory
 
-        make_env = libero_env_factory(layout.image, instructions, wrist=layout.wrist)
+        make_env = libero_env_factory(layout.image, instructions, wrist=layout.wrist, lod=p.render_lod)
         first = tasks_of[p.suites[0]][0]
         check_layout(make_env, first, layout.joint, layout.gripper, layout.action)
     return RobotFederation(dataset="robotics", shards=tuple(shards), num_classes=0, input_shape=(layout.width,),

@@ -24,6 +24,7 @@ import numpy as np
 from p2pfl.errors import DataError
 from p2pfl.robotics.cull import cull_robosuite_renders
 from p2pfl.robotics.gl import require_gl
+from p2pfl.robotics.lod import simplify_robosuite_renders
 from p2pfl.robotics.schema import LIBERO_HORIZONS
 
 __all__ = ["libero_available", "require_libero", "libero_benchmark", "bddl_path", "libero_env_factory",
@@ -116,10 +117,11 @@ class LiberoEnv:
     """One LIBERO task with our env interface (reset(seed) / step(action) -> (obs, info)); observations
     resized to ``image`` px; ``wrist`` adds the eye-in-hand camera (``eye_in_hand_rgb``). Renders skip the
     meshes out of the camera's view (:mod:`p2pfl.robotics.cull`: the same pixels); ``cull=False`` draws
-    them all, as robosuite does."""
+    them all, as robosuite does. ``lod`` > 0 draws the visual meshes simplified within ``lod`` metres
+    (:mod:`p2pfl.robotics.lod`: the same physics, nearly the same pixels, fewer triangles)."""
 
     def __init__(self, suite: str, task_name: str, image: int, instruction: str, wrist: bool = False,
-                 cull: bool = True) -> None:
+                 cull: bool = True, lod: float = 0.0) -> None:
         from libero.libero.envs import OffScreenRenderEnv
 
         bench = libero_benchmark(suite)
@@ -132,6 +134,7 @@ class LiberoEnv:
                                       camera_heights=CAMERA_PX, camera_widths=CAMERA_PX)
         self.wrist = wrist
         self.cull = cull
+        self.lod = lod
         self.init_states = bench.get_task_init_states(i)
         self.task = _Task(instruction)
         self.image = image
@@ -159,7 +162,9 @@ class LiberoEnv:
         """Episode ``seed``: one of the task's fixed initial states (LIBERO's 50), then the settling steps."""
         self.env.seed(seed)
         self.env.reset()
-        if self.cull:  # after reset: robosuite's hard reset builds a new sim and render context
+        # after reset: robosuite's hard reset builds a new sim and render context
+        simplify_robosuite_renders(self.env.env.sim, self.lod, self.env.env.camera_names)
+        if self.cull:
             cull_robosuite_renders(self.env.env.sim._render_context_offscreen)
         o = self.env.set_init_state(self.init_states[seed % len(self.init_states)])
         for _ in range(_SETTLE_STEPS):
@@ -191,24 +196,26 @@ class LiberoEnvFactory:
 
     ``instructions`` maps task ids to the demo files' instructions. ``one_env_per_task`` tells
     ``rollout_tasks`` to run a task's episodes one after another in one environment (a LIBERO env
-    holds about 0.7 GB) and to close it.
+    holds about 0.7 GB) and to close it. ``lod``: :class:`LiberoEnv`'s.
     """
 
     image: int
     instructions: tuple[tuple[str, str], ...]
     wrist: bool = False
+    lod: float = 0.0
     one_env_per_task = True
 
     def __call__(self, tid: str) -> LiberoEnv:
         suite, _, name = tid.partition("/")
-        return LiberoEnv(suite, name, self.image, dict(self.instructions)[tid], self.wrist)
+        return LiberoEnv(suite, name, self.image, dict(self.instructions)[tid], self.wrist, lod=self.lod)
 
 
-def libero_env_factory(image: int, instructions: Mapping[str, str], *, wrist: bool = False) -> Callable[[str], LiberoEnv]:
+def libero_env_factory(image: int, instructions: Mapping[str, str], *, wrist: bool = False,
+                       lod: float = 0.0) -> Callable[[str], LiberoEnv]:
     """``make_env(task_id)`` for rollouts; one-line error when LIBERO or rendering is missing."""
     require_gl()  # robosuite renders with MuJoCo too: same backend check
     require_libero()
-    return LiberoEnvFactory(image, tuple(sorted(instructions.items())), wrist)
+    return LiberoEnvFactory(image, tuple(sorted(instructions.items())), wrist, lod)
 
 
 def check_layout(make_env: Callable[[str], LiberoEnv], tid: str, joint: int, gripper: int, action: int) -> None:

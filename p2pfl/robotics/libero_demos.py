@@ -39,6 +39,7 @@ import numpy as np
 from p2pfl.errors import DataError
 from p2pfl.robotics.cull import cull_robosuite_renders
 from p2pfl.robotics.libero import holds, object_of
+from p2pfl.robotics.lod import simplify_robosuite_renders
 from p2pfl.robotics.schema import LIBERO_HORIZONS
 
 #: Seed of a recording's first attempt (LIBERO's reset draws the placement); rollouts use the fixed
@@ -130,11 +131,12 @@ def _quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
 
 def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: int = 128,
                 max_attempts: int | None = None, noise: float = 0.0, joint_noise: float = 0.0,
-                progress: Any = None) -> RecordResult:
+                lod: float = 0.0, progress: Any = None) -> RecordResult:
     """Record ``n`` successful expert episodes of one task (attempt k: LIBERO's reset seeded ``DEMO_SEED + k``;
     ``noise``: std of the Gaussian added to the executed translation; ``joint_noise``: std (rad) of the
     Gaussian added to the arm's starting joint positions, as LIBERO's fixed initial states carry about
-    0.02; both drawn from a stream seeded like the reset)."""
+    0.02; both drawn from a stream seeded like the reset; ``lod``: the visual meshes drawn simplified within
+    this many metres, :mod:`p2pfl.robotics.lod`, recorded as the file's ``render_lod``)."""
     import h5py
     from libero.libero.envs import OffScreenRenderEnv
 
@@ -161,6 +163,8 @@ def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: in
                 attempts += 1
                 env.seed(DEMO_SEED + k)
                 o = env.reset()
+                if simplify_robosuite_renders(env.env.sim, lod, env.env.camera_names)[0]:  # the reset's images: drawn whole
+                    o = env.env._get_observations(force_update=True)
                 cull_robosuite_renders(env.env.sim._render_context_offscreen)  # the same pixels, faster
                 rng = np.random.default_rng(DEMO_SEED + k)
                 init_state = env.env.sim.get_state().flatten()
@@ -231,6 +235,7 @@ def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: in
             g.attrs["macros_image_convention"] = "opengl"  # images as robosuite renders them (LIBERO's datasets too)
             g.attrs["num_demos"] = kept
             g.attrs["total"] = total
+            g.attrs["render_lod"] = float(lod)  # ours: the meshes the images were drawn with (0: LIBERO's whole)
         if kept == 0:
             raise DataError(f"{suite}/{task.name}: the scripted expert failed all {attempts} attempts")
         os.replace(tmp, path)  # with fewer than n demos where the attempts ran out (the result says so)
@@ -251,8 +256,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="std of the noise on the executed translation (DART; the expert's labels are kept)")
     ap.add_argument("--joint-noise", type=float, default=0.0,
                     help="std (rad) of the noise on the arm's starting joints (LIBERO's initial states: about 0.02)")
+    ap.add_argument("--lod", type=float, default=0.0,
+                    help="draw the visual meshes simplified within this many metres (p2pfl.robotics.lod; 0: whole); "
+                         "a scenario reads the demos with the same data.partition.render_lod")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
+    if not 0.0 <= a.lod <= 0.01:
+        print(f"--lod {a.lod}: give metres in [0, 0.01] (0.0005 draws within half a millimetre)", file=sys.stderr)
+        return 2
     from p2pfl.robotics.gl import require_gl
     from p2pfl.robotics.libero import libero_available
 
@@ -266,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     for i in indices:
         try:
             r = record_task(a.suite, i, a.demos, a.out.expanduser(), max_attempts=a.attempts, noise=a.noise,
-                            joint_noise=a.joint_noise,
+                            joint_noise=a.joint_noise, lod=a.lod,
                             progress=lambda s: print(s, flush=True))
         except DataError as err:  # every attempt failed: no file for this task
             print(err, flush=True)

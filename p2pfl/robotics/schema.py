@@ -66,6 +66,10 @@ class RobotSuitesPartition(PluginPartition):
                                                description="libero source: suite -> demo files (relative to data.root)")
     wrist: bool = Field(False, description="the eye-in-hand camera as a second image modality (the paper's wrist "
                                            "RGB; libero source: the demos' obs/eye_in_hand_rgb)")
+    render_lod: float = Field(0.0, ge=0.0, le=0.01,
+                              description="libero source: rollouts draw the visual meshes simplified within this "
+                                          "many metres (p2pfl.robotics.lod; 0: LIBERO's meshes whole); the demo "
+                                          "files must be recorded with the same value (libero_demos --lod)")
 
     @field_validator("suites")
     @classmethod
@@ -83,6 +87,8 @@ class RobotSuitesPartition(PluginPartition):
         extra = sorted(set(self.libero_tasks) - set(self.suites)) + sorted(set(self.horizons) - set(self.suites))
         if extra:
             raise ValueError(f"{extra[0]!r} is not one of the suites {self.suites}")
+        if self.render_lod > 0 and self.source != "libero":
+            raise ValueError("render_lod needs source: libero (the generated suites' meshes are simple already)")
         if self.wrist and self.source != "libero":
             raise ValueError("wrist: true needs source: libero (the generated suites render the agent view only)")
         if self.source == "libero":

@@ -127,6 +127,42 @@ def test_culled_renders_of_a_real_libero_scene_are_byte_identical_to_robosuites(
 
 @needs_mujoco
 @needs_libero
+def test_simplified_meshes_leave_a_libero_episode_byte_identical_and_its_images_close():
+    """render_lod 0.5 mm on a real scene: every state of a random-action episode is the one drawn with whole
+    meshes, the wrist camera's gripper stays whole, and the images differ by a few levels on average."""
+    pytest.importorskip("meshoptimizer", reason="needs meshoptimizer (pip install -e '.[libero]')")
+    import mujoco
+
+    from p2pfl.robotics.lod import simplified_meshes
+
+    def episode(lod: float):
+        env = LiberoEnv(SUITE, TASK, image=32, instruction="x", wrist=True, lod=lod)
+        try:
+            o = env.reset(0)
+            model = env.env.env.sim.model._model
+            faces = model.mesh_facenum.copy()
+            kept = simplified_meshes(mujoco, model, env.env.env.camera_names)
+            hand = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_MESH, "gripper0_hand_vis")
+            rng = np.random.default_rng(0)
+            states, images = [], [o["agentview_rgb"]]
+            for _ in range(20):
+                o, _ = env.step(rng.uniform(-1, 1, 7))
+                states.append(env.env.env.sim.get_state().flatten())
+                images.append(o["agentview_rgb"])
+            return np.array(states), np.array(images), faces, kept, hand
+        finally:
+            env.close()
+
+    s0, i0, f0, kept, hand = episode(0.0)
+    s1, i1, f1, _, _ = episode(0.0005)
+    assert s0.tobytes() == s1.tobytes()
+    assert hand not in kept and f1[hand] == f0[hand]
+    assert f1[kept].sum() < f0[kept].sum() / 3
+    assert 0 < np.abs(i0.astype(np.int16) - i1).mean() < 4
+
+
+@needs_mujoco
+@needs_libero
 def test_rollouts_build_one_env_per_task_reuse_it_and_close_it():
     built, closed = [], []
 
