@@ -61,7 +61,11 @@ class KeptResult:
 class JobEvaluation:
     """Score by a job: ``fn(*args)`` runs in an executor (picklable), at most ``flops`` FLOPs (its size
     for the executor's load balance); ``report(result, cached)`` scores its result; ``kept``: how the result
-    is kept between runs (None: never)."""
+    is kept between runs (None: never).
+
+    ``parts``, where given, replace ``fn(*args)``: each ``(fn, args)`` is a job of its own (``flops`` shared
+    among them), so one scoring can use several cores, and ``combine(outcomes)`` (in the parts' order) is the
+    result. The parts must give the result the one job would: a score cannot depend on the core count."""
 
     key: Hashable
     fn: Callable[..., Any]
@@ -72,6 +76,12 @@ class JobEvaluation:
     log: str
     fields: Mapping[str, Any]
     kept: Optional[KeptResult] = None
+    parts: tuple[tuple[Callable[..., Any], tuple[Any, ...]], ...] = ()
+    combine: Optional[Callable[[list[Any]], Any]] = None
+
+    def __post_init__(self) -> None:
+        if self.parts and self.combine is None:
+            raise ValueError("JobEvaluation: parts need combine")
 
 
 Evaluation = Union[TestSetEvaluation, JobEvaluation]

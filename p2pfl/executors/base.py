@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.data import Shard
     from p2pfl.executors.jobs import Job
 
-__all__ = ["Executor", "Future", "Done", "Deferred", "ExecutorError", "SHARD_FIELDS", "pool_shards", "SharedViews"]
+__all__ = ["Executor", "Future", "Done", "Deferred", "Joined", "ExecutorError", "SHARD_FIELDS", "pool_shards", "SharedViews"]
 
 T = TypeVar("T")
 
@@ -80,6 +80,26 @@ class Deferred(Future[T]):
             assert self._fetch is not None
             self._value = self._fetch()
             self._fetch = None
+        return cast(T, self._value)
+
+
+class Joined(Future[T]):
+    """One outcome made of several jobs' outcomes: ``combine([f.result() for f in futures])``, computed once."""
+
+    _UNSET: Any = object()
+
+    def __init__(self, futures: Sequence[Future[Any]], combine: Callable[[list[Any]], T]) -> None:
+        self._futures = list(futures)
+        self._combine = combine
+        self._value: Any = Joined._UNSET
+
+    def ready(self) -> bool:
+        return self._value is not Joined._UNSET or all(f.ready() for f in self._futures)
+
+    def result(self) -> T:
+        if self._value is Joined._UNSET:
+            self._value = self._combine([f.result() for f in self._futures])
+            self._futures = []
         return cast(T, self._value)
 
 

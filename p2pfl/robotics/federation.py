@@ -9,6 +9,7 @@ server scoring one global model for five devices rolls out once, scored and char
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -25,7 +26,7 @@ from p2pfl.data.shards import Federation, Shard
 from p2pfl.errors import ConfigError, DataError
 from p2pfl.robotics.gl import require_gl
 from p2pfl.robotics.policy import ObsLayout, pack_samples, resize_frames
-from p2pfl.robotics.rollout import RolloutResult, run_rollouts
+from p2pfl.robotics.rollout import RolloutResult, combine_parts, rollout_parts, run_rollout_part, run_rollouts
 from p2pfl.robotics.schema import RobotSuitesPartition
 from p2pfl.seeding import stream
 
@@ -103,11 +104,12 @@ class RobotFederation(Federation):
             return JobReport(rep.score, rep.flops, {k: v for k, v in rep.fields.items() if k not in ("suite", "cached")})
 
         key = self.rollout_key(model, suite)
+        parts, combine = self.rollout_split(model, suite)
         return JobEvaluation(key=key, fn=fn, args=args, flops=self.rollout_flops_bound(suite, forward_flops),
                              report=report, what="rollout", log="rollout_success",
                              fields={"suite": suite, "per_task": None, "bc_test_loss": self.bc_test_loss(device, model)},
                              kept=KeptResult(self.rollout_digest(model, key), RolloutResult.to_json,
-                                             RolloutResult.from_json))
+                                             RolloutResult.from_json), parts=parts, combine=combine)
 
     def bc_test_loss(self, device: int, model: nn.Module, batch: int = 256) -> Optional[float]:
         """The behaviour-cloning loss of ``model`` (its ``loss``: the GMM negative log-likelihood of the expert
@@ -174,17 +176,32 @@ class RobotFederation(Federation):
     def rollout_digest(self, model: nn.Module, key: tuple[str, str]) -> str:
         """Everything that decides a rollout's result, hashed (the name of its kept result): the dataset, the
         suite and the weights (``key``), the policy's class and layout, and the rollouts' tasks, episodes,
-        horizon, seed and gripper binarization."""
+        horizon, seed, gripper binarization and, where LIBERO's meshes are simplified, ``render_lod``."""
         suite, weights = key
         what = [self.dataset, suite, weights, type(model).__qualname__, repr(self.layout),
                 list(self.suite_tasks[suite]), self.eval_episodes, self.horizon_of(suite), self.seed,
                 self.binarize_gripper]
+        lod = getattr(self.make_env, "lod", 0.0)
+        if lod:  # simplified meshes draw other images (appended only then: whole-mesh digests stay as they were)
+            what.append(["render_lod", lod])
         return hashlib.sha1(json.dumps(what).encode("utf-8")).hexdigest()
 
     def rollout_call(self, model: nn.Module, suite: str) -> tuple[Any, tuple[Any, ...]]:
         """The rollouts of ``model`` on ``suite`` as a job: ``(run_rollouts, args)``, picklable."""
         return run_rollouts, (model, self.layout, self.suite_tasks[suite], self.eval_episodes,
                               self.horizon_of(suite), self.seed, self.make_env, self.binarize_gripper)
+
+    def rollout_split(self, model: nn.Module, suite: str) -> tuple[tuple[tuple[Any, tuple[Any, ...]], ...], Any]:
+        """``rollout_call``'s rollouts as parts (``rollout_parts``: at most ``EPISODES_PER_PART`` episodes of one
+        task each) and how to combine them, where episodes run one at a time (LIBERO: a scoring then uses every
+        core, to the same result); ``((), None)`` elsewhere."""
+        if not getattr(self.make_env, "one_env_per_task", False):
+            return (), None
+        tasks = tuple(self.suite_tasks[suite])
+        parts = tuple((run_rollout_part, (model, self.layout, ti, tid, eps, self.horizon_of(suite), self.seed,
+                                          self.make_env, self.binarize_gripper))
+                      for ti, tid, eps in rollout_parts(tasks, self.eval_episodes))
+        return parts, functools.partial(combine_parts, tasks)
 
     def horizon_of(self, suite: str) -> int:
         """Control steps per episode on ``suite`` (its own, e.g. LIBERO's, else the partition's)."""

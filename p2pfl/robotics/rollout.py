@@ -20,7 +20,8 @@ from torch import nn
 
 from p2pfl.robotics.policy import ObsLayout, pack_samples
 
-__all__ = ["RolloutResult", "rollout_tasks", "run_rollouts", "binarize_gripper", "EVAL_SEED_OFFSET", "LIFT_M"]
+__all__ = ["RolloutResult", "RolloutPart", "rollout_tasks", "run_rollouts", "rollout_parts", "run_rollout_part",
+           "combine_parts", "EPISODES_PER_PART", "binarize_gripper", "EVAL_SEED_OFFSET", "LIFT_M"]
 
 EVAL_SEED_OFFSET = 10_000_019  # evaluation layouts never coincide with demonstration layouts
 #: An object counts as lifted once it rose this far above where it rested (robosuite's Lift task: 4 cm).
@@ -84,6 +85,33 @@ def binarize_gripper(actions: np.ndarray) -> np.ndarray:
     return out
 
 
+def _seeds(seed: int, task_index: int, episodes: Sequence[int]) -> list[int]:
+    """The reset seeds of episodes ``episodes`` of the task at ``task_index``: the same for every method."""
+    return [EVAL_SEED_OFFSET + seed * 7919 + task_index * 1009 + k for k in episodes]
+
+
+def _summarise(out: RolloutResult, tid: str, ep: np.ndarray) -> None:
+    """Add task ``tid``'s per-episode rows ``ep`` (``_episodes``' layout, episodes in order) to ``out``."""
+    success, reach, grasp, lift, carry = ep
+    out.per_task[tid] = float(success.mean())
+    if not np.isnan(reach).any():
+        out.reach[tid] = float(reach.mean())
+        out.grasp[tid] = float(grasp.mean())
+    if not np.isnan(lift).any():
+        out.lift[tid] = float((lift >= LIFT_M).mean())
+        out.carry[tid] = float(carry.mean())
+
+
+def _one_env_episodes(model: nn.Module, layout: ObsLayout, tid: str, seeds: Sequence[int], horizon: int,
+                      make_env: Callable, binarize: bool, out: RolloutResult) -> np.ndarray:
+    """Episodes one after another in one environment of ``tid`` (built, reused, closed): heavy envs (LIBERO)."""
+    env: Any = make_env(tid)
+    try:
+        return np.concatenate([_episodes(model, layout, [env], [s], horizon, out, binarize) for s in seeds], axis=1)
+    finally:
+        env.close()
+
+
 @torch.no_grad()
 def rollout_tasks(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], episodes: int, horizon: int, *,
                   seed: int = 0, make_env: Callable | None = None, binarize: bool = False) -> RolloutResult:
@@ -100,26 +128,63 @@ def rollout_tasks(model: nn.Module, layout: ObsLayout, tasks: Sequence[str], epi
     out = RolloutResult()
     try:
         for ti, tid in enumerate(tasks):
-            seeds = [EVAL_SEED_OFFSET + seed * 7919 + ti * 1009 + k for k in range(episodes)]
-            if getattr(make_env, "one_env_per_task", False):  # heavy envs (LIBERO): one, reused, closed
-                env: Any = make_env(tid)
-                try:
-                    ep = np.concatenate([_episodes(model, layout, [env], [s], horizon, out, binarize) for s in seeds],
-                                        axis=1)
-                finally:
-                    env.close()
+            seeds = _seeds(seed, ti, range(episodes))
+            if getattr(make_env, "one_env_per_task", False):
+                ep = _one_env_episodes(model, layout, tid, seeds, horizon, make_env, binarize, out)
             else:  # all episodes of the task step together, the policy batched over them
                 ep = _episodes(model, layout, [make_env(tid) for _ in range(episodes)], seeds, horizon, out, binarize)
-            success, reach, grasp, lift, carry = ep
-            out.per_task[tid] = float(success.mean())
-            if not np.isnan(reach).any():
-                out.reach[tid] = float(reach.mean())
-                out.grasp[tid] = float(grasp.mean())
-            if not np.isnan(lift).any():
-                out.lift[tid] = float((lift >= LIFT_M).mean())
-                out.carry[tid] = float(carry.mean())
+            _summarise(out, tid, ep)
     finally:
         model.train(was_training)
+    return out
+
+
+#: Episodes per rollout part (``rollout_parts``): 20 rollouts of 3 tasks are 6 parts, for any number of cores.
+EPISODES_PER_PART = 10
+
+
+@dataclass(frozen=True)
+class RolloutPart:
+    """What one part of a split rollout returns: task ``tid``'s episodes from ``first`` on, as ``_episodes``'
+    rows, and the control steps they took."""
+
+    tid: str
+    first: int
+    rows: np.ndarray
+    steps: int
+
+
+def rollout_parts(tasks: Sequence[str], episodes: int) -> list[tuple[int, str, range]]:
+    """``rollout_tasks``' episodes in parts of at most ``EPISODES_PER_PART``: (task index, task id, episodes).
+    Only for environments run one episode at a time (``one_env_per_task``), where an episode's result does not
+    depend on which others share its part (a batched policy step could differ in its last bits)."""
+    return [(ti, tid, range(a, min(a + EPISODES_PER_PART, episodes)))
+            for ti, tid in enumerate(tasks) for a in range(0, episodes, EPISODES_PER_PART)]
+
+
+@torch.no_grad()
+def run_rollout_part(model: nn.Module, layout: ObsLayout, task_index: int, tid: str, episodes: range, horizon: int,
+                     seed: int, make_env: Callable, binarize: bool = False) -> RolloutPart:
+    """Episodes ``episodes`` of the task at ``task_index`` (``rollout_parts``): an executor job (``CallJob``)."""
+    was_training = model.training
+    model.eval()
+    out = RolloutResult()
+    try:
+        rows = _one_env_episodes(model, layout, tid, _seeds(seed, task_index, episodes), horizon, make_env, binarize, out)
+    finally:
+        model.train(was_training)
+    return RolloutPart(tid, episodes.start, rows, out.steps)
+
+
+def combine_parts(tasks: Sequence[str], parts: Sequence[RolloutPart]) -> RolloutResult:
+    """The ``RolloutResult`` of parts covering every episode of ``tasks``: the one ``rollout_tasks`` gives (its
+    per-episode rows, in order, summarised the same way)."""
+    out = RolloutResult(steps=sum(p.steps for p in parts))
+    for tid in tasks:
+        mine = sorted((p for p in parts if p.tid == tid), key=lambda p: p.first)
+        if not mine:
+            raise ValueError(f"no rollout part of task {tid!r}")
+        _summarise(out, tid, np.concatenate([p.rows for p in mine], axis=1))
     return out
 
 

@@ -29,7 +29,7 @@ from torch import nn
 from p2pfl.data.datasets import dataset_info
 from p2pfl.data.evaluation import JobEvaluation
 from p2pfl.errors import ConfigError, UserError
-from p2pfl.executors.base import Done, Executor, Future
+from p2pfl.executors.base import Done, Executor, Future, Joined
 from p2pfl.executors.jobs import CallJob, EvalJob
 from p2pfl.executors.select import make_executor, resolve_kind
 from p2pfl.learning.clone import clone_module
@@ -326,6 +326,11 @@ class Simulation:
             if found is not None:
                 keep = None  # read, not run: nothing to write
                 future = Done(found)
+            elif how.parts:  # one scoring on several cores: a job per part, the outcomes combined
+                assert how.combine is not None  # JobEvaluation checks it
+                share = how.flops // len(how.parts)
+                future = Joined([self.executor.submit(CallJob(device, fn, args, threads=self.scenario.threads,
+                                                              flops=share)) for fn, args in how.parts], how.combine)
             else:
                 future = self.executor.submit(CallJob(device, how.fn, how.args, threads=self.scenario.threads,
                                                       flops=how.flops))

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from p2pfl.config import load_dict
+from p2pfl.executors.base import Done, Joined
 from p2pfl.executors.process import ProcessExecutor
 from p2pfl.sim.kernel import Simulation
 from tests.helpers import digits_scenario, robot_scenario
@@ -190,6 +191,25 @@ def test_a_spawned_workers_job_is_ready_once_it_is_back_and_not_before_it_is_sen
             break
         time.sleep(0.05)
     assert fut.ready() and fut.result() == 5 and fut.ready()
+
+
+def test_a_joined_outcome_combines_its_jobs_in_order_once(workers):
+    import operator
+
+    from p2pfl.executors.jobs import CallJob
+
+    calls: list[list[int]] = []
+    joined = Joined([workers.submit(CallJob(0, operator.add, (2, 3), threads=1, flops=1)),
+                     workers.submit(CallJob(1, operator.mul, (2, 3), threads=1, flops=1)), Done(7)],
+                    lambda outs: calls.append(outs) or sum(o * 10**i for i, o in enumerate(outs)))
+    assert joined.result() == 5 + 60 + 700 and joined.result() == 765 and joined.ready()
+    assert calls == [[5, 6, 7]]  # combined once, in the parts' order
+    assert not Joined([Done(1), _Never(2)], sum).ready() and Joined([Done(1), Done(2)], sum).ready()
+
+
+class _Never(Done[int]):
+    def ready(self) -> bool:
+        return False
 
 
 @pytest.mark.robotics

@@ -184,6 +184,24 @@ def test_rollouts_build_one_env_per_task_reuse_it_and_close_it():
 
 @needs_mujoco
 @needs_libero
+def test_a_libero_episode_reads_the_same_alone_as_after_others_in_its_env():
+    """What lets a scoring run in parts (``rollout_parts``): episodes 1 and 2 of a task, run alone in a fresh
+    environment, give the rows they give after episode 0 in the same environment."""
+    from p2pfl.robotics.rollout import run_rollout_part
+
+    lay = ObsLayout(image=32, joint=7, gripper=2, action=7, wrist=True)
+    make_env = LiberoEnvFactory(32, ((TID, "go"),), wrist=True, lod=0.0005)
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    policy = ResNetTPolicy(lay)
+    after = run_rollout_part(policy, lay, 0, TID, range(0, 3), 6, 0, make_env, True)
+    alone = run_rollout_part(policy, lay, 0, TID, range(1, 3), 6, 0, make_env, True)
+    assert after.rows[:, 1:].tobytes() == alone.rows.tobytes() and after.steps == 3 * 6 and alone.steps == 2 * 6
+    assert not np.array_equal(after.rows[:, 0], after.rows[:, 1])  # the episodes start from other states
+
+
+@needs_mujoco
+@needs_libero
 @pytest.mark.parametrize("wrist", [False, True])
 def test_a_one_round_fedavg_scenario_on_a_libero_task(tmp_path, wrist):
     """The whole path on a LIBERO task (demo file in LIBERO's layout, random content): rollouts run in the
