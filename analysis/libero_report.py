@@ -1,6 +1,6 @@
 """FedDRMan vs FedAvg vs Local, with a centralized reference, on real LIBERO-Object (the paper's Table I layout).
 
-    python -m p2pfl.robotics.libero_demos --suite libero_object --tasks 0,3,6 --demos 30 --noise 0.2 --out ~/.cache/p2pfl/libero/libero_object
+    python -m p2pfl.robotics.libero_demos --suite libero_object --tasks 0,3,6 --demos 30 --noise 0.2 --lod 0.0005 --out ~/.cache/p2pfl/libero_lod/libero_object
     p2pfl sweep scenarios/studies/libero_object.yaml --jobs 1 --out runs/libero_object --archive analysis/cells/libero_object
     python analysis/libero_report.py analysis/cells/libero_object        # -> analysis/results/libero_object.md
 
@@ -31,7 +31,7 @@ LABELS = {"centralized": "Centralized BC", "local": "Local BC", "fedavg": "FedAv
 #: The paper's LIBERO-Object column of Table I (SR %, all 10 tasks, 50 rounds, 3 seeds).
 PAPER_OBJECT = {"centralized": 56.0, "local": 27.2, "fedavg": 75.2, "feddrman": 88.0}
 COMMAND = ("python -m p2pfl.robotics.libero_demos --suite libero_object --tasks 0,3,6 --demos 30 --noise 0.2 "
-           "--out ~/.cache/p2pfl/libero/libero_object\n"
+           "--lod 0.0005 --out ~/.cache/p2pfl/libero_lod/libero_object\n"
            "p2pfl sweep scenarios/studies/libero_object.yaml --jobs 1 --out runs/libero_object "
            "--archive analysis/cells/libero_object\n"
            "python analysis/libero_report.py analysis/cells/libero_object")
