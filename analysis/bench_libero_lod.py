@@ -27,12 +27,10 @@ import torch
 
 def replay(env, init_state: np.ndarray, actions: np.ndarray, lod: float) -> tuple[list[float], np.ndarray, list]:
     """Seconds per control step, the states and the (agent, wrist) images of one replay."""
-    from p2pfl.robotics.cull import cull_robosuite_renders
-    from p2pfl.robotics.lod import simplify_robosuite_renders
+    from p2pfl.robotics.libero import prepare_renders
 
     env.env.reset()
-    simplify_robosuite_renders(env.env.sim, lod, env.env.camera_names)
-    cull_robosuite_renders(env.env.sim._render_context_offscreen)  # as rollouts render
+    prepare_renders(env.env, lod)  # as rollouts render
     env.set_init_state(init_state)
     secs, states, frames = [], [], []
     for a in actions:

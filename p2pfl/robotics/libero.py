@@ -28,7 +28,8 @@ from p2pfl.robotics.lod import simplify_robosuite_renders
 from p2pfl.robotics.schema import LIBERO_HORIZONS
 
 __all__ = ["libero_available", "require_libero", "libero_benchmark", "bddl_path", "libero_env_factory",
-           "libero_task_names", "check_layout", "LiberoEnv", "LiberoEnvFactory", "CAMERA_PX", "object_of", "holds"]
+           "libero_task_names", "check_layout", "prepare_renders", "LiberoEnv", "LiberoEnvFactory", "CAMERA_PX",
+           "object_of", "holds"]
 
 CAMERA_PX = 128  # LIBERO's camera size; images are resized to the policy's layout
 _SETTLE_STEPS = 5  # LIBERO's evaluations idle 5 steps after placing the objects
@@ -52,6 +53,17 @@ def holds(env: Any, obj: str) -> bool:
     ``obj`` (robosuite's ``_check_grasp``): the recorder's lift switch and the rollouts' grasp score."""
     inner = env.env
     return bool(inner._check_grasp(gripper=inner.robots[0].gripper, object_geoms=inner.objects_dict[f"{obj}_1"]))
+
+
+def prepare_renders(env: Any, lod: float, cull: bool = True) -> bool:
+    """Call after every reset of robosuite env ``env`` (an ``OffScreenRenderEnv``'s ``env``: its hard reset builds
+    a new sim and render context): its visual meshes drawn simplified within ``lod`` metres
+    (:mod:`p2pfl.robotics.lod`), and with ``cull`` the meshes out of a camera's view skipped
+    (:mod:`p2pfl.robotics.cull`). Whether meshes were simplified just now: the reset's images were drawn whole."""
+    simplified = simplify_robosuite_renders(env.sim, lod, env.camera_names)[0] > 0
+    if cull:
+        cull_robosuite_renders(env.sim._render_context_offscreen)
+    return simplified
 
 
 def libero_available() -> str | None:
@@ -162,10 +174,7 @@ class LiberoEnv:
         """Episode ``seed``: one of the task's fixed initial states (LIBERO's 50), then the settling steps."""
         self.env.seed(seed)
         self.env.reset()
-        # after reset: robosuite's hard reset builds a new sim and render context
-        simplify_robosuite_renders(self.env.env.sim, self.lod, self.env.env.camera_names)
-        if self.cull:
-            cull_robosuite_renders(self.env.env.sim._render_context_offscreen)
+        prepare_renders(self.env.env, self.lod, self.cull)
         o = self.env.set_init_state(self.init_states[seed % len(self.init_states)])
         for _ in range(_SETTLE_STEPS):
             o, _, _, _ = self.env.step(np.zeros(self.action_dim))

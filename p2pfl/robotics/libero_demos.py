@@ -37,9 +37,7 @@ from typing import Any
 import numpy as np
 
 from p2pfl.errors import DataError
-from p2pfl.robotics.cull import cull_robosuite_renders
-from p2pfl.robotics.libero import holds, object_of
-from p2pfl.robotics.lod import simplify_robosuite_renders
+from p2pfl.robotics.libero import holds, object_of, prepare_renders
 from p2pfl.robotics.schema import LIBERO_HORIZONS
 
 #: Seed of a recording's first attempt (LIBERO's reset draws the placement); rollouts use the fixed
@@ -163,9 +161,8 @@ def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: in
                 attempts += 1
                 env.seed(DEMO_SEED + k)
                 o = env.reset()
-                if simplify_robosuite_renders(env.env.sim, lod, env.env.camera_names)[0]:  # the reset's images: drawn whole
+                if prepare_renders(env.env, lod):  # the reset's images were drawn with whole meshes
                     o = env.env._get_observations(force_update=True)
-                cull_robosuite_renders(env.env.sim._render_context_offscreen)  # the same pixels, faster
                 rng = np.random.default_rng(DEMO_SEED + k)
                 init_state = env.env.sim.get_state().flatten()
                 if joint_noise > 0:  # the arm's start perturbed as in LIBERO's fixed initial states

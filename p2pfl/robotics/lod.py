@@ -19,7 +19,7 @@ coordinate), texture seams stay where they are, and the physics never reads thes
 Vertices are welded by position and texture coordinate (LIBERO's meshes store three vertices per
 triangle), not by normal: flat-shaded meshes would otherwise have no shared edge to collapse. A
 simplified corner keeps its original normal. What it costs in pixels and buys in time is measured by
-``analysis/libero_lod_bench.py``.
+``analysis/bench_libero_lod.py``.
 """
 
 from __future__ import annotations
@@ -112,8 +112,13 @@ def simplify_visual_meshes(mujoco: Any, model: Any, error: float, cameras: Seque
     Upload the meshes again to any render context made before (``mujoco.mjr_uploadMesh``)."""
     if error <= 0:
         return 0, 0
+    return _simplify(model, simplified_meshes(mujoco, model, cameras), error)
+
+
+def _simplify(model: Any, meshes: Sequence[int], error: float) -> tuple[int, int]:
+    """Simplify ``meshes`` of ``model`` in place within ``error``; (triangles before, after)."""
     before = after = 0
-    for i in simplified_meshes(mujoco, model, cameras):
+    for i in meshes:
         fa, fn = int(model.mesh_faceadr[i]), int(model.mesh_facenum[i])
         va, vn = int(model.mesh_vertadr[i]), int(model.mesh_vertnum[i])
         ta, tn = int(model.mesh_texcoordadr[i]), int(model.mesh_texcoordnum[i])
@@ -150,9 +155,10 @@ def simplify_robosuite_renders(sim: Any, error: float, cameras: Sequence[str]) -
     import mujoco
 
     sim._p2pfl_simplified = model
-    counts = simplify_visual_meshes(mujoco, model, error, cameras)
+    meshes = simplified_meshes(mujoco, model, cameras)
+    counts = _simplify(model, meshes, error)
     ctx = getattr(sim, "_render_context_offscreen", None)
     if ctx is not None:
-        for i in simplified_meshes(mujoco, model, cameras):
+        for i in meshes:
             mujoco.mjr_uploadMesh(model, ctx.con, i)
     return counts
