@@ -29,7 +29,7 @@ from p2pfl.robotics.schema import LIBERO_HORIZONS
 
 __all__ = ["libero_available", "require_libero", "libero_benchmark", "bddl_path", "libero_env_factory",
            "libero_task_names", "check_layout", "prepare_renders", "LiberoEnv", "LiberoEnvFactory", "CAMERA_PX",
-           "object_of", "holds"]
+           "object_of", "holds", "renew_robots"]
 
 CAMERA_PX = 128  # LIBERO's camera size; images are resized to the policy's layout
 _SETTLE_STEPS = 5  # LIBERO's evaluations idle 5 steps after placing the objects
@@ -64,6 +64,16 @@ def prepare_renders(env: Any, lod: float, cull: bool = True) -> bool:
     if cull:
         cull_robosuite_renders(env.sim._render_context_offscreen)
     return simplified
+
+
+def renew_robots(env: Any) -> None:
+    """After a soft reset of robosuite ``env``: the robots' Python state a hard reset builds anew (the
+    gripper's smoothed command, which the last episode left open or closed, and the last torques)."""
+    for robot in env.robots:
+        robot.torques = None
+        grippers = robot.gripper.values() if isinstance(robot.gripper, dict) else [robot.gripper]
+        for gripper in grippers:
+            gripper.current_action = np.zeros(gripper.dof)
 
 
 def libero_available() -> str | None:
@@ -142,8 +152,9 @@ class LiberoEnv:
             raise DataError(f"LIBERO suite {suite!r} has no task {task_name!r}; tasks: {', '.join(names)}")
         i = names.index(task_name)
         cameras = ["agentview", "robot0_eye_in_hand"] if wrist else ["agentview"]
+        # hard_reset=False: see reset (LIBERO's default recompiles the scene at every reset)
         self.env = OffScreenRenderEnv(bddl_file_name=bddl_path(bench.get_task(i)), camera_names=cameras,
-                                      camera_heights=CAMERA_PX, camera_widths=CAMERA_PX)
+                                      camera_heights=CAMERA_PX, camera_widths=CAMERA_PX, hard_reset=False)
         self.wrist = wrist
         self.cull = cull
         self.lod = lod
@@ -171,9 +182,17 @@ class LiberoEnv:
         return out
 
     def reset(self, seed: int) -> dict:
-        """Episode ``seed``: one of the task's fixed initial states (LIBERO's 50), then the settling steps."""
+        """Episode ``seed``: one of the task's fixed initial states (LIBERO's 50), then the settling steps.
+
+        The scene stays compiled between episodes: LIBERO's default hard reset recompiles it and builds a
+        new render context at every reset (about 2.5 s a reset, an eighth of an episode), to the same model.
+        What a hard reset would renew besides is the robots' Python state the episode left, reset here by
+        :func:`renew_robots`; an episode's observations and states are then byte for byte a hard reset's
+        (tested, with the episodes before it acting at random).
+        """
         self.env.seed(seed)
         self.env.reset()
+        renew_robots(self.env.env)
         prepare_renders(self.env.env, self.lod, self.cull)
         o = self.env.set_init_state(self.init_states[seed % len(self.init_states)])
         for _ in range(_SETTLE_STEPS):

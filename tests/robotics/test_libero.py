@@ -202,6 +202,41 @@ def test_a_libero_episode_reads_the_same_alone_as_after_others_in_its_env():
 
 @needs_mujoco
 @needs_libero
+def test_episodes_after_our_soft_reset_are_a_hard_resets_byte_for_byte(monkeypatch):
+    """LiberoEnv keeps the scene compiled between episodes; robosuite's hard reset (LIBERO's default) gives the
+    same observations and states, episode after episode, with the episodes before acting at random (the
+    gripper left closed). Without ``renew_robots`` the second episode's states differ."""
+
+    def episodes(hard: bool) -> list[bytes]:
+        env = LiberoEnv(SUITE, TASK, image=32, instruction="x", wrist=True)
+        robosuite = env.env.env
+        robosuite.hard_reset = hard
+        rng = np.random.default_rng(0)
+        out = []
+        try:
+            for seed in (0, 1):
+                o = env.reset(seed)
+                rows = [o["agentview_rgb"].tobytes(), o["eye_in_hand_rgb"].tobytes()]
+                for _ in range(6):
+                    action = rng.uniform(-1, 1, 7)
+                    action[-1] = 1.0  # close the gripper
+                    o, info = env.step(action)
+                    rows += [o["agentview_rgb"].tobytes(), o["joint_states"].tobytes(), repr(info).encode(),
+                             robosuite.sim.get_state().flatten().tobytes()]
+                out.append(b"".join(rows))
+        finally:
+            env.close()
+        return out
+
+    hard = episodes(True)
+    assert episodes(False) == hard
+    monkeypatch.setattr("p2pfl.robotics.libero.renew_robots", lambda env: None)
+    kept = episodes(False)
+    assert kept[0] == hard[0] and kept[1] != hard[1]
+
+
+@needs_mujoco
+@needs_libero
 @pytest.mark.parametrize("wrist", [False, True])
 def test_a_one_round_fedavg_scenario_on_a_libero_task(tmp_path, wrist):
     """The whole path on a LIBERO task (demo file in LIBERO's layout, random content): rollouts run in the
