@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from p2pfl.metrics.claims import cannot_test, fmt_ci, fmt_diff
+from p2pfl.metrics.claims import DOES_NOT_HOLD, beats, cannot_test, downgrade, fmt_ci, fmt_diff, holds_if
 from p2pfl.metrics.runs import load_runs, log_entries
 from p2pfl.metrics.tables import markdown_table, report_main
 
@@ -40,6 +40,21 @@ ABLATIONS = (("feddrman", "fedavg", "FedDRMan's server and terms together"),
              ("fedavg_srb", "fedavg", "spectral rebalancing (SRB) alone"),
              ("feddrman", "feddrman_no_sub", "the subspace term L_sub"),
              ("feddrman", "feddrman_no_act", "the action term L_act"))
+
+#: (claim, arm a, arm b, the paper's numbers, which table): each 'a beats b', on the paired differences a - b (points)
+CLAIMS = (("Table I (Object): FedDRMan beats FedAvg", "feddrman", "fedavg", "88.0 vs 75.2", "I"),
+          ("Table I (Object): FedDRMan beats Local BC", "feddrman", "local", "88.0 vs 27.2", "I"),
+          ("Table I (Object): FedAvg beats Local BC", "fedavg", "local", "75.2 vs 27.2", "I"),
+          ("Table I (Object): Centralized BC is below FedAvg", "fedavg", "centralized", "56.0 vs 75.2", "I"),
+          ("Table I (Object): FedDRMan beats Centralized BC", "feddrman", "centralized", "88.0 vs 56.0", "I"),
+          ("Table III: removing L_sub lowers FedDRMan's success", "feddrman", "feddrman_no_sub",
+           "85/70 -> 35/55 (object/goal)", "III"),
+          ("Table III: removing L_act lowers FedDRMan's success", "feddrman", "feddrman_no_act",
+           "85/70 -> 60/50 (object/goal)", "III"))
+#: How our ablation arms differ from the paper's Table III rows (it can change either answer).
+TABLE_III = ("the paper's Table III removes the term on its Object-Goal federation, with CUA's clusters and without "
+             "SRB; here on LIBERO-Object with one cluster (C = 1) and SRB kept")
+BYTES_CLAIM = "FedDRMan sends FedAvg's bytes"
 
 
 def final_per_task(log: list[dict[str, Any]], key: str = "per_task") -> tuple[int, dict[str, float]]:
@@ -235,6 +250,35 @@ def ablations(rows: list[dict[str, Any]]) -> list[str]:
     return markdown_table(out, ["Arms", "Isolates", "Seeds", "Mean SR difference (points, 95% CI)"]) if out else []
 
 
+def setup_differs(b: dict[str, Any]) -> str:
+    """How the runs' setting differs from the paper's Table I (it can reorder the methods)."""
+    return (f"{len(b['tasks'])} of LIBERO-Object's 10 tasks, {b['demos']} scripted demos a task and a "
+            f"{policy_params(b['history'], b['wrist']) / 1e6:.2f} M-parameter policy here, the paper's 10 tasks, 50 "
+            "human demos a task and 5.38 M parameters: the tasks, the demos and the policy can reorder the methods")
+
+
+def claims(rows: list[dict[str, Any]], b: dict[str, Any]) -> list[list[str]]:
+    """(claim, paper, ours, verdict) rows in the five verdicts (``p2pfl.metrics.claims``), from the last-round
+    success paired by seed. A Table I result against the paper reads 'not comparable here' (the setting differs,
+    ``setup_differs``), as in ``analysis/results/feddrman.md``; a Table III row is not comparable either way
+    (``TABLE_III``). Fewer than two seeds of either arm: 'not run'."""
+    by = {(r["label"], r["seed"]): r for r in rows}
+    setup = setup_differs(b)
+    out = []
+    for claim, a, ref, paper, table in CLAIMS:
+        seeds = sorted(s for (lab, s) in by if lab == a and (ref, s) in by)
+        d = [by[(a, s)]["success"] - by[(ref, s)]["success"] for s in seeds]
+        verdict = downgrade(beats(d), TABLE_III) if table == "III" else downgrade(beats(d), setup, turns=(DOES_NOT_HOLD,))
+        ours = f"{LABELS[a]} − {LABELS[ref]}: {fmt_diff(d, scale=1.0)} pts ({len(seeds)} seed{'s' * (len(seeds) != 1)})"
+        out.append([claim, paper, ours if seeds else "—", verdict])
+    fa = [r for r in rows if r["label"] == "fedavg"]
+    fd = [r for r in rows if r["label"] == "feddrman"]
+    if fa and fd:  # the payload: FedDRMan's server sends FedAvg's model, whatever the setting
+        out.append([BYTES_CLAIM, "21.53 MB each", f"FedAvg {fa[0]['bytes'] / 1e6:.1f} MB, FedDRMan "
+                    f"{fd[0]['bytes'] / 1e6:.1f} MB", holds_if({r["bytes"] for r in fa} == {r["bytes"] for r in fd})])
+    return out
+
+
 def mean_by_label(rows: list[dict[str, Any]], key: str) -> dict[str, float]:
     """Method -> ``key`` averaged over its runs (seeds), in the table's order."""
     return {lab: sum(r[key] for r in rs) / len(rs) for lab in ORDER if (rs := [r for r in rows if r["label"] == lab])}
@@ -310,7 +354,7 @@ def rescored_in(dirs: list[Path]) -> dict[str, Any]:
 def write(dirs: list[Path], md: Path) -> None:
     rows, b = rows_from_runs(dirs)
     rescored = rescored_in(dirs)
-    check, paired = binarization(rows, rescored), ablations(rows)
+    check, paired, verdicts = binarization(rows, rescored), ablations(rows), claims(rows, b)
     cpu_min = sum(r["wall_s"] for r in rows) / 60
     tasks = ", ".join(short(t) for t in b["tasks"])
     text = "\n".join([
@@ -349,6 +393,12 @@ def write(dirs: list[Path], md: Path) -> None:
            + (" Lifted: the share of episodes in which the object rose 4 cm above where it rested (robosuite's Lift "
               "criterion). Object to basket: per episode, the closest the object came to the basket's origin, "
               "averaged like the reach." if every(rows, "lift") else ""), ""] if has_progress(rows) else []),
+        "## Claims", "",
+        "Verdicts from the 95% t-interval of the per-seed paired difference of last-round success (points): 'a beats "
+        "b' holds when the whole interval is above 0, does not hold when it is wholly below, and is not resolved "
+        "otherwise; fewer than two seeds of both arms: not run. The setting differs from the paper's (above), so "
+        "only each comparison's direction is checked and a result against the paper reads 'not comparable here'.", "",
+        *markdown_table(verdicts, ["claim", "paper", "ours (paired difference)", "verdict"]), "",
         *(["## Ablations", "", *paired, ""] if paired else []),
         *(["## The gripper command, binarized or not", "",
            "The saved final policies rolled out again with the gripper command as the policy gives it "
