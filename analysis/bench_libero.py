@@ -3,9 +3,11 @@
     python analysis/bench_libero.py [--suite libero_object] [--episodes 20] [--steps 10]
 
 Needs the ``libero`` extra (``pip install -e '.[libero]'``). One torch thread, one process.
-Prints one table: building an env, resetting it, one control step (25 physics steps and one 128 px
-agent-view render; with the wrist camera too, two renders; the policy's forward timed apart; each with the
-meshes out of a camera's view culled, as rollouts render, beside robosuite's render of all), and the
+Prints one table: building an env, resetting it (the first reset; then the next ones with LIBERO's hard
+reset beside the adapter's, which keeps the scene compiled: the same bytes, tested), one control step (25
+physics steps and one 128 px agent-view render; with the wrist camera too, two renders; the policy's forward
+timed apart; each with the meshes out of a camera's view culled, as rollouts render, beside robosuite's
+render of all), and the
 process's resident memory after each of ``--episodes`` short episodes in one reused environment (the
 adapter's way), beside the old way (a new environment per episode, never closed) for 3 episodes. The last
 line gives the control step as FLOPs at this core's measured rate for the policy's forward: the figures the
@@ -38,6 +40,16 @@ def median_step_s(env, rng: np.random.Generator, n: int = 100) -> float:
     return statistics.median(steps)
 
 
+def median_reset_s(env, n: int) -> float:
+    """Median seconds of resets to episodes 1..``n`` (each with its 5 settling steps)."""
+    times = []
+    for ep in range(1, n + 1):
+        t0 = time.perf_counter()
+        env.reset(ep)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", default="libero_object")
@@ -66,7 +78,16 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("build one env (s)", f"{time.perf_counter() - t0:.2f}"))
     t0 = time.perf_counter()
     env.reset(0)
-    rows.append(("reset, incl. 5 settling steps (s)", f"{time.perf_counter() - t0:.2f}"))
+    rows.append(("first reset, incl. 5 settling steps (s)", f"{time.perf_counter() - t0:.2f}"))
+    resets = {}
+    for hard in (True, False):  # LIBERO's hard reset (a new scene and render context) beside the adapter's
+        e = LiberoEnv(a.suite, task, lay.image, "bench", wrist=True)
+        e.env.env.hard_reset = hard
+        e.reset(0)
+        resets[hard] = median_reset_s(e, 5)
+        e.close()
+    rows.append(("next resets, both cameras: LIBERO's hard reset / the scene kept (s, median of 5)",
+                 f"{resets[True]:.2f} / {resets[False]:.2f} ({resets[True] / resets[False]:.1f}x)"))
     steps = {}
     for wrist in (False, True):  # culling off (robosuite's render) beside on, fresh envs, the same actions
         for cull in (False, True):
