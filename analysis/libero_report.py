@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from p2pfl.metrics.claims import DOES_NOT_HOLD, beats, cannot_test, downgrade, fmt_ci, fmt_diff, holds_if
+from p2pfl.metrics.claims import DOES_NOT_HOLD, beats, cannot_test, downgrade, fmt_ci, fmt_diff, holds_if, paired
 from p2pfl.metrics.runs import load_runs, log_entries
 from p2pfl.metrics.tables import markdown_table, report_main
 
@@ -236,17 +236,19 @@ def every(rows: list[dict[str, Any]], key: str) -> bool:
     return all(r.get(key) is not None for r in rows)
 
 
+def success_by_seed(rows: list[dict[str, Any]], label: str) -> dict[int, float]:
+    """Seed -> last-round mean success (%) of ``label``'s runs (what claims and ablations pair by seed)."""
+    return {r["seed"]: r["success"] for r in rows if r["label"] == label}
+
+
 def ablations(rows: list[dict[str, Any]]) -> list[str]:
     """Paired differences (last-round mean SR, points) of ``ABLATIONS`` over the seeds both arms ran, with a
     95% t-interval and what each isolates; arms not run are left out."""
-    by = {(r["label"], r["seed"]): r for r in rows}
     out = []
     for arm, ref, isolates in ABLATIONS:
-        seeds = sorted(s for (lab, s) in by if lab == arm and (ref, s) in by)
-        if not seeds:
-            continue
-        diffs = [by[(arm, s)]["success"] - by[(ref, s)]["success"] for s in seeds]
-        out.append([f"{LABELS[arm]} − {LABELS[ref]}", isolates, str(len(seeds)), fmt_diff(diffs, scale=1.0)])
+        diffs = paired(success_by_seed(rows, arm), success_by_seed(rows, ref))
+        if diffs:
+            out.append([f"{LABELS[arm]} − {LABELS[ref]}", isolates, str(len(diffs)), fmt_diff(diffs, scale=1.0)])
     return markdown_table(out, ["Arms", "Isolates", "Seeds", "Mean SR difference (points, 95% CI)"]) if out else []
 
 
@@ -262,15 +264,13 @@ def claims(rows: list[dict[str, Any]], b: dict[str, Any]) -> list[list[str]]:
     success paired by seed. A Table I result against the paper reads 'not comparable here' (the setting differs,
     ``setup_differs``), as in ``analysis/results/feddrman.md``; a Table III row is not comparable either way
     (``TABLE_III``). Fewer than two seeds of either arm: 'not run'."""
-    by = {(r["label"], r["seed"]): r for r in rows}
     setup = setup_differs(b)
     out = []
     for claim, a, ref, paper, table in CLAIMS:
-        seeds = sorted(s for (lab, s) in by if lab == a and (ref, s) in by)
-        d = [by[(a, s)]["success"] - by[(ref, s)]["success"] for s in seeds]
+        d = paired(success_by_seed(rows, a), success_by_seed(rows, ref))
         verdict = downgrade(beats(d), TABLE_III) if table == "III" else downgrade(beats(d), setup, turns=(DOES_NOT_HOLD,))
-        ours = f"{LABELS[a]} − {LABELS[ref]}: {fmt_diff(d, scale=1.0)} pts ({len(seeds)} seed{'s' * (len(seeds) != 1)})"
-        out.append([claim, paper, ours if seeds else "—", verdict])
+        ours = f"{LABELS[a]} − {LABELS[ref]}: {fmt_diff(d, scale=1.0)} pts ({len(d)} seed{'s' * (len(d) != 1)})"
+        out.append([claim, paper, ours if d else "—", verdict])
     fa = [r for r in rows if r["label"] == "fedavg"]
     fd = [r for r in rows if r["label"] == "feddrman"]
     if fa and fd:  # the payload: FedDRMan's server sends FedAvg's model, whatever the setting
