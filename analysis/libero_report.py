@@ -87,12 +87,14 @@ def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, An
     """One row per run of the study, and the budget from their scenarios."""
     runs = load_runs(*dirs)
     logs = log_entries(*dirs, name="rollout_success")
-    rows, budget = [], {}
+    rows, budget, every = [], {}, set()
     for _, r in runs[runs["study"] == STUDY].iterrows():
         log = logs.get(r["path"], [])
         sc = {k.removeprefix("scenario."): v for k, v in r.items() if k.startswith("scenario.")}
         part, files = "data.partition.", json.loads(sc["data.partition.libero_tasks.libero_object"])
-        budget = {"rounds": sc["protocol.rounds"], "eval_every": sc["protocol.eval_every"],
+        if _number(sc["protocol.eval_every"]) is not None:  # Local scores once, after the last round
+            every.add(int(sc["protocol.eval_every"]))
+        budget = {"rounds": sc["protocol.rounds"],
                   "episodes": sc[part + "eval_episodes"], "horizon": sc[part + "horizons.libero_object"],
                   "demos": sc[part + "demos_per_task"], "history": sc[part + "history"],
                   "wrist": sc.get(part + "wrist") in (True,), "clients": sc[part + "clients_per_suite"],
@@ -117,6 +119,7 @@ def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, An
     if not rows:
         raise SystemExit(f"{' '.join(map(str, dirs))}: no runs of the study {STUDY!r} "
                          "(scenarios/studies/libero_object.yaml) found")
+    budget["eval_every"] = sorted(every)
     return rows, budget
 
 
@@ -367,7 +370,9 @@ def write(dirs: list[Path], md: Path) -> None:
         f"LIBERO's hdf5 format), split over {b['clients']} clients by Dirichlet({b['alpha']}) over tasks, 10% of each "
         f"task's demos held out for the BC test loss. {b['rounds']} rounds of one local epoch; every policy is scored by "
         f"{b['episodes']} rollouts per task from LIBERO's fixed initial states (which no demo used), up to "
-        f"{b['horizon']} control steps each (LIBERO's horizon), every {b['eval_every']} rounds and at the last, "
+        f"{b['horizon']} control steps each (LIBERO's horizon), "
+        + (f"every {'/'.join(map(str, b['eval_every']))} rounds and at the last (Local BC: at the last "
+           "only), " if b["eval_every"] else "after the last round, ")
         + ("the gripper command sent as +1 or -1 (binarized, as LIBERO's own policies send it). " if b["binarize"] else
            "the gripper command sent as the policy gives it (not binarized). ")
         + (f"Demos and rollouts draw LIBERO's visual meshes simplified within {1e3 * b['lod']:g} mm "

@@ -189,3 +189,15 @@ def test_the_binarization_check_pairs_rescored_cells_with_their_binarized_score(
     assert rep.binarization(rows, rescored)[-1] == same
     assert rep.swapped_pairs({"fedavg": 1.0, "local": 2.0, "feddrman": 3.0}, {"fedavg": 3.0, "local": 2.0, "feddrman": 1.0}) \
         == [("local", "fedavg"), ("feddrman", "local"), ("feddrman", "fedavg")]
+
+
+def test_the_archived_studys_budget_reads_the_federated_runs_scoring_interval() -> None:
+    """Local BC scores only after its last round (no eval_every): the budget takes the interval from the runs
+    that have one, whatever order the cells come in."""
+    from pathlib import Path
+
+    rep = analysis_module("libero_report")
+    archive = Path(__file__).resolve().parents[2] / "analysis" / "cells" / "libero_object"
+    rows, budget = rep.rows_from_runs([archive])
+    assert {r["label"] for r in rows} >= {"local", "fedavg"}
+    assert budget["eval_every"] == [10] and budget["episodes"] == 20
