@@ -3,7 +3,6 @@ and every verdict column the reports write parses as one of the five."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from p2pfl.metrics.claims import (
     short,
 )
 from p2pfl.metrics.tables import markdown_table
+from tests.helpers import analysis_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,21 +91,9 @@ def test_a_claims_table_built_with_the_helpers_parses_as_the_five():
     assert [kind(v) for v in _verdict_column(lines)] == [HOLDS, HOLDS, NOT_RESOLVED, NOT_COMPARABLE, CANNOT_TEST]
 
 
-def _claims_tables(md: Path) -> list[list[str]]:
-    """Every markdown table in ``md`` whose header has a 'verdict' column."""
-    tables, cur = [], []
-    for line in md.read_text(encoding="utf-8").splitlines() + [""]:
-        if line.startswith("|"):
-            cur.append(line)
-        elif cur:
-            tables.append(cur)
-            cur = []
-    return [t for t in tables if re.search(r"\|\s*verdict\s*\|", t[0])]
-
-
 @pytest.mark.parametrize("report", ["conditional.md", "feddrman.md", "rnd_recovery.md"])
 def test_every_committed_claims_table_speaks_the_five_verdicts(report):
-    tables = _claims_tables(ROOT / "analysis" / "results" / report)
+    tables = analysis_module("verdicts").claims_tables((ROOT / "analysis" / "results" / report).read_text())
     assert tables, f"{report} has no claims table"
     for t in tables:
         for v in _verdict_column(t):
@@ -120,3 +108,38 @@ def test_the_headline_matches_column_speaks_the_five_verdicts():
     cells = _verdict_column(md[start:end], "matches (Holm, margin 0.10)")
     # a comparison, or 'cannot be tested here' where the arm has no evaluation at IFCA's traffic to pair
     assert cells and all(kind(v) in (HOLDS, DOES_NOT_HOLD, NOT_RESOLVED, CANNOT_TEST) for v in cells)
+
+
+def test_the_verdicts_page_counts_and_lists_every_claim_of_each_report(tmp_path):
+    verdicts = analysis_module("verdicts")
+    head = ["claim", "paper", "ours (paired)", "verdict"]
+    tables = {"conditional.md": [("E1 flat", "0.94", "-0.3 [-0.5, -0.0]", f"**{HOLDS}**"),
+                                 ("E4a", "Table XIX", "—", cannot_test("no real MNIST"))],
+              "rnd_recovery.md": [("groups emerge", "Fig. 2", "2/10", not_comparable("Fashion-MNIST here"))],
+              "feddrman.md": [("beats FedAvg", "88 vs 75", "-3.8 [-12.2, +4.6]", NOT_RESOLVED)],
+              "libero_object.md": [("beats FedAvg", "88 vs 75", "-6.7 (n=1)", NOT_RUN), ("bytes", "21.5", "275.5", DOES_NOT_HOLD)]}
+    for name, rows in tables.items():
+        (tmp_path / name).write_text("# r\n\n" + "\n".join(markdown_table(rows, head)) + "\n\nafter\n| x | y |\n|---|---|\n| 1 | 2 |\n")
+    assert verdicts.main(["--results", str(tmp_path)]) == 0
+    page = (tmp_path / "verdicts.md").read_text().splitlines()
+    counts = page[page.index("| report | holds | does not hold | not resolved | not comparable here | "
+                             "cannot be tested here | not run | claims |") + 2:]
+    assert counts[0].endswith("(`conditional.md`) | 1 | 0 | 0 | 0 | 1 | 0 | 2 |")
+    assert counts[3].endswith("(`libero_object.md`) | 0 | 1 | 0 | 0 | 0 | 1 | 2 |")
+    assert counts[4] == "| all | 1 | 1 | 1 | 1 | 1 | 1 | 6 |"
+    assert "| FedDRMan (generated MuJoCo suites) | beats FedAvg | 88 vs 75 | -3.8 [-12.2, +4.6] | not resolved (interval spans the margin) |" in page
+    (tmp_path / "feddrman.md").write_text("| claim | verdict |\n|---|---|\n| beats FedAvg | not sourced here |\n")
+    assert verdicts.main(["--results", str(tmp_path), "--md", str(tmp_path / "other.md")]) == 2
+    assert not (tmp_path / "other.md").exists()  # nothing half-written
+    with pytest.raises(ValueError, match=r"feddrman\.md: claim 'beats FedAvg': not one of the five verdicts"):
+        verdicts.compile_md(tmp_path)
+    (tmp_path / "feddrman.md").write_text("no table\n")
+    with pytest.raises(ValueError, match=r"feddrman\.md: no claims table"):
+        verdicts.compile_md(tmp_path)
+
+
+def test_the_committed_verdicts_page_is_what_the_committed_reports_give():
+    """analysis/results/verdicts.md regenerated after every report it gathers (python analysis/verdicts.py)."""
+    verdicts = analysis_module("verdicts")
+    committed = (ROOT / "analysis" / "results" / "verdicts.md").read_text(encoding="utf-8")
+    assert verdicts.compile_md(ROOT / "analysis" / "results") == committed

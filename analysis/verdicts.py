@@ -1,0 +1,119 @@
+"""Every paper claim's verdict in one table, gathered from the reproduction reports' claims tables.
+
+    python analysis/verdicts.py          # -> analysis/results/verdicts.md
+
+Each report regenerates from its archived study by the command at its top; this reads the claims tables
+(the markdown tables with a 'verdict' column) of the reports as committed, so it is as current as they are:
+regenerate it after any of them. A row whose runs are missing reads 'not run' (not a verdict; a complete
+report has none). Every other verdict is one of the five of ``p2pfl.metrics.claims`` (a cell that is not
+stops this with its report and row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from p2pfl.metrics.claims import NOT_RUN, VERDICTS, short
+from p2pfl.metrics.tables import markdown_table
+
+RESULTS = Path(__file__).parent / "results"
+#: the reports with claims on a paper, and the paper (``../shared/papers/``) they test
+REPORTS = (("conditional.md", "Client-Conditional FL via local training data statistics"),
+           ("rnd_recovery.md", "RND for clustered FL (federation discovery)"),
+           ("feddrman.md", "FedDRMan (generated MuJoCo suites)"),
+           ("libero_object.md", "FedDRMan (real LIBERO-Object)"))
+LABELS = [short(v) for v in VERDICTS[:3]] + ["not comparable here", "cannot be tested here", NOT_RUN]
+
+
+def claims_tables(text: str) -> list[list[str]]:
+    """Every markdown table in ``text`` (its lines, header first) whose header has a 'verdict' column."""
+    tables: list[list[str]] = []
+    cur: list[str] = []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            cur.append(line)
+        elif cur:
+            tables.append(cur)
+            cur = []
+    return [t for t in tables if "verdict" in cells(t[0])]
+
+
+def cells(line: str) -> list[str]:
+    """A markdown table row's cells, stripped (bold markers too)."""
+    return [c.strip().strip("*").strip() for c in line.strip().strip("|").split(" | ")]
+
+
+def claims(text: str, source: str = "report") -> list[dict[str, str]]:
+    """The rows of ``text``'s claims tables: claim, paper, ours and verdict (checked: one of the five, or 'not
+    run'). ``ValueError`` naming ``source`` and the row for anything else, or for a report without a table."""
+    tables = claims_tables(text)
+    if not tables:
+        raise ValueError(f"{source}: no claims table (a markdown table with a 'verdict' column)")
+    rows = []
+    for t in tables:
+        head = cells(t[0])
+        for line in t[2:]:
+            row = dict(zip(head, cells(line)))
+            verdict = row.get("verdict", "")
+            try:
+                short(verdict)
+            except ValueError as err:
+                raise ValueError(f"{source}: claim {row.get('claim', '?')!r}: {err}") from None
+            ours = next((v for k, v in row.items() if k.startswith("ours")), "—")
+            rows.append({"claim": row.get("claim", "—"), "paper": row.get("paper", "—"), "ours": ours,
+                         "verdict": verdict})
+    return rows
+
+
+def compile_md(results: Path) -> str:
+    """The verdicts page: counts per report and verdict, then every claim in one table."""
+    counts, table = [], []
+    totals = dict.fromkeys(LABELS, 0)
+    for name, paper in REPORTS:
+        path = results / name
+        if not path.is_file():
+            raise ValueError(f"{path}: missing (regenerate it by the command at its top, or run from the repository)")
+        rows = claims(path.read_text(encoding="utf-8"), str(path))
+        per = dict.fromkeys(LABELS, 0)
+        for r in rows:
+            per[short(r["verdict"])] += 1
+            table.append((paper, r["claim"], r["paper"], r["ours"], r["verdict"]))
+        totals = {k: totals[k] + per[k] for k in LABELS}
+        counts.append((f"{paper} (`{name}`)", *map(str, per.values()), str(len(rows))))
+    counts.append(("all", *map(str, totals.values()), str(sum(totals.values()))))
+    return "\n".join([
+        "# Every paper claim's verdict", "",
+        "Regenerate: `python analysis/verdicts.py` (from the committed reports in `analysis/results/`; each "
+        "regenerates from its archived study by the command at its top).", "",
+        "Verdicts (`p2pfl.metrics.claims`): holds / does not hold (the 95% interval wholly on one side of the "
+        "claim's margin, or a count or equality met or missed) / not resolved (the interval spans the margin) / "
+        "not comparable here (our experiment differs from the paper's in a way that can change the answer: the "
+        "reason says how) / cannot be tested here (data or code not available offline). 'not run': the claim's "
+        "runs are not all in yet (no verdict).", "",
+        *markdown_table(counts, ["report", *LABELS, "claims"]), "",
+        "## Claims", "",
+        *markdown_table(table, ["paper", "claim", "paper's result", "ours", "verdict"]), ""])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", type=Path, default=RESULTS, help=f"the reports' folder (default {RESULTS})")
+    ap.add_argument("--md", type=Path, help="the page to write (default: RESULTS/verdicts.md)")
+    args = ap.parse_args(argv)
+    md = args.md or args.results / "verdicts.md"
+    try:
+        text = compile_md(args.results)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    tmp = md.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, md)  # whole or not at all
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
