@@ -398,6 +398,10 @@ def write(dirs: list[Path], md: Path) -> None:
            + (" Lifted: the share of episodes in which the object rose 4 cm above where it rested (robosuite's Lift "
               "criterion). Object to basket: per episode, the closest the object came to the basket's origin, "
               "averaged like the reach." if every(rows, "lift") else ""), ""] if has_progress(rows) else []),
+        "Wall (min): each run's wall-clock time as it ran on this 2-core machine, its mean over seeds: some runs "
+        "shared the machine with other work, and a run resumed from its kept scorings replays only the training "
+        "(`--archive`), so the column records what the study cost, not a timing; the cost of a step is measured in "
+        "`analysis/bench_libero.py` and `analysis/bench_libero_lod.py`.", "",
         "## Claims", "",
         "Verdicts from the 95% t-interval of the per-seed paired difference of last-round success (points): 'a beats "
         "b' holds when the whole interval is above 0, does not hold when it is wholly below, and is not resolved "
