@@ -20,7 +20,20 @@ import math
 from pathlib import Path
 from typing import Any
 
-from p2pfl.metrics.claims import DOES_NOT_HOLD, beats, cannot_test, downgrade, fmt_ci, fmt_diff, holds_if, paired
+import matplotlib
+from matplotlib.figure import Figure
+
+from p2pfl.metrics.claims import (
+    DOES_NOT_HOLD,
+    beats,
+    cannot_test,
+    downgrade,
+    fmt_ci,
+    fmt_diff,
+    holds_if,
+    mean_curve,
+    paired,
+)
 from p2pfl.metrics.runs import load_runs, log_entries
 from p2pfl.metrics.tables import markdown_table, report_main
 
@@ -57,30 +70,46 @@ TABLE_III = ("the paper's Table III removes the term on its Object-Goal federati
 BYTES_CLAIM = "FedDRMan sends FedAvg's bytes"
 
 
+def per_task_at(log: list[dict[str, Any]], round_: int, key: str = "per_task") -> dict[str, float]:
+    """Task -> ``key`` averaged over the devices evaluated at ``round_`` in a run's ``rollout_success`` log:
+    ``per_task`` is the success, ``reach`` the closest the gripper came to the task's object (m), ``grasp`` the
+    share of episodes that held it (the last two only in logs of runs whose rollouts report progress)."""
+    per: dict[str, list[float]] = {}
+    for e in log:
+        if e["round"] == round_:
+            for task, v in (e.get(key) if isinstance(e.get(key), dict) else {}).items():
+                per.setdefault(task, []).append(v)
+    return {t: sum(v) / len(v) for t, v in sorted(per.items())}
+
+
 def final_per_task(log: list[dict[str, Any]], key: str = "per_task") -> tuple[int, dict[str, float]]:
-    """(last evaluated round, task -> ``key`` averaged over the devices evaluated at that round) of a run's
-    ``rollout_success`` log: ``per_task`` is the success, ``reach`` the closest the gripper came to the
-    task's object (m), ``grasp`` the share of episodes that held it (the last two only in logs of runs
-    whose rollouts report progress)."""
+    """(last evaluated round, ``per_task_at`` that round) of a run's ``rollout_success`` log."""
     if not log:
         raise SystemExit("a run has no rollout_success log: not a robot run")
     last = max(e["round"] for e in log)
-    per: dict[str, list[float]] = {}
-    for e in log:
-        if e["round"] == last:
-            for task, v in (e.get(key) if isinstance(e.get(key), dict) else {}).items():
-                per.setdefault(task, []).append(v)
-    return last, {t: sum(v) / len(v) for t, v in sorted(per.items())}
+    return last, per_task_at(log, last, key)
+
+
+def bc_loss_at(log: list[dict[str, Any]], round_: int) -> float | None:
+    """The policy's BC test loss (GMM NLL on the held-out demos) at ``round_``, averaged over the devices that
+    report one; None for logs without it (runs from before it was logged)."""
+    values = [e["bc_test_loss"] for e in log if e["round"] == round_ and e.get("bc_test_loss") is not None]
+    return sum(values) / len(values) if values else None
 
 
 def final_bc_loss(log: list[dict[str, Any]]) -> float | None:
-    """The policy's BC test loss (GMM NLL on the held-out demos) at the last evaluated round, averaged over the
-    devices that report one; None for logs without it (runs from before it was logged)."""
-    if not log:
-        return None
-    last = max(e["round"] for e in log)
-    values = [e["bc_test_loss"] for e in log if e["round"] == last and e.get("bc_test_loss") is not None]
-    return sum(values) / len(values) if values else None
+    """``bc_loss_at`` the last evaluated round; None for an empty log."""
+    return bc_loss_at(log, max(e["round"] for e in log)) if log else None
+
+
+def curve(log: list[dict[str, Any]]) -> list[tuple[int, float, float]]:
+    """(round, success %, BC test loss) at every evaluated round of a run: the success averaged over the devices
+    per task, then over the tasks (as the table's mean); the loss NaN where the log has none."""
+    out = []
+    for r in sorted({int(e["round"]) for e in log}):
+        per, loss = per_task_at(log, r), bc_loss_at(log, r)
+        out.append((r, 100 * sum(per.values()) / len(per) if per else math.nan, math.nan if loss is None else loss))
+    return out
 
 
 def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -109,7 +138,7 @@ def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, An
         rows.append({"label": r["variant"], "seed": int(r["seed"]), "cell": r["cell"], "round": last, "per_task": per_task,
                      "success": 100 * sum(per_task.values()) / len(per_task), "bytes": r["bytes_total"],
                      "best": _number(r.get("success_best_of_last_k"), 100), "best_k": _number(r.get("best_of_last_k")),
-                     "bc_loss": final_bc_loss(log),
+                     "bc_loss": final_bc_loss(log), "curve": curve(log),
                      "reach_cm": 100 * sum(reach.values()) / len(reach) if reach else None,
                      "grasp": 100 * sum(grasp.values()) / len(grasp) if grasp else None,
                      "lift": 100 * sum(lift.values()) / len(lift) if lift else None,
@@ -354,6 +383,34 @@ def rescored_in(dirs: list[Path]) -> dict[str, Any]:
     return rescored
 
 
+FIGURE = "libero_object_curves.png"  # beside the report
+
+
+def figure(rows: list[dict[str, Any]], out: Path) -> list[str]:
+    """Success and BC test loss per evaluated round, mean over each method's seeds (the rounds all its seeds
+    evaluated), written to ``out``/``FIGURE``; the report's line that shows it."""
+    fig = Figure(figsize=(10, 4))
+    axes = fig.subplots(1, 2)
+    colours = matplotlib.colormaps["tab10"].colors  # type: ignore[attr-defined]
+    for i, label in enumerate(lab for lab in ORDER if any(r["label"] == lab for r in rows)):
+        runs = [r["curve"] for r in rows if r["label"] == label]
+        points = mean_curve(runs)
+        rounds = [p[0] for p in points]
+        style = {"marker": "o", "color": colours[i % 10], "label": f"{LABELS[label]} ({len(runs)} seed{'s' * (len(runs) > 1)})"}
+        axes[0].plot(rounds, [p[1] for p in points], **style)
+        axes[1].plot(rounds, [p[2] for p in points], **style)
+    axes[0].set_ylabel("rollout success (%), mean over tasks and seeds")
+    axes[1].set_ylabel("BC test loss (GMM NLL, held-out demos)")
+    for ax in axes:
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("LIBERO-Object: per evaluated round (Local BC: the last round only)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / FIGURE, dpi=120)
+    return [f"![Success and BC test loss per evaluated round]({FIGURE})"]
+
+
 def write(dirs: list[Path], md: Path) -> None:
     rows, b = rows_from_runs(dirs)
     rescored = rescored_in(dirs)
@@ -414,6 +471,10 @@ def write(dirs: list[Path], md: Path) -> None:
            "(`python analysis/libero_rescore.py analysis/cells/libero_object`), beside the study's binarized score "
            "of the same policies.", "", *check, ""] if check else []),
         "## Reading", "", *reading(rows), "",
+        "## Per evaluated round", "",
+        "Success and BC test loss at every scoring, mean over each method's seeds; read the "
+        "last round for the table's comparisons (a best-looking round chosen from these same rollouts reads high).", "",
+        *figure(rows, md.parent), "",
     ])
     md.parent.mkdir(parents=True, exist_ok=True)
     md.write_text(text + "\n")

@@ -31,6 +31,21 @@ def test_last_round_per_task_is_averaged_over_the_devices() -> None:
     assert rep.short(T0) == "alphabet soup"
 
 
+def test_the_curve_has_every_evaluated_rounds_success_and_bc_loss(tmp_path) -> None:
+    import math
+
+    rep = analysis_module("libero_report")
+    log = [_log(10, 1.0, 0.5), _log(20, 0.2, 0.0), {**_log(20, 0.6, 0.4), "bc_test_loss": -3.0},
+           {**_log(20, 0.6, 0.4), "bc_test_loss": -5.0}]
+    got = rep.curve(log)
+    assert [p[:2] for p in got] == [(10, 75.0), (20, pytest.approx(100 * (1.4 / 3 + 0.8 / 3) / 2))]
+    assert math.isnan(got[0][2]) and got[1][2] == -4.0  # the devices that logged a loss
+    rows = [{"label": "fedavg", "curve": got}, {"label": "fedavg", "curve": [(20, 10.0, -2.0)]},
+            {"label": "local", "curve": [(20, 5.0, -1.0)]}]
+    assert rep.figure(rows, tmp_path) == [f"![Success and BC test loss per evaluated round]({rep.FIGURE})"]
+    assert (tmp_path / rep.FIGURE).stat().st_size > 0
+
+
 def test_table_rows_follow_the_paper_order_with_means_and_bytes() -> None:
     rep = analysis_module("libero_report")
     rows = [{"label": lab, "seed": 0, "round": 20, "per_task": {T0: a, T1: b}, "success": 50 * (a + b),
