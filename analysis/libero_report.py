@@ -365,11 +365,27 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
                       ". The order by loss differs from the order by success (" + "; ".join(
                           f"{LABELS[a]} succeeds more than {LABELS[b]} at a higher loss" for a, b in swapped)
                       + "): imitating the demos better does not make a policy finish more tasks here."))
+    if lowest := lowest_losses(rows):
+        out.append("- BC test loss at its lowest scoring vs at the last (mean over seeds; a rise: the last policy imitates the "
+                   "held-out demos worse than an earlier one did): " + ", ".join(
+                       f"{LABELS[k]} {low:.2f} (round {r}) vs {last:.2f}" for k, (r, low, last) in lowest.items()) + ".")
     if "centralized" in mean and "local" in mean:
         c, loc = mean["centralized"], mean["local"]
         out.append(f"- Pooling all clients' demos (Centralized {c:.1f}%) vs each client's own (Local {loc:.1f}%): "
                    + ("the gap collaboration can close at this budget." if c > loc else
                       "pooling did not raise success at this budget."))
+    return out
+
+
+def lowest_losses(rows: list[dict[str, Any]]) -> dict[str, tuple[int, float, float]]:
+    """Per method scored more than once: (the round of its lowest BC test loss, that loss, the last round's), on
+    the loss curve's mean over seeds (``mean_curve``); methods without a loss at every scoring are left out."""
+    out = {}
+    for label in ORDER:
+        points = mean_curve([r["curve"] for r in rows if r["label"] == label and r.get("curve")])
+        if len(points) > 1 and not any(math.isnan(p[2]) for p in points):
+            best = min(points, key=lambda p: p[2])
+            out[label] = (int(best[0]), best[2], points[-1][2])
     return out
 
 

@@ -44,6 +44,10 @@ def test_the_curve_has_every_evaluated_rounds_success_and_bc_loss(tmp_path) -> N
             {"label": "local", "curve": [(20, 5.0, -1.0)]}]
     assert rep.figure(rows, tmp_path) == [f"![Success and BC test loss per evaluated round]({rep.FIGURE})"]
     assert (tmp_path / rep.FIGURE).stat().st_size > 0
+    rows[1]["curve"] = [(10, 0.0, -6.0), (20, 10.0, -2.0)]  # fedavg's mean over seeds: -6.0 (10), -3.0 (20)
+    assert rep.lowest_losses(rows) == {}  # a seed without a loss at round 10
+    rows[0]["curve"] = [(10, 75.0, -4.0), got[1]]
+    assert rep.lowest_losses(rows) == {"fedavg": (10, -5.0, -3.0)}  # local: one scoring, no trajectory
 
 
 def test_table_rows_follow_the_paper_order_with_means_and_bytes() -> None:
