@@ -25,6 +25,8 @@ from matplotlib.figure import Figure
 
 from p2pfl.metrics.claims import (
     DOES_NOT_HOLD,
+    HOLDS,
+    NOT_RESOLVED,
     beats,
     cannot_test,
     downgrade,
@@ -319,15 +321,18 @@ def mean_by_label(rows: list[dict[str, Any]], key: str) -> dict[str, float]:
 def reading(rows: list[dict[str, Any]]) -> list[str]:
     """Sentences stated from the table's numbers only."""
     mean = mean_by_label(rows, "success")
-    seeds = len({r["seed"] for r in rows})
+    n_seeds = {lab: len(success_by_seed(rows, lab)) for lab in mean}
+    seeds = max(n_seeds.values())
+    counts = (f"{seeds} seed{'s' * (seeds > 1)}" if len(set(n_seeds.values())) == 1 else
+              "seeds: " + ", ".join(f"{LABELS[k]} {n}" for k, n in n_seeds.items()))
     out = ["- Mean success over the chosen tasks: " + ", ".join(f"{LABELS[k]} {v:.1f}%" for k, v in mean.items())
-           + f" ({seeds} seed{'s' if seeds > 1 else ''}; " + ("no interval with one seed)." if seeds == 1 else "95% t-intervals in the table).")]
+           + f" ({counts}; " + ("no interval with one seed)." if seeds == 1 else "95% t-intervals in the table).")]
     if "feddrman" in mean and "fedavg" in mean:
-        d = mean["feddrman"] - mean["fedavg"]
-        out.append(f"- FedDRMan − FedAvg: {d:+.1f} points; the paper's Object column has +12.8 "
-                   f"({PAPER_OBJECT['feddrman']} vs {PAPER_OBJECT['fedavg']}) with all 10 tasks, 50 rounds and "
-                   "LIBERO's human demonstrations." + (" One seed cannot separate a difference from seed noise."
-                                                       if seeds == 1 else ""))
+        d = paired(success_by_seed(rows, "feddrman"), success_by_seed(rows, "fedavg"))
+        out.append(f"- FedDRMan − FedAvg: {fmt_diff(d, scale=1.0)} points, paired over {len(d)} seed{'s' * (len(d) != 1)}; "
+                   f"the paper's Object column has +12.8 ({PAPER_OBJECT['feddrman']} vs {PAPER_OBJECT['fedavg']}) with "
+                   "all 10 tasks, 50 rounds and LIBERO's human demonstrations."
+                   + (" One seed cannot separate a difference from seed noise." if len(d) < 2 else ""))
     if all(v == 0 for v in mean.values()):
         out.append("- No method completes a task: at this budget our policy does not reach LIBERO-Object's "
                    "goal states, so success does not rank the methods.")
@@ -343,12 +348,15 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
             out.append("- Progress (scored from the simulator's object poses, never shown to a policy): closest reach "
                        + ", ".join(f"{LABELS[k]} {v:.1f} cm" for k, v in reach.items()) + "; episodes that grasped "
                        "the object " + ", ".join(f"{LABELS[k]} {v:.0f}%" for k, v in grasp.items()) + ".")
-    if seeds == 1 and all("episodes" in r for r in rows):
-        out.append("- Successful episodes: " + ", ".join(
-            f"{LABELS[r['label']]} {round(r['success'] / 100 * r['episodes'])} of {r['episodes']}"
-            for lab in ORDER for r in rows if r["label"] == lab)
-                   + " (Local rolls out each client's policy). Each count comes from one training run (Local: five "
-                   "policies); without more seeds it does not separate the method from the run.")
+    if all("episodes" in r for r in rows):
+        won = {lab: (sum(round(r["success"] / 100 * r["episodes"]) for r in rs), sum(r["episodes"] for r in rs))
+               for lab in ORDER if (rs := [r for r in rows if r["label"] == lab])}
+        out.append("- Successful episodes at the last round: " + ", ".join(
+            f"{LABELS[lab]} {k} of {n}" for lab, (k, n) in won.items())
+                   + (" (Local rolls out each client's policy). Each count comes from one training run (Local: five "
+                      "policies); without more seeds it does not separate the method from the run." if seeds == 1 else
+                      " over the seeds (Local rolls out each client's policy). Episodes of one run share its policy, "
+                      "so the seeds, not the episodes, are the samples the intervals use."))
     if every(rows, "best"):
         best = mean_by_label(rows, "best")
         out.append("- Best of the last k evaluations vs the last one: " + ", ".join(
@@ -370,10 +378,14 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
                    "held-out demos worse than an earlier one did): " + ", ".join(
                        f"{LABELS[k]} {low:.2f} (round {r}) vs {last:.2f}" for k, (r, low, last) in lowest.items()) + ".")
     if "centralized" in mean and "local" in mean:
-        c, loc = mean["centralized"], mean["local"]
-        out.append(f"- Pooling all clients' demos (Centralized {c:.1f}%) vs each client's own (Local {loc:.1f}%): "
-                   + ("the gap collaboration can close at this budget." if c > loc else
-                      "pooling did not raise success at this budget."))
+        d = paired(success_by_seed(rows, "centralized"), success_by_seed(rows, "local"))
+        side = {HOLDS: "pooling raised success at this budget", DOES_NOT_HOLD: "pooling lowered success at this budget",
+                NOT_RESOLVED: f"not separated at {len(d)} seeds"}
+        out.append(f"- Pooling all clients' demos (Centralized {mean['centralized']:.1f}%) vs each client's own (Local "
+                   f"{mean['local']:.1f}%): " + (f"Centralized − Local {fmt_diff(d, scale=1.0)} points, "
+                                                 + side[beats(d)] if len(d) > 1 else
+                                                 "one seed, no interval: " + ("pooling scored higher in this run" if
+                                                 d and d[0] > 0 else "pooling did not score higher in this run")) + ".")
     return out
 
 

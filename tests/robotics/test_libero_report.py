@@ -60,8 +60,28 @@ def test_table_rows_follow_the_paper_order_with_means_and_bytes() -> None:
     assert [ln.split(" | ")[0] for ln in lines[2:]] == ["| Centralized BC", "| Local BC", "| FedAvg", "| FedDRMan"]
     assert lines[5] == "| FedDRMan | 40.0 (n=1) | 20.0 (n=1) | 30.0 (n=1) | 20 | 4.0 (0.10) | 2.0 | 88.0 |"
     text = "\n".join(rep.reading(rows))
-    assert "FedDRMan − FedAvg: +10.0 points" in text and "One seed cannot separate" in text
-    assert "(Local 10.0%): the gap collaboration can close" in text
+    assert "FedDRMan − FedAvg: +10.0 (n=1) points, paired over 1 seed;" in text and "One seed cannot separate" in text
+    assert "(Local 10.0%): one seed, no interval: pooling scored higher in this run." in text
+
+
+def test_with_seeds_the_reading_pairs_them_and_counts_every_episode() -> None:
+    rep = analysis_module("libero_report")
+    rows = [{"label": lab, "seed": seed, "round": 20, "per_task": {T0: v / 100}, "success": v, "episodes": 20,
+             "bytes": 0, "messages": 0, "sim_s": 1.0, "wall_s": 60.0}
+            for lab, values in (("centralized", (10, 20, 30)), ("local", (0, 5, 10)), ("fedavg", (20, 30, 20)),
+                                ("feddrman", (25, 25)))
+            for seed, v in enumerate(values)]
+    text = "\n".join(rep.reading(rows))
+    assert "(seeds: Centralized BC 3, Local BC 3, FedAvg 3, FedDRMan 2; 95% t-intervals in the table)." in text
+    assert "FedDRMan − FedAvg: +0.0 [-63.5, +63.5] points, paired over 2 seeds;" in text
+    assert "One seed cannot" not in text
+    assert ("Successful episodes at the last round: Centralized BC 12 of 60, Local BC 3 of 60, FedAvg 14 of 60, "
+            "FedDRMan 10 of 40 over the seeds") in text
+    assert "Centralized − Local +15.0 [+2.6, +27.4] points, pooling raised success at this budget." in text
+    for r in rows:
+        if r["label"] == "local":
+            r["success"] = 40.0 - 20 * r["seed"]
+    assert "Centralized − Local +0.0 [-74.5, +74.5] points, not separated at 3 seeds." in "\n".join(rep.reading(rows))
 
 
 def test_progress_columns_appear_when_every_run_reports_them() -> None:
@@ -77,9 +97,9 @@ def test_progress_columns_appear_when_every_run_reports_them() -> None:
     assert lines[2] == "| Centralized BC | 0.0 (n=1) | 0.0 (n=1) | 2.5 (n=1) | 40.0 (n=1) | 20 | 0 (-) | 1.0 | 56.0 |"
     text = "\n".join(rep.reading(rows))
     assert "success does not rank the methods" not in text  # Local completed 2 episodes
-    assert "Successful episodes: Centralized BC 0 of 15, Local BC 2 of 75, FedAvg 0 of 15 " in text
+    assert "Successful episodes at the last round: Centralized BC 0 of 15, Local BC 2 of 75, FedAvg 0 of 15 " in text
     assert "without more seeds it does not separate the method from the run" in text
-    assert "(Local 2.7%): pooling did not raise success at this budget." in text
+    assert "(Local 2.7%): one seed, no interval: pooling did not score higher in this run." in text
     assert ("closest reach Centralized BC 2.5 cm, Local BC 6.0 cm, FedAvg 6.0 cm; episodes that grasped the object "
             "Centralized BC 40%, Local BC 0%, FedAvg 0%") in text
     rows[1]["reach_cm"] = None  # one run without progress: no column rather than a partial one
