@@ -1,4 +1,5 @@
-"""Every paper claim's verdict in one table, gathered from the reproduction reports' claims tables.
+"""Every paper claim's verdict, gathered from the reproduction reports' claims tables: the papers' claims apart
+from our questions beyond them.
 
     python analysis/verdicts.py          # -> analysis/results/verdicts.md
 
@@ -26,6 +27,8 @@ REPORTS = (("conditional.md", "Client-Conditional FL via local training data sta
            ("feddrman.md", "FedDRMan (generated MuJoCo suites)"),
            ("libero_object.md", "FedDRMan (real LIBERO-Object)"))
 LABELS = [short(v) for v in VERDICTS[:3]] + ["not comparable here", "cannot be tested here", NOT_RUN]
+#: a claim whose 'paper' cell starts so is a question of ours the paper does not test (its table has no such number)
+BEYOND = ("not in the paper", "not tested in the paper", "not evaluated", "implied")
 
 
 def claims_tables(text: str) -> list[list[str]]:
@@ -68,22 +71,34 @@ def claims(text: str, source: str = "report") -> list[dict[str, str]]:
     return rows
 
 
+def beyond(row: dict[str, str]) -> bool:
+    """Whether ``row`` asks a question the paper does not test (``BEYOND``: its 'paper' cell says so)."""
+    return row["paper"].lower().startswith(BEYOND)
+
+
 def compile_md(results: Path) -> str:
-    """The verdicts page: counts per report and verdict, then every claim in one table."""
-    counts, table = [], []
-    totals = dict.fromkeys(LABELS, 0)
+    """The verdicts page: counts per report and verdict, the papers' claims apart from our questions beyond
+    them, then every claim in two tables."""
+    counts, tables = [], {False: [], True: []}
+    totals = {scope: dict.fromkeys(LABELS, 0) for scope in (False, True)}
     for name, paper in REPORTS:
         path = results / name
         if not path.is_file():
             raise ValueError(f"{path}: missing (regenerate it by the command at its top, or run from the repository)")
         rows = claims(path.read_text(encoding="utf-8"), str(path))
-        per = dict.fromkeys(LABELS, 0)
-        for r in rows:
-            per[short(r["verdict"])] += 1
-            table.append((paper, r["claim"], r["paper"], r["ours"], r["verdict"]))
-        totals = {k: totals[k] + per[k] for k in LABELS}
-        counts.append((f"{paper} (`{name}`)", *map(str, per.values()), str(len(rows))))
-    counts.append(("all", *map(str, totals.values()), str(sum(totals.values()))))
+        for scope in (False, True):
+            picked = [r for r in rows if beyond(r) == scope]
+            per = dict.fromkeys(LABELS, 0)
+            for r in picked:
+                per[short(r["verdict"])] += 1
+                tables[scope].append((paper, r["claim"], r["paper"], r["ours"], r["verdict"]))
+            totals[scope] = {k: totals[scope][k] + per[k] for k in LABELS}
+            if picked:
+                counts.append((f"{paper} (`{name}`)", "beyond the paper" if scope else "the paper's",
+                               *map(str, per.values()), str(len(picked))))
+    for scope in (False, True):
+        counts.append(("all", "beyond the papers" if scope else "the papers'", *map(str, totals[scope].values()),
+                       str(sum(totals[scope].values()))))
     return "\n".join([
         "# Every paper claim's verdict", "",
         "Regenerate: `python analysis/verdicts.py` (from the committed reports in `analysis/results/`; each "
@@ -93,9 +108,16 @@ def compile_md(results: Path) -> str:
         "not comparable here (our experiment differs from the paper's in a way that can change the answer: the "
         "reason says how) / cannot be tested here (data or code not available offline). 'not run': the claim's "
         "runs are not all in yet (no verdict).", "",
-        *markdown_table(counts, ["report", *LABELS, "claims"]), "",
-        "## Claims", "",
-        *markdown_table(table, ["paper", "claim", "paper's result", "ours", "verdict"]), ""])
+        *markdown_table(counts, ["report", "claims", *LABELS, "in all"]), "",
+        "## The papers' claims", "",
+        "Each with the number the paper reports; a verdict against the paper only where our experiment is the "
+        "paper's in every way the report lists.", "",
+        *markdown_table(tables[False], ["paper", "claim", "paper's result", "ours", "verdict"]), "",
+        "## Questions beyond the papers", "",
+        "Ours, asked with the papers' methods where the paper reports no number (its 'paper' cell says so: "
+        "a federated variant of a pooled method, a decentralized version the paper proposes without evaluating, a "
+        "property it implies); a 'does not hold' here is about our question, not the paper's.", "",
+        *markdown_table(tables[True], ["paper", "claim", "paper's result", "ours", "verdict"]), ""])
 
 
 def main(argv: list[str] | None = None) -> int:

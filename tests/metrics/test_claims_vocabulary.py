@@ -115,19 +115,25 @@ def test_the_verdicts_page_counts_and_lists_every_claim_of_each_report(tmp_path)
     head = ["claim", "paper", "ours (paired)", "verdict"]
     tables = {"conditional.md": [("E1 flat", "0.94", "-0.3 [-0.5, -0.0]", f"**{HOLDS}**"),
                                  ("E4a", "Table XIX", "—", cannot_test("no real MNIST"))],
-              "rnd_recovery.md": [("groups emerge", "Fig. 2", "2/10", not_comparable("Fashion-MNIST here"))],
+              "rnd_recovery.md": [("groups emerge", "Fig. 2", "2/10", not_comparable("Fashion-MNIST here")),
+                                  ("gossip finds them", "not evaluated", "0/7", DOES_NOT_HOLD)],
               "feddrman.md": [("beats FedAvg", "88 vs 75", "-3.8 [-12.2, +4.6]", NOT_RESOLVED)],
               "libero_object.md": [("beats FedAvg", "88 vs 75", "-6.7 (n=1)", NOT_RUN), ("bytes", "21.5", "275.5", DOES_NOT_HOLD)]}
     for name, rows in tables.items():
         (tmp_path / name).write_text("# r\n\n" + "\n".join(markdown_table(rows, head)) + "\n\nafter\n| x | y |\n|---|---|\n| 1 | 2 |\n")
     assert verdicts.main(["--results", str(tmp_path)]) == 0
     page = (tmp_path / "verdicts.md").read_text().splitlines()
-    counts = page[page.index("| report | holds | does not hold | not resolved | not comparable here | "
-                             "cannot be tested here | not run | claims |") + 2:]
-    assert counts[0].endswith("(`conditional.md`) | 1 | 0 | 0 | 0 | 1 | 0 | 2 |")
-    assert counts[3].endswith("(`libero_object.md`) | 0 | 1 | 0 | 0 | 0 | 1 | 2 |")
-    assert counts[4] == "| all | 1 | 1 | 1 | 1 | 1 | 1 | 6 |"
-    assert "| FedDRMan (generated MuJoCo suites) | beats FedAvg | 88 vs 75 | -3.8 [-12.2, +4.6] | not resolved (interval spans the margin) |" in page
+    counts = page[page.index("| report | claims | holds | does not hold | not resolved | not comparable here | "
+                             "cannot be tested here | not run | in all |") + 2:]
+    assert counts[0].endswith("(`conditional.md`) | the paper's | 1 | 0 | 0 | 0 | 1 | 0 | 2 |")
+    assert counts[2].endswith("(`rnd_recovery.md`) | beyond the paper | 0 | 1 | 0 | 0 | 0 | 0 | 1 |")
+    assert counts[4].endswith("(`libero_object.md`) | the paper's | 0 | 1 | 0 | 0 | 0 | 1 | 2 |")
+    assert counts[5:7] == ["| all | the papers' | 1 | 1 | 1 | 1 | 1 | 1 | 6 |",
+                           "| all | beyond the papers | 0 | 1 | 0 | 0 | 0 | 0 | 1 |"]
+    paper, ours = page.index("## The papers' claims"), page.index("## Questions beyond the papers")
+    row = "| FedDRMan (generated MuJoCo suites) | beats FedAvg | 88 vs 75 | -3.8 [-12.2, +4.6] | not resolved (interval spans the margin) |"
+    assert paper < page.index(row) < ours
+    assert page.index("| RND for clustered FL (federation discovery) | gossip finds them | not evaluated | 0/7 | does not hold |") > ours
     (tmp_path / "feddrman.md").write_text("| claim | verdict |\n|---|---|\n| beats FedAvg | not sourced here |\n")
     assert verdicts.main(["--results", str(tmp_path), "--md", str(tmp_path / "other.md")]) == 2
     assert not (tmp_path / "other.md").exists()  # nothing half-written
