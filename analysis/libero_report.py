@@ -4,6 +4,9 @@
     p2pfl sweep scenarios/studies/libero_object.yaml --jobs 1 --out runs/libero_object --archive analysis/cells/libero_object
     python analysis/libero_report.py analysis/cells/libero_object        # -> analysis/results/libero_object.md
 
+(and beside it ``libero_object_runs.csv``, one row per run, and ``libero_object_curves.png``, success and BC
+test loss per evaluated round).
+
 Reads the run directories (or their archived cells) through ``p2pfl.metrics.runs``: each run's rollout
 success per task from its ``rollout_success`` log (one entry per device and evaluated round), with the
 policy's BC test loss where the log has it, the best of the last k evaluations from its summary
@@ -15,6 +18,7 @@ half-width when there are several). Ablations are read as paired differences ove
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -411,6 +415,30 @@ def rescored_in(dirs: list[Path]) -> dict[str, Any]:
     return rescored
 
 
+RUNS_CSV = "libero_object_runs.csv"  # beside the report: one row per run, for pandas or a spreadsheet
+RUN_COLUMNS = {"label": "method", "seed": "seed", "round": "round", "success": "success_pct", "best": "best_of_last_k_pct",
+               "bc_loss": "bc_test_nll", "reach_cm": "reach_cm", "grasp": "grasped_pct", "lift": "lifted_pct",
+               "carry_cm": "object_to_basket_cm", "episodes": "episodes", "bytes": "bytes", "messages": "messages",
+               "wall_s": "wall_s"}
+
+
+def runs_table(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    """One row per run (the table's order, then seed): ``RUN_COLUMNS`` and each task's success (%), the header
+    first; a value a run lacks is empty."""
+    tasks = sorted({t for r in rows for t in r["per_task"]})
+    out: list[list[Any]] = [[*RUN_COLUMNS.values(), *(f"{short(t)} success_pct" for t in tasks)]]
+    for r in sorted(rows, key=lambda r: (ORDER.index(r["label"]), r["seed"])):
+        values = [LABELS[r["label"]] if k == "label" else r.get(k) for k in RUN_COLUMNS]
+        out.append([*(_cell(v) for v in values), *(_cell(100 * r["per_task"][t]) if t in r["per_task"] else ""
+                                                     for t in tasks)])
+    return out
+
+
+def _cell(v: Any) -> Any:
+    """A CSV cell: empty for a missing value, a float to 4 decimals (19.000000000000004 reads 19.0)."""
+    return "" if v is None else round(v, 4) if isinstance(v, float) else v
+
+
 FIGURE = "libero_object_curves.png"  # beside the report
 
 
@@ -499,12 +527,15 @@ def write(dirs: list[Path], md: Path) -> None:
            "(`python analysis/libero_rescore.py analysis/cells/libero_object`), beside the study's binarized score "
            "of the same policies.", "", *check, ""] if check else []),
         "## Reading", "", *reading(rows), "",
+        f"Every run's numbers, one row per run and seed: `{RUNS_CSV}` beside this report.", "",
         "## Per evaluated round", "",
         "Success and BC test loss at every scoring, mean over each method's seeds; read the "
         "last round for the table's comparisons (a best-looking round chosen from these same rollouts reads high).", "",
         *figure(rows, md.parent), "",
     ])
     md.parent.mkdir(parents=True, exist_ok=True)
+    with open(md.parent / RUNS_CSV, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f, lineterminator="\n").writerows(runs_table(rows))
     md.write_text(text + "\n")
     print(text)
 

@@ -240,3 +240,17 @@ def test_the_archived_studys_budget_reads_the_federated_runs_scoring_interval() 
     rows, budget = rep.rows_from_runs([archive])
     assert {r["label"] for r in rows} >= {"local", "fedavg"}
     assert budget["eval_every"] == [10] and budget["episodes"] == 20
+
+
+def test_the_runs_csv_has_a_row_per_run_in_the_tables_order() -> None:
+    rep = analysis_module("libero_report")
+    rows = [{"label": lab, "seed": seed, "round": 50, "per_task": {T0: a, T1: 0.1}, "success": 100 * (a + 0.1) / 2,
+             "bc_loss": None, "bytes": 7, "messages": 2, "wall_s": 60.0, "episodes": 40}
+            for lab, seed, a in (("fedavg", 1, 0.3), ("local", 0, 0.2), ("fedavg", 0, 1 / 3))]
+    table = rep.runs_table(rows)
+    assert table[0][:4] == ["method", "seed", "round", "success_pct"]
+    assert table[0][-2:] == ["alphabet soup success_pct", "butter success_pct"]
+    assert [r[:2] for r in table[1:]] == [["Local BC", 0], ["FedAvg", 0], ["FedAvg", 1]]
+    head = table[0]
+    assert table[2][head.index("success_pct")] == 21.6667 and table[2][-2:] == [33.3333, 10.0]
+    assert table[2][head.index("bc_test_nll")] == "" and table[2][head.index("reach_cm")] == ""  # not in the run
