@@ -91,13 +91,26 @@ def _best(table: Any, variant: str, kind: str, level: float) -> str:
     return f"{found.loc[a, 'exact']}/{found.loc[a, 'n']} at alpha {a:g}"
 
 
+AUTHORS_CODE = "the authors' code's skew (7x7-smoothed pattern, RMS 0.15, 4,167 images a device)"
+
+
 def authors_code(runs: Any) -> list[tuple[str, ...]]:
-    """Claim rows of rnd_authors_skew.yaml: exact recoveries per variant and compatibility criterion."""
+    """Claim rows of rnd_authors_skew.yaml: exact recoveries per variant and compatibility criterion. The server
+    version's rows test the paper's claim (a failure there is not comparable: ``AUTHORS_CODE_DIFFER``); the
+    decentralized versions' rows ask our question of Sec. VI's proposal, which the paper does not evaluate."""
     t = runs.groupby(["variant", "grid.protocol.criterion"]).ari.agg(n="size", exact=lambda a: int((a == 1.0).sum()))
-    return [(f"... at the authors' code's skew (7x7-smoothed pattern, RMS 0.15, 4,167 images a device), {v}, "
-             f"criterion {c}", "4 groups found", f"{r.exact}/{r.n} seeds exact",
-             downgrade(holds_if(r.exact >= EXACT_OK * r.n), AUTHORS_CODE_DIFFER, turns=(DOES_NOT_HOLD,)))
-            for (v, c), r in t.iterrows()]
+    rows = []
+    for (v, c), r in sorted(t.iterrows(), key=lambda vr: (vr[0][0] != "rnd_server", vr[0])):  # the paper's first
+        ok = holds_if(r.exact >= EXACT_OK * r.n)
+        if v == "rnd_server":
+            rows.append((f"Federations emerge from the novelty matrix without K (rnd_server) at {AUTHORS_CODE}, "
+                         f"criterion {c}", "4 groups found", f"{r.exact}/{r.n} seeds exact",
+                         downgrade(ok, AUTHORS_CODE_DIFFER, turns=(DOES_NOT_HOLD,))))
+        else:
+            rows.append((f"A decentralized version ({v}) finds the groups at {AUTHORS_CODE} on Fashion-MNIST, "
+                         f"criterion {c} (Sec. VI proposes it; the paper does not evaluate it)", "not evaluated",
+                         f"{r.exact}/{r.n} seeds exact", ok))
+    return rows
 
 
 def claims(table: Any, recovered: list[tuple[str, str, float]], skews: list[tuple[str, float]],
