@@ -181,6 +181,8 @@ def _build_all(cells: Sequence[Cell], progress: bool = False, every_s: float = 5
 
     failed = {}
     t0 = last = time.perf_counter()
+    if progress and cells:  # a first cell can take minutes (a LIBERO cell reads its demo files)
+        print(f"dry run: building {len(cells)} cells", file=sys.stderr, flush=True)
     for i, cell in enumerate(cells, 1):
         try:
             build_only(cell.scenario)
