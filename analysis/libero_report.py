@@ -384,12 +384,11 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
     if "centralized" in mean and "local" in mean:
         d = paired(success_by_seed(rows, "centralized"), success_by_seed(rows, "local"))
         side = {HOLDS: "pooling raised success at this budget", DOES_NOT_HOLD: "pooling lowered success at this budget",
-                NOT_RESOLVED: f"not separated at {len(d)} seeds"}
+                NOT_RESOLVED: "not separated (the interval spans 0)"}
         out.append(f"- Pooling all clients' demos (Centralized {mean['centralized']:.1f}%) vs each client's own (Local "
-                   f"{mean['local']:.1f}%): " + (f"Centralized − Local {fmt_diff(d, scale=1.0)} points, "
-                                                 + side[beats(d)] if len(d) > 1 else
-                                                 "one seed, no interval: " + ("pooling scored higher in this run" if
-                                                 d and d[0] > 0 else "pooling did not score higher in this run")) + ".")
+                   f"{mean['local']:.1f}%): Centralized − Local {fmt_diff(d, scale=1.0)} points paired over {len(d)} "
+                   + (f"seeds, {side[beats(d)]}." if len(d) > 1 else "seed (no interval with one)." if d else
+                      "seeds (none in common)."))
     return out
 
 

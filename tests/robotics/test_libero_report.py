@@ -61,7 +61,7 @@ def test_table_rows_follow_the_paper_order_with_means_and_bytes() -> None:
     assert lines[5] == "| FedDRMan | 40.0 (n=1) | 20.0 (n=1) | 30.0 (n=1) | 20 | 4.0 (0.10) | 2.0 | 88.0 |"
     text = "\n".join(rep.reading(rows))
     assert "FedDRMan − FedAvg: +10.0 (n=1) points, paired over 1 seed;" in text and "One seed cannot separate" in text
-    assert "(Local 10.0%): one seed, no interval: pooling scored higher in this run." in text
+    assert "(Local 10.0%): Centralized − Local +40.0 (n=1) points paired over 1 seed (no interval with one)." in text
 
 
 def test_with_seeds_the_reading_pairs_them_and_counts_every_episode() -> None:
@@ -77,11 +77,11 @@ def test_with_seeds_the_reading_pairs_them_and_counts_every_episode() -> None:
     assert "One seed cannot" not in text
     assert ("Successful episodes at the last round: Centralized BC 12 of 60, Local BC 3 of 60, FedAvg 14 of 60, "
             "FedDRMan 10 of 40 over the seeds") in text
-    assert "Centralized − Local +15.0 [+2.6, +27.4] points, pooling raised success at this budget." in text
+    assert "Centralized − Local +15.0 [+2.6, +27.4] points paired over 3 seeds, pooling raised success at this budget." in text
     for r in rows:
         if r["label"] == "local":
             r["success"] = 40.0 - 20 * r["seed"]
-    assert "Centralized − Local +0.0 [-74.5, +74.5] points, not separated at 3 seeds." in "\n".join(rep.reading(rows))
+    assert "Centralized − Local +0.0 [-74.5, +74.5] points paired over 3 seeds, not separated (the interval spans 0)." in "\n".join(rep.reading(rows))
 
 
 def test_progress_columns_appear_when_every_run_reports_them() -> None:
@@ -99,7 +99,7 @@ def test_progress_columns_appear_when_every_run_reports_them() -> None:
     assert "success does not rank the methods" not in text  # Local completed 2 episodes
     assert "Successful episodes at the last round: Centralized BC 0 of 15, Local BC 2 of 75, FedAvg 0 of 15 " in text
     assert "without more seeds it does not separate the method from the run" in text
-    assert "(Local 2.7%): one seed, no interval: pooling did not score higher in this run." in text
+    assert "(Local 2.7%): Centralized − Local -2.7 (n=1) points paired over 1 seed (no interval with one)." in text
     assert ("closest reach Centralized BC 2.5 cm, Local BC 6.0 cm, FedAvg 6.0 cm; episodes that grasped the object "
             "Centralized BC 40%, Local BC 0%, FedAvg 0%") in text
     rows[1]["reach_cm"] = None  # one run without progress: no column rather than a partial one
