@@ -100,7 +100,7 @@ def compile_md(results: Path) -> str:
         counts.append(("all", "beyond the papers" if scope else "the papers'", *map(str, totals[scope].values()),
                        str(sum(totals[scope].values()))))
     return "\n".join([
-        "# Every paper claim's verdict", "",
+        "# Every claim's verdict: the papers' claims, then our questions beyond them", "",
         "Regenerate: `python analysis/verdicts.py` (from the committed reports in `analysis/results/`; each "
         "regenerates from its archived study by the command at its top).", "",
         "Verdicts (`p2pfl.metrics.claims`): holds / does not hold (the 95% interval wholly on one side of the "

@@ -35,7 +35,7 @@ def test_rnd_at_the_level_filed_as_the_authors_is_not_comparable_whatever_it_fin
         assert verdicts[2:] == [NOT_RUN, NOT_RUN]  # no rnd_gossip runs here
 
 
-def test_rnd_authors_code_rows_keep_a_recovery_and_do_not_refute_on_a_failure():
+def test_rnd_authors_code_rows_never_refute_the_paper_and_answer_our_question():
     rep = analysis_module("rnd_report")
     runs = pd.DataFrame([{"variant": v, "grid.protocol.criterion": c, "ari": 1.0 if s < k else 0.5}
                          for v, c, k in (("rnd_server", "band", 10), ("rnd_server", "gap", 3),
