@@ -468,6 +468,7 @@ def figure(rows: list[dict[str, Any]], out: Path) -> list[str]:
 
 def write(dirs: list[Path], md: Path) -> None:
     rows, b = rows_from_runs(dirs)
+    md.parent.mkdir(parents=True, exist_ok=True)  # the figure and the CSV go beside the report
     rescored = rescored_in(dirs)
     check, paired, verdicts = binarization(rows, rescored), ablations(rows), claims(rows, b)
     cpu_min = sum(r["wall_s"] for r in rows) / 60
@@ -532,7 +533,6 @@ def write(dirs: list[Path], md: Path) -> None:
         "last round for the table's comparisons (a best-looking round chosen from these same rollouts reads high).", "",
         *figure(rows, md.parent), "",
     ])
-    md.parent.mkdir(parents=True, exist_ok=True)
     with open(md.parent / RUNS_CSV, "w", newline="", encoding="utf-8") as f:
         csv.writer(f, lineterminator="\n").writerows(runs_table(rows))
     md.write_text(text + "\n")
