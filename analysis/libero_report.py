@@ -264,6 +264,19 @@ def swapped_pairs(first: dict[str, float], second: dict[str, float]) -> list[tup
             if (first[a] - first[b]) * (second[a] - second[b]) < 0]
 
 
+def by_first(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """Pairs grouped by their first member, in order."""
+    out: dict[str, list[str]] = {}
+    for a, b in pairs:
+        out.setdefault(a, []).append(b)
+    return out
+
+
+def and_list(words: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
 def has_progress(rows: list[dict[str, Any]]) -> bool:
     """Whether every run's rollouts reported progress (closest reach, grasps): no partial columns."""
     return every(rows, "reach_cm")
@@ -374,8 +387,9 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
             f"{LABELS[k]} {v:.2f}" for k, v in sorted(bc.items(), key=lambda kv: kv[1]))
                    + (". Loss and success agree on every pair of methods that success separates." if not (
                        swapped := swapped_pairs(mean, {k: -v for k, v in bc.items()})) else
-                      ". The order by loss differs from the order by success (" + "; ".join(
-                          f"{LABELS[a]} succeeds more than {LABELS[b]} at a higher loss" for a, b in swapped)
+                      f". The order by loss differs from the order by success in {len(swapped)} pairs ("
+                      + "; ".join(f"{LABELS[a]} succeeds more than {and_list([LABELS[b] for b in bs])} at a higher "
+                                  "loss" for a, bs in by_first(swapped).items())
                       + "): imitating the demos better does not make a policy finish more tasks here."))
     if lowest := lowest_losses(rows):
         out.append("- BC test loss at its lowest scoring vs at the last (mean over seeds; a rise: the last policy imitates the "

@@ -126,8 +126,8 @@ def test_best_of_k_and_bc_loss_columns_and_paired_ablations() -> None:
     assert len(abl) == 4  # no FedAvg + SRB, no "no L_act" runs: their rows left out
     text = "\n".join(rep.reading(rows))
     assert "BC test loss (GMM NLL of the held-out demos' actions, lower is better): FedDRMan 1.00, FedAvg 2.00, " \
-           "FedDRMan no L_sub 3.00. The order by loss differs from the order by success (FedDRMan no L_sub succeeds " \
-           "more than FedAvg at a higher loss; FedDRMan no L_sub succeeds more than FedDRMan at a higher loss)" in text
+           "FedDRMan no L_sub 3.00. The order by loss differs from the order by success in 2 pairs (FedDRMan no L_sub " \
+           "succeeds more than FedAvg and FedDRMan at a higher loss)" in text
     rows = [r for r in rows if r["label"] != "feddrman_no_sub"]
     assert "Loss and success agree on every pair of methods that success separates." in "\n".join(rep.reading(rows))
     for r in rows:  # FedAvg at FedDRMan's success: a tie orders nothing, whatever the losses
@@ -228,6 +228,9 @@ def test_the_binarization_check_pairs_rescored_cells_with_their_binarized_score(
     assert rep.binarization(rows, rescored)[-1] == same
     assert rep.swapped_pairs({"fedavg": 1.0, "local": 2.0, "feddrman": 3.0}, {"fedavg": 3.0, "local": 2.0, "feddrman": 1.0}) \
         == [("local", "fedavg"), ("feddrman", "local"), ("feddrman", "fedavg")]
+    assert rep.by_first([("local", "fedavg"), ("feddrman", "local"), ("feddrman", "fedavg")]) \
+        == {"local": ["fedavg"], "feddrman": ["local", "fedavg"]}
+    assert [rep.and_list(w) for w in (["a"], ["a", "b"], ["a", "b", "c"])] == ["a", "a and b", "a, b and c"]
 
 
 def test_the_archived_studys_budget_reads_the_federated_runs_scoring_interval() -> None:
