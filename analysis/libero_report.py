@@ -391,10 +391,14 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
                       + "; ".join(f"{LABELS[a]} succeeds more than {and_list([LABELS[b] for b in bs])} at a higher "
                                   "loss" for a, bs in by_first(swapped).items())
                       + "): imitating the demos better does not make a policy finish more tasks here."))
-    if lowest := lowest_losses(rows):
-        out.append("- BC test loss at its lowest scoring vs at the last (mean over seeds; a rise: the last policy imitates the "
-                   "held-out demos worse than an earlier one did): " + ", ".join(
-                       f"{LABELS[k]} {low:.2f} (round {r}) vs {last:.2f}" for k, (r, low, last) in lowest.items()) + ".")
+    if (scored := [r for r in rows if len(r.get("curve") or []) > 1]):
+        rises = loss_rises(scored)
+        out.append("- Runs whose last policy imitates the held-out demos worse than an earlier one (BC test loss at its "
+                   "lowest scoring vs at the last; success at those two scorings): " + ("; ".join(
+                       f"{LABELS[k]} seed {s} {low[2]:.2f} (round {low[0]}) vs {last[2]:.2f}, success {low[1]:.1f}% vs "
+                       f"{last[1]:.1f}%" for k, s, low, last in rises) + f" ({len(rises)} of {len(scored)} runs scored "
+                       "more than once; the others' loss was lowest at the last scoring)." if rises else
+                       f"none of the {len(scored)} runs scored more than once (each one's loss was lowest at the last)."))
     if "centralized" in mean and "local" in mean:
         d = paired(success_by_seed(rows, "centralized"), success_by_seed(rows, "local"))
         side = {HOLDS: "pooling raised success at this budget", DOES_NOT_HOLD: "pooling lowered success at this budget",
@@ -406,15 +410,14 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def lowest_losses(rows: list[dict[str, Any]]) -> dict[str, tuple[int, float, float]]:
-    """Per method scored more than once: (the round of its lowest BC test loss, that loss, the last round's), on
-    the loss curve's mean over seeds (``mean_curve``); methods without a loss at every scoring are left out."""
-    out = {}
-    for label in ORDER:
-        points = mean_curve([r["curve"] for r in rows if r["label"] == label and r.get("curve")])
-        if len(points) > 1 and not any(math.isnan(p[2]) for p in points):
-            best = min(points, key=lambda p: p[2])
-            out[label] = (int(best[0]), best[2], points[-1][2])
+def loss_rises(rows: list[dict[str, Any]]) -> list[tuple[str, int, tuple[float, ...], tuple[float, ...]]]:
+    """Runs, in the table's order then by seed, whose BC test loss was lower at an earlier scoring than at the last:
+    (method, seed, the curve's point at the lowest loss, its last point); scorings without a loss are skipped."""
+    out = []
+    for r in sorted(rows, key=lambda r: (ORDER.index(r["label"]), r["seed"])):
+        points = [p for p in r["curve"] if not math.isnan(p[2])]
+        if points and (low := min(points, key=lambda p: p[2])) is not points[-1] and low[2] < points[-1][2]:
+            out.append((r["label"], r["seed"], tuple(low), tuple(points[-1])))
     return out
 
 

@@ -44,10 +44,18 @@ def test_the_curve_has_every_evaluated_rounds_success_and_bc_loss(tmp_path) -> N
             {"label": "local", "curve": [(20, 5.0, -1.0)]}]
     assert rep.figure(rows, tmp_path) == [f"![Success and BC test loss per evaluated round]({rep.FIGURE})"]
     assert (tmp_path / rep.FIGURE).stat().st_size > 0
-    rows[1]["curve"] = [(10, 0.0, -6.0), (20, 10.0, -2.0)]  # fedavg's mean over seeds: -6.0 (10), -3.0 (20)
-    assert rep.lowest_losses(rows) == {}  # a seed without a loss at round 10
-    rows[0]["curve"] = [(10, 75.0, -4.0), got[1]]
-    assert rep.lowest_losses(rows) == {"fedavg": (10, -5.0, -3.0)}  # local: one scoring, no trajectory
+    rows = [{"label": "fedavg", "seed": 1, "curve": got}, {"label": "fedavg", "seed": 0, "curve": [(10, 0.0, -1.0), (20, 10.0, -2.0)]},
+            {"label": "local", "seed": 0, "curve": [(20, 5.0, -1.0)]}]
+    assert rep.loss_rises(rows) == []  # seed 1's one loss is its last, seed 0's falls; local: one scoring
+    rows[1]["curve"] = [(10, 0.0, -6.0), (20, 10.0, -2.0)]
+    rows[0]["curve"] = [(10, 75.0, -4.0), got[1], (30, 0.0, -4.0)]  # seed 1: -4.0 throughout, a tie is no rise
+    assert rep.loss_rises(rows) == [("fedavg", 0, (10, 0.0, -6.0), (20, 10.0, -2.0))]
+    rows[0]["curve"] = [got[0], got[1], (30, 0.0, -3.0)]  # round 10 has no loss: skipped
+    assert rep.loss_rises(rows) == [("fedavg", 0, (10, 0.0, -6.0), (20, 10.0, -2.0)),
+                                    ("fedavg", 1, got[1], (30, 0.0, -3.0))]
+    assert "- Runs whose last policy imitates the held-out demos worse than an earlier one (BC test loss at its lowest " \
+        "scoring vs at the last; success at those two scorings): FedAvg seed 0 -6.00 (round 10) vs -2.00, success 0.0% " \
+        "vs 10.0%;" in "\n".join(rep.reading([{**r, "success": 0.0} for r in rows]))
 
 
 def test_table_rows_follow_the_paper_order_with_means_and_bytes() -> None:
