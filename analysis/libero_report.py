@@ -22,7 +22,7 @@ import csv
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import matplotlib
 from matplotlib.figure import Figure
@@ -103,18 +103,29 @@ def bc_loss_at(log: list[dict[str, Any]], round_: int) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def final_bc_loss(log: list[dict[str, Any]]) -> float | None:
-    """``bc_loss_at`` the last evaluated round; None for an empty log."""
-    return bc_loss_at(log, max(e["round"] for e in log)) if log else None
+class Point(NamedTuple):
+    """One evaluated round of a run: success (%) and progress averaged over the devices per task, then over the
+    tasks (as the table's means); the BC test loss over the devices; NaN where the log has no such field."""
+
+    round: int
+    success: float
+    loss: float
+    reach_cm: float
+    grasp: float
+    lift: float
+    carry_cm: float
 
 
-def curve(log: list[dict[str, Any]]) -> list[tuple[int, float, float]]:
-    """(round, success %, BC test loss) at every evaluated round of a run: the success averaged over the devices
-    per task, then over the tasks (as the table's mean); the loss NaN where the log has none."""
+def curve(log: list[dict[str, Any]]) -> list[Point]:
+    """A run's ``Point`` at every evaluated round."""
+    def mean(per: dict[str, float]) -> float:
+        return 100 * sum(per.values()) / len(per) if per else math.nan
+
     out = []
     for r in sorted({int(e["round"]) for e in log}):
-        per, loss = per_task_at(log, r), bc_loss_at(log, r)
-        out.append((r, 100 * sum(per.values()) / len(per) if per else math.nan, math.nan if loss is None else loss))
+        loss = bc_loss_at(log, r)
+        out.append(Point(r, mean(per_task_at(log, r)), math.nan if loss is None else loss,
+                         *(mean(per_task_at(log, r, key)) for key in ("reach", "grasp", "lift", "carry"))))
     return out
 
 
@@ -138,17 +149,13 @@ def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, An
                   "lod": _number(sc.get(part + "render_lod")) or 0.0,
                   "dart": demos_have_labels(sc["data.root"], files)}
         last, per_task = final_per_task(log)
-        reach, grasp = final_per_task(log, "reach")[1], final_per_task(log, "grasp")[1]
-        lift, carry = final_per_task(log, "lift")[1], final_per_task(log, "carry")[1]
+        points = curve(log)
         policies = sum(1 for e in log if e["round"] == last and not e["cached"])
         rows.append({"label": r["variant"], "seed": int(r["seed"]), "cell": r["cell"], "round": last, "per_task": per_task,
                      "success": 100 * sum(per_task.values()) / len(per_task), "bytes": r["bytes_total"],
                      "best": _number(r.get("success_best_of_last_k"), 100), "best_k": _number(r.get("best_of_last_k")),
-                     "bc_loss": final_bc_loss(log), "curve": curve(log),
-                     "reach_cm": 100 * sum(reach.values()) / len(reach) if reach else None,
-                     "grasp": 100 * sum(grasp.values()) / len(grasp) if grasp else None,
-                     "lift": 100 * sum(lift.values()) / len(lift) if lift else None,
-                     "carry_cm": 100 * sum(carry.values()) / len(carry) if carry else None,
+                     "bc_loss": _number(points[-1].loss), "curve": points,
+                     **{k: _number(getattr(points[-1], k)) for k in ("reach_cm", "grasp", "lift", "carry_cm")},
                      "episodes": policies * len(per_task) * budget["episodes"],
                      "messages": r["messages_total"], "sim_s": r["sim_time_s"], "wall_s": r["timing.wall_s"]})
     if not rows:
@@ -354,17 +361,8 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
         out.append("- No method completes a task: at this budget our policy does not reach LIBERO-Object's "
                    "goal states, so success does not rank the methods.")
     if has_progress(rows):
-        reach, grasp = mean_by_label(rows, "reach_cm"), mean_by_label(rows, "grasp")
-        if every(rows, "lift"):
-            lift, carry = mean_by_label(rows, "lift"), mean_by_label(rows, "carry_cm")
-            out.append("- Where the episodes stop (scored from the simulator's object poses, never shown to a policy): "
-                       + "; ".join(f"{LABELS[k]} reaches to {reach[k]:.1f} cm of the object, grasps it in "
-                                   f"{grasp[k]:.0f}% of episodes, lifts it in {lift[k]:.0f}%, brings it to {carry[k]:.1f} "
-                                   f"cm of the basket and places it in {v:.0f}%" for k, v in mean.items()) + ".")
-        else:
-            out.append("- Progress (scored from the simulator's object poses, never shown to a policy): closest reach "
-                       + ", ".join(f"{LABELS[k]} {v:.1f} cm" for k, v in reach.items()) + "; episodes that grasped "
-                       "the object " + ", ".join(f"{LABELS[k]} {v:.0f}%" for k, v in grasp.items()) + ".")
+        out.append("- Where the episodes stop, run by run: the table below (scored from the simulator's object poses, "
+                   "never shown to a policy); the main table has each method's mean over seeds.")
     if all("episodes" in r for r in rows):
         won = {lab: (sum(round(r["success"] / 100 * r["episodes"]) for r in rs), sum(r["episodes"] for r in rs))
                for lab in ORDER if (rs := [r for r in rows if r["label"] == lab])}
@@ -458,29 +456,46 @@ def _cell(v: Any) -> Any:
 FIGURE = "libero_object_curves.png"  # beside the report
 
 
+#: The figure's panels: a ``Point`` field and its axis label.
+PANELS = (("success", "rollout success (%)"), ("loss", "BC test loss (GMM NLL, held-out demos)"),
+          ("lift", "episodes that lifted the object 4 cm (%)"), ("carry_cm", "closest the object came to the basket (cm)"))
+
+
 def figure(rows: list[dict[str, Any]], out: Path) -> list[str]:
-    """Success and BC test loss per evaluated round, mean over each method's seeds (the rounds all its seeds
-    evaluated), written to ``out``/``FIGURE``; the report's line that shows it."""
-    fig = Figure(figsize=(10, 4))
-    axes = fig.subplots(1, 2)
+    """Success, BC test loss and how far the episodes got, per evaluated round, mean over each method's seeds (the
+    rounds all its seeds evaluated), written to ``out``/``FIGURE``; the report's line that shows it. A panel whose
+    field no run logged is left out."""
+    fields = [(f, text) for f, text in PANELS
+              if any(not math.isnan(getattr(p, f)) for r in rows for p in r["curve"])]
+    fig = Figure(figsize=(10, 3.6 * math.ceil(len(fields) / 2)))
+    axes = list(fig.subplots(math.ceil(len(fields) / 2), 2, squeeze=False).flat)
     colours = matplotlib.colormaps["tab10"].colors  # type: ignore[attr-defined]
     for i, label in enumerate(lab for lab in ORDER if any(r["label"] == lab for r in rows)):
         runs = [r["curve"] for r in rows if r["label"] == label]
         points = mean_curve(runs)
-        rounds = [p[0] for p in points]
         style = {"marker": "o", "color": colours[i % 10], "label": f"{LABELS[label]} ({len(runs)} seed{'s' * (len(runs) > 1)})"}
-        axes[0].plot(rounds, [p[1] for p in points], **style)
-        axes[1].plot(rounds, [p[2] for p in points], **style)
-    axes[0].set_ylabel("rollout success (%), mean over tasks and seeds")
-    axes[1].set_ylabel("BC test loss (GMM NLL, held-out demos)")
-    for ax in axes:
-        ax.set_xlabel("round")
+        for ax, (f, _) in zip(axes, fields):
+            ax.plot([p[0] for p in points], [p[Point._fields.index(f)] for p in points], **style)
+    for ax, (_, text) in zip(axes, fields):
+        ax.set(xlabel="round", ylabel=text)
         ax.grid(alpha=0.3)
+    for ax in axes[len(fields):]:
+        ax.set_visible(False)
     axes[0].legend(fontsize=7)
-    fig.suptitle("LIBERO-Object: per evaluated round (Local BC: the last round only)", fontsize=10)
+    fig.suptitle("LIBERO-Object per evaluated round, mean over tasks and seeds (Local BC: the last round only)",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(out / FIGURE, dpi=120)
-    return [f"![Success and BC test loss per evaluated round]({FIGURE})"]
+    return [f"![Success, BC test loss and progress per evaluated round]({FIGURE})"]
+
+
+def stops_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Where each run's episodes stop at its last round, one line per run (method order, then seed)."""
+    cols = {"success": "SR (%)", "reach_cm": "Closest reach (cm)", "grasp": "Grasped (%)"} | (
+        {"lift": "Lifted (%)", "carry_cm": "Object to basket (cm)"} if every(rows, "lift") else {})
+    return markdown_table([[LABELS[r["label"]], r["seed"], *(f"{r[k]:.1f}" for k in cols)]
+                           for r in sorted(rows, key=lambda r: (ORDER.index(r["label"]), r["seed"]))],
+                          ["Method", "Seed", *cols.values()], align="lr" + "r" * len(cols))
 
 
 def write(dirs: list[Path], md: Path) -> None:
@@ -544,9 +559,11 @@ def write(dirs: list[Path], md: Path) -> None:
            "(`python analysis/libero_rescore.py analysis/cells/libero_object`), beside the study's binarized score "
            "of the same policies.", "", *check, ""] if check else []),
         "## Reading", "", *reading(rows), "",
+        *(["## Where each run's episodes stop (last round)", "", *stops_table(rows), ""] if has_progress(rows) else []),
         f"Every run's numbers, one row per run and seed: `{RUNS_CSV}` beside this report.", "",
         "## Per evaluated round", "",
-        "Success and BC test loss at every scoring, mean over each method's seeds; read the "
+        "Success, BC test loss, lifts and the object's closest approach to the basket at every scoring, mean over "
+        "each method's seeds; read the "
         "last round for the table's comparisons (a best-looking round chosen from these same rollouts reads high).", "",
         *figure(rows, md.parent), "",
     ])

@@ -3,6 +3,8 @@ Table I layout (no LIBERO needed: it reads summaries)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tests.helpers import analysis_module
@@ -32,17 +34,17 @@ def test_last_round_per_task_is_averaged_over_the_devices() -> None:
 
 
 def test_the_curve_has_every_evaluated_rounds_success_and_bc_loss(tmp_path) -> None:
-    import math
-
     rep = analysis_module("libero_report")
     log = [_log(10, 1.0, 0.5), _log(20, 0.2, 0.0), {**_log(20, 0.6, 0.4), "bc_test_loss": -3.0},
            {**_log(20, 0.6, 0.4), "bc_test_loss": -5.0}]
     got = rep.curve(log)
     assert [p[:2] for p in got] == [(10, 75.0), (20, pytest.approx(100 * (1.4 / 3 + 0.8 / 3) / 2))]
     assert math.isnan(got[0][2]) and got[1][2] == -4.0  # the devices that logged a loss
-    rows = [{"label": "fedavg", "curve": got}, {"label": "fedavg", "curve": [(20, 10.0, -2.0)]},
-            {"label": "local", "curve": [(20, 5.0, -1.0)]}]
-    assert rep.figure(rows, tmp_path) == [f"![Success and BC test loss per evaluated round]({rep.FIGURE})"]
+    assert got[0].reach_cm == pytest.approx(7.5) and math.isnan(got[0].lift)  # progress: m -> cm; no lift logged
+    nan = math.nan
+    rows = [{"label": "fedavg", "curve": got}, {"label": "fedavg", "curve": [rep.Point(20, 10.0, -2.0, 1.0, 0, 0, nan)]},
+            {"label": "local", "curve": [rep.Point(20, 5.0, -1.0, 1.0, 0, nan, nan)]}]
+    assert rep.figure(rows, tmp_path) == [f"![Success, BC test loss and progress per evaluated round]({rep.FIGURE})"]
     assert (tmp_path / rep.FIGURE).stat().st_size > 0
     rows = [{"label": "fedavg", "seed": 1, "curve": got}, {"label": "fedavg", "seed": 0, "curve": [(10, 0.0, -1.0), (20, 10.0, -2.0)]},
             {"label": "local", "seed": 0, "curve": [(20, 5.0, -1.0)]}]
@@ -108,17 +110,18 @@ def test_progress_columns_appear_when_every_run_reports_them() -> None:
     assert "Successful episodes at the last round: Centralized BC 0 of 15, Local BC 2 of 75, FedAvg 0 of 15 " in text
     assert "without more seeds it does not separate the method from the run" in text
     assert "(Local 2.7%): Centralized − Local -2.7 (n=1) points paired over 1 seed (no interval with one)." in text
-    assert ("closest reach Centralized BC 2.5 cm, Local BC 6.0 cm, FedAvg 6.0 cm; episodes that grasped the object "
-            "Centralized BC 40%, Local BC 0%, FedAvg 0%") in text
+    assert "- Where the episodes stop, run by run: the table below" in text
+    assert rep.stops_table(rows)[:3] == ["| Method | Seed | SR (%) | Closest reach (cm) | Grasped (%) |",
+                                         "|---|---:|---:|---:|---:|", "| Centralized BC | 0 | 0.0 | 2.5 | 40.0 |"]
     rows[1]["reach_cm"] = None  # one run without progress: no column rather than a partial one
     assert "Closest reach" not in rep.table(rows)[0]
 
 
 def test_best_of_k_and_bc_loss_columns_and_paired_ablations() -> None:
     rep = analysis_module("libero_report")
-    assert rep.final_bc_loss([{**_log(10, 0, 0), "bc_test_loss": 9.0}, {**_log(20, 0, 0), "bc_test_loss": 1.0},
-                              {**_log(20, 0, 0), "bc_test_loss": 2.0}, _log(20, 0, 0)]) == 1.5
-    assert rep.final_bc_loss([_log(20, 0, 0)]) is None  # a run from before the loss was logged
+    assert rep.curve([{**_log(10, 0, 0), "bc_test_loss": 9.0}, {**_log(20, 0, 0), "bc_test_loss": 1.0},
+                      {**_log(20, 0, 0), "bc_test_loss": 2.0}, _log(20, 0, 0)])[-1].loss == 1.5
+    assert math.isnan(rep.curve([_log(20, 0, 0)])[-1].loss)  # a run from before the loss was logged
     succ = {("feddrman", 0): 60.0, ("feddrman", 1): 40.0, ("fedavg", 0): 50.0, ("fedavg", 1): 20.0,
             ("feddrman_no_sub", 0): 60.0, ("fedavg", 2): 10.0}
     bc = {"feddrman": 1.0, "fedavg": 2.0, "feddrman_no_sub": 3.0}
@@ -181,11 +184,15 @@ def test_lift_and_carry_columns_and_where_the_episodes_stop() -> None:
     lines = rep.table(rows)
     assert "| Closest reach (cm) | Grasped (%) | Lifted (%) | Object to basket (cm) | Round |" in lines[0]
     assert lines[2].startswith("| Centralized BC | 0.0 (n=1) | 0.0 (n=1) | 1.5 (n=1) | 66.7 (n=1) | 40.0 (n=1) | 12.5 (n=1) |")
-    text = "\n".join(rep.reading(rows))
-    assert ("Centralized BC reaches to 1.5 cm of the object, grasps it in 67% of episodes, lifts it in 40%, brings it "
-            "to 12.5 cm of the basket and places it in 0%; FedDRMan reaches") in text
-    rows[1]["lift"] = None  # a run from before lifts were scored: no partial columns, the older sentence
-    assert "Lifted (%)" not in rep.table(rows)[0] and "episodes that grasped the object" in "\n".join(rep.reading(rows))
+    assert "- Where the episodes stop, run by run: the table below" in "\n".join(rep.reading(rows))
+    rows.append({**rows[0], "seed": 1, "success": 33.3, "reach_cm": 0.95, "grasp": 100.0})
+    assert rep.stops_table(rows) == [
+        "| Method | Seed | SR (%) | Closest reach (cm) | Grasped (%) | Lifted (%) | Object to basket (cm) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        "| Centralized BC | 0 | 0.0 | 1.5 | 66.7 | 40.0 | 12.5 |", "| Centralized BC | 1 | 33.3 | 0.9 | 100.0 | 40.0 | 12.5 |",
+        "| FedDRMan | 0 | 20.0 | 1.5 | 80.0 | 60.0 | 4.0 |"]
+    rows[1]["lift"] = None  # a run from before lifts were scored: no partial columns
+    assert "Lifted (%)" not in rep.table(rows)[0] and "Lifted (%)" not in rep.stops_table(rows)[0]
 
 
 @needs_mujoco
