@@ -396,7 +396,7 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
                        f"{LABELS[k]} seed {s} {low[2]:.2f} (round {low[0]}) vs {last[2]:.2f}, success {low[1]:.1f}% vs "
                        f"{last[1]:.1f}%" for k, s, low, last in rises) + f" ({len(rises)} of {len(scored)} runs scored "
                        "more than once; the others' loss was lowest at the last scoring)." if rises else
-                       f"none of the {len(scored)} runs scored more than once (each one's loss was lowest at the last)."))
+                       f"none (of the {len(scored)} runs scored more than once, each one's loss was lowest at its last)."))
     if "centralized" in mean and "local" in mean:
         d = paired(success_by_seed(rows, "centralized"), success_by_seed(rows, "local"))
         side = {HOLDS: "pooling raised success at this budget", DOES_NOT_HOLD: "pooling lowered success at this budget",
