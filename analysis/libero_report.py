@@ -152,7 +152,7 @@ def rows_from_runs(dirs: list[Path]) -> tuple[list[dict[str, Any]], dict[str, An
         points = curve(log)
         policies = sum(1 for e in log if e["round"] == last and not e["cached"])
         rows.append({"label": r["variant"], "seed": int(r["seed"]), "cell": r["cell"], "round": last, "per_task": per_task,
-                     "success": 100 * sum(per_task.values()) / len(per_task), "bytes": r["bytes_total"],
+                     "success": points[-1].success, "bytes": r["bytes_total"],
                      "best": _number(r.get("success_best_of_last_k"), 100), "best_k": _number(r.get("best_of_last_k")),
                      "bc_loss": _number(points[-1].loss), "curve": points,
                      **{k: _number(getattr(points[-1], k)) for k in ("reach_cm", "grasp", "lift", "carry_cm")},
@@ -284,6 +284,11 @@ def and_list(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
+def in_run_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs in the table's method order, then by seed."""
+    return sorted(rows, key=lambda r: (ORDER.index(r["label"]), r["seed"]))
+
+
 def has_progress(rows: list[dict[str, Any]]) -> bool:
     """Whether every run's rollouts reported progress (closest reach, grasps): no partial columns."""
     return every(rows, "reach_cm")
@@ -412,9 +417,9 @@ def loss_rises(rows: list[dict[str, Any]]) -> list[tuple[str, int, tuple[float, 
     """Runs, in the table's order then by seed, whose BC test loss was lower at an earlier scoring than at the last:
     (method, seed, the curve's point at the lowest loss, its last point); scorings without a loss are skipped."""
     out = []
-    for r in sorted(rows, key=lambda r: (ORDER.index(r["label"]), r["seed"])):
+    for r in in_run_order(rows):
         points = [p for p in r["curve"] if not math.isnan(p[2])]
-        if points and (low := min(points, key=lambda p: p[2])) is not points[-1] and low[2] < points[-1][2]:
+        if points and (low := min(points, key=lambda p: p[2]))[2] < points[-1][2]:
             out.append((r["label"], r["seed"], tuple(low), tuple(points[-1])))
     return out
 
@@ -441,7 +446,7 @@ def runs_table(rows: list[dict[str, Any]]) -> list[list[Any]]:
     first; a value a run lacks is empty."""
     tasks = sorted({t for r in rows for t in r["per_task"]})
     out: list[list[Any]] = [[*RUN_COLUMNS.values(), *(f"{short(t)} success_pct" for t in tasks)]]
-    for r in sorted(rows, key=lambda r: (ORDER.index(r["label"]), r["seed"])):
+    for r in in_run_order(rows):
         values = [LABELS[r["label"]] if k == "label" else r.get(k) for k in RUN_COLUMNS]
         out.append([*(_cell(v) for v in values), *(_cell(100 * r["per_task"][t]) if t in r["per_task"] else ""
                                                      for t in tasks)])
@@ -494,7 +499,7 @@ def stops_table(rows: list[dict[str, Any]]) -> list[str]:
     cols = {"success": "SR (%)", "reach_cm": "Closest reach (cm)", "grasp": "Grasped (%)"} | (
         {"lift": "Lifted (%)", "carry_cm": "Object to basket (cm)"} if every(rows, "lift") else {})
     return markdown_table([[LABELS[r["label"]], r["seed"], *(f"{r[k]:.1f}" for k in cols)]
-                           for r in sorted(rows, key=lambda r: (ORDER.index(r["label"]), r["seed"]))],
+                           for r in in_run_order(rows)],
                           ["Method", "Seed", *cols.values()], align="lr" + "r" * len(cols))
 
 
