@@ -21,6 +21,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import statistics
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -402,6 +404,16 @@ def reading(rows: list[dict[str, Any]]) -> list[str]:
                        f"{last[1]:.1f}%" for k, s, low, last in rises) + f" ({len(rises)} of {len(scored)} runs scored "
                        "more than once; the others' loss was lowest at the last scoring)." if rises else
                        f"none (of the {len(scored)} runs scored more than once, each one's loss was lowest at its last)."))
+    if (sw := swings(rows)) and every(rows, "episodes"):
+        big, n = max(sw, key=lambda s: s[0]), min(r["episodes"] for r in rows)
+        sd = 100 * math.sqrt(0.5 / n)  # of the difference of two binomial scorings at 50%, the largest
+        out.append(f"- Success from one scoring of a run to the next: the largest change of each run scored more than "
+                   f"once is {statistics.median(s[0] for s in sw):.1f} points at the median of {len(sw)} runs, at most "
+                   f"{big[0]:.1f} ({LABELS[big[1]]} seed {big[2]}: {big[3][1]:.1f}% at round {big[3][0]}, "
+                   f"{big[4][1]:.1f}% at round {big[4][0]}); {sum(s[0] > 3 * sd for s in sw)} of the {len(sw)} change by more than "
+                   f"{3 * sd:.1f}, three times the standard deviation of the difference of two scorings of one policy "
+                   f"on {n} episodes each (binomial, at 50%, where it is largest): changes that large are the policy "
+                   "changing between checkpoints, not the rollouts.")
     if "centralized" in mean and "local" in mean:
         d = paired(success_by_seed(rows, "centralized"), success_by_seed(rows, "local"))
         side = {HOLDS: "pooling raised success at this budget", DOES_NOT_HOLD: "pooling lowered success at this budget",
@@ -421,6 +433,17 @@ def loss_rises(rows: list[dict[str, Any]]) -> list[tuple[str, int, tuple[float, 
         points = [p for p in r["curve"] if not math.isnan(p[2])]
         if points and (low := min(points, key=lambda p: p[2]))[2] < points[-1][2]:
             out.append((r["label"], r["seed"], tuple(low), tuple(points[-1])))
+    return out
+
+
+def swings(rows: list[dict[str, Any]]) -> list[tuple[float, str, int, tuple[float, ...], tuple[float, ...]]]:
+    """Per run scored more than once, in run order, its largest change in success between adjacent scorings:
+    (the change in points, method, seed, the point before, the point after)."""
+    out = []
+    for r in in_run_order(rows):
+        if len(c := r.get("curve") or []) > 1:
+            a, b = max(pairwise(c), key=lambda ab: abs(ab[1][1] - ab[0][1]))
+            out.append((abs(b[1] - a[1]), r["label"], r["seed"], tuple(a), tuple(b)))
     return out
 
 

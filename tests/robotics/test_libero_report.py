@@ -60,6 +60,24 @@ def test_the_curve_has_every_evaluated_rounds_success_and_bc_loss(tmp_path) -> N
         "vs 10.0%;" in "\n".join(rep.reading([{**r, "success": 0.0} for r in rows]))
 
 
+def test_a_runs_largest_change_between_adjacent_scorings_against_the_rollouts_noise() -> None:
+    rep = analysis_module("libero_report")
+    rows = [{"label": "fedavg", "seed": 0, "episodes": 60, "curve": [(10, 0.0, -1.0), (20, 40.0, -2.0), (30, 30.0, -3.0)]},
+            {"label": "centralized", "seed": 2, "episodes": 60, "curve": [(10, 5.0, -1.0), (20, 10.0, -1.0), (30, 63.3, -1.0),
+                                                                          (40, 6.7, -1.0)]},
+            {"label": "local", "seed": 0, "episodes": 300, "curve": [(50, 9.0, -1.0)]}]
+    assert rep.swings(rows) == [(pytest.approx(56.6), "centralized", 2, (30, 63.3, -1.0), (40, 6.7, -1.0)),
+                                (40.0, "fedavg", 0, (10, 0.0, -1.0), (20, 40.0, -2.0))]  # local: one scoring
+    text = "\n".join(rep.reading([{**r, "success": 0.0} for r in rows]))
+    assert "- Success from one scoring of a run to the next: the largest change of each run scored more than once is " \
+        "48.3 points at the median of 2 runs, at most 56.6 (Centralized BC seed 2: 63.3% at round 30, 6.7% at round 40); " \
+        "2 of the 2 change by more than 27.4, three times the standard deviation of the difference of two scorings of one " \
+        "policy on 60 episodes each" in text
+    rows[1]["curve"][2] = (30, 30.0, -1.0)  # 20.0 then 23.3: under 27.4
+    assert "at most 40.0 (FedAvg seed 0: 0.0% at round 10, 40.0% at round 20); 1 of the 2 change" in \
+        "\n".join(rep.reading([{**r, "success": 0.0} for r in rows]))
+
+
 def test_table_rows_follow_the_paper_order_with_means_and_bytes() -> None:
     rep = analysis_module("libero_report")
     rows = [{"label": lab, "seed": 0, "round": 20, "per_task": {T0: a, T1: b}, "success": 50 * (a + b),
