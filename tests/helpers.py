@@ -1,15 +1,23 @@
-"""Small scenario builders shared by tests, and the analysis scripts as modules."""
+"""Small scenario builders shared by tests, the analysis scripts as modules, and a child process Ctrl-C stops."""
 
 from __future__ import annotations
 
 import copy
 import importlib.util
+import signal
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def interruptible() -> None:
+    """A ``subprocess.Popen`` ``preexec_fn``: SIGINT's default action in the child, so its Python raises
+    KeyboardInterrupt on Ctrl-C even when the test runner itself was started with SIGINT ignored (as a background job
+    of a non-interactive shell is), which the child would otherwise inherit."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def analysis_module(name: str) -> ModuleType:

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from p2pfl.cli import main
-from tests.helpers import Lines, digits_scenario
+from tests.helpers import Lines, digits_scenario, interruptible
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -218,7 +218,8 @@ def test_ctrl_c_during_a_run_exits_130_with_one_line_and_writes_nothing(tmp_path
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "p2pfl", "run", str(ROOT / "scenarios" / "quickstart.yaml"),
                              "--set", "protocol.rounds=100000", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            preexec_fn=interruptible)
     try:
         stdout = Lines(proc.stdout)
         stdout.wait_for(lambda line: line.startswith("simulating "))  # built, into the first of 100,000 rounds

@@ -19,7 +19,7 @@ from p2pfl.cli import main
 from p2pfl.errors import UserError
 from p2pfl.study.runner import oversubscribed
 from p2pfl.study.spec import load_study
-from tests.helpers import digits_scenario
+from tests.helpers import digits_scenario, interruptible
 
 ROOT = Path(__file__).resolve().parents[2]
 FEDAVG = {"unset": ["protocol.mode", "protocol.exchange"],
@@ -38,7 +38,8 @@ def _write_study(tmp_path: Path, name: str = "gvf", **fields) -> Path:
 
 def _sweep(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "p2pfl", "sweep", *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=interruptible)
 
 
 def _complete(out: Path) -> set[str]:
