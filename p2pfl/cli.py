@@ -4,6 +4,8 @@
     p2pfl validate SCENARIO [--seed N] [--set key=value ...] [--unset key ...]
     p2pfl sweep STUDY [--jobs N|ray] [--out DIR] [--archive DIR] [--budget 2h30m] [--dry-run]
                                                                   (exit 1 when some cells failed)
+    p2pfl archive verify DIR [--sample K] [--seed S] [--jobs N] [--cells ID ...] [--study FILE] [--write]
+                                                  (exit 1 when a re-run cell's summary.json differs)
     p2pfl list protocols|datasets|partitions|topologies
     p2pfl list protocols NAME
     p2pfl topology show FILE --out x.png
@@ -67,6 +69,22 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--budget", default=None, help="wall-time limit (2h30m, 90m, 5400): start only cells that "
                     "end within it at their variant's median cell time (one that does not fit is passed over "
                     "for a later one that does); rerun to resume the rest")
+    arc = sub.add_parser("archive", help="tools for a study's archive of cells (p2pfl sweep --archive)")
+    asub = arc.add_subparsers(dest="archive_command", required=True)
+    ver = asub.add_parser("verify", help="re-run a seeded sample of archived cells at the current code and compare "
+                                         "each new summary.json with the archived one (exit 1 if one differs)")
+    ver.add_argument("archive", help="the archive: a folder of cells (e.g. analysis/cells/<study>)")
+    ver.add_argument("--sample", type=int, default=None, metavar="K",
+                     help="re-run K cells chosen by --seed (default: every cell)")
+    ver.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0); the sample depends only "
+                     "on the cell ids and this seed")
+    ver.add_argument("--jobs", type=int, default=1, metavar="N", help="cells re-run at once, in worker processes "
+                     "as a sweep's (default 1: one after the other); each uses its scenario's threads")
+    ver.add_argument("--cells", nargs="+", default=None, metavar="ID", help="sample from these cells only")
+    ver.add_argument("--study", default=None, metavar="FILE", help="the study file: its 'verify: {rtol, atol}' "
+                     "lets summary numbers match within that tolerance (default: byte for byte)")
+    ver.add_argument("--write", action="store_true", help="record the result in DIR/VERIFIED.json (the code "
+                     "revision, the date, the sample and each cell's result)")
     ls = sub.add_parser("list", help="list protocols, datasets (available here or not), partitions or topologies")
     ls.add_argument("what", choices=["protocols", "datasets", "partitions", "topologies"])
     ls.add_argument("name", nargs="?", default=None,
@@ -158,6 +176,31 @@ def _cmd_sweep(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return 130
     if args.dry_run:
         print(describe(result))
+    return 0 if result.ok else 1
+
+
+def _cmd_archive_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from p2pfl.study.verify import (
+        choose_cells,
+        format_verification,
+        tolerance_for,
+        verify_archive,
+        write_verified,
+    )
+
+    ids, chosen = choose_cells(args.archive, sample=args.sample, seed=args.seed, cells=args.cells)  # bad input first
+    tolerance, about = None, "byte-exact"
+    if args.study is not None:
+        tolerance = tolerance_for(args.archive, args.study)
+        about = f"byte-exact ({args.study} declares no 'verify')" if tolerance is None else \
+            f"numbers within {tolerance.text()} (from {args.study})"
+    of = f"{len(args.cells)} given with --cells" if args.cells is not None else f"{len(ids)}"
+    print(f"{args.archive}: {len(chosen)} of {of} cells, sampled with seed {args.seed}; compared {about}", flush=True)
+    result = verify_archive(args.archive, sample=args.sample, seed=args.seed, jobs=args.jobs, cells=args.cells,
+                            tolerance=tolerance, progress=True, argv=["p2pfl", *argv])
+    print(format_verification(result))
+    if args.write:
+        print(f"wrote {write_verified(result, ['p2pfl', *argv])}")
     return 0 if result.ok else 1
 
 
@@ -375,6 +418,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _cmd_validate(args)
         if args.command == "sweep":
             return _cmd_sweep(args, argv)
+        if args.command == "archive":
+            return _cmd_archive_verify(args, argv)
         if args.command == "list":
             return _cmd_list(args.what, args.name)
         if args.command == "topology":

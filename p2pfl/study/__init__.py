@@ -5,6 +5,7 @@
     ray_runner.py   the same cells as Ray tasks (``--jobs ray``)
     resume.py       the folder a sweep writes into: its lock, its complete cells, what a stopped sweep left
     archive.py      complete cells without their event streams, small enough to commit
+    verify.py       ``p2pfl archive verify``: a seeded sample of archived cells re-run and compared; provenance
     times.py        how long cells take (per variant), the time left, a sweep's --budget
     display.py      progress, time left, the closing line and the dry run's listing
     result.py       ``SweepResult`` and ``SweepInterrupted``

@@ -18,6 +18,8 @@ YAML layout (``base`` and ``seeds`` are required)::
     seeds: [0, 1, 2]                   # or {start: 0, stop: 3}
     exclude:                           # cells not run (optional): each entry drops the cells that match
       - {variant: fedavg, training.lr: 0.05}  # all of its fields (a variant and/or grid or zip values)
+    verify: {rtol: 1.0e-9, atol: 0}    # how closely `p2pfl archive verify --study FILE` wants a re-run's
+                                       # summary numbers (optional; default: byte for byte); changes no cell
 
 Keys are dotted exactly as ``--set`` / ``--unset`` take them, and a value replaces the
 field whole (a mapping is not merged); a null value (``~``) removes the key. A cell is
@@ -57,8 +59,8 @@ from p2pfl.validation import Strict, parse_model, read_yaml, require_mapping
 if TYPE_CHECKING:
     from p2pfl.config.scenario import Scenario
 
-__all__ = ["Study", "Cell", "StudySpec", "Variant", "SeedRange", "MAX_CELLS", "load_study", "load_study_dict",
-           "expand", "cell_id", "override_text"]
+__all__ = ["Study", "Cell", "StudySpec", "Variant", "VerifySpec", "SeedRange", "MAX_CELLS", "load_study",
+           "load_study_dict", "expand", "cell_id", "override_text"]
 
 #: Most cells one study may expand to (each is validated when the study is loaded).
 MAX_CELLS = 10_000
@@ -164,6 +166,14 @@ class SeedRange(Strict):
         return self
 
 
+class VerifySpec(Strict):
+    """How closely a re-run of an archived cell must reproduce its summary.json (``p2pfl.study.verify``): a number
+    matches when ``|new - old| <= atol + rtol * |old|``; everything else must be equal. It changes no cell."""
+
+    rtol: float = Field(0.0, ge=0, description="relative tolerance of a summary number")
+    atol: float = Field(0.0, ge=0, description="absolute tolerance of a summary number")
+
+
 class StudySpec(Strict):
     """A study file as written (validated; not yet expanded)."""
 
@@ -180,6 +190,8 @@ class StudySpec(Strict):
     order: Literal["variants", "seeds"] = Field(
         "variants", description="the order cells run in: variants (each cell's seeds together), or seeds (every "
                                 "cell of the first seed, then of the next: a long study reads whole tables early)")
+    verify: Optional[VerifySpec] = Field(
+        None, description="tolerance of `p2pfl archive verify` (default: byte for byte); changes no cell")
 
     @field_validator("zip")
     @classmethod
