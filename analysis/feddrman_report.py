@@ -23,20 +23,26 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from p2pfl.metrics.claims import (
-    DOES_NOT_HOLD,
+    LIKE_FOR_LIKE,
     NOT_RUN,
+    ClaimRow,
+    Declared,
     beats,
     below,
     cannot_test,
-    downgrade,
+    differs,
     fmt_ci,
     fmt_diff,
     holds_if,
     paired,
     per_part,
 )
+from p2pfl.metrics.claims import (
+    claims_table as _claims_markdown,
+)
 from p2pfl.metrics.runs import load_nodes, load_runs, log_entries, revision_includes
 from p2pfl.metrics.tables import markdown_table, report_main
+from p2pfl.study.verify import provenance_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = {"feddrman_table1": "I", "feddrman_table1_feddrman": "I", "feddrman_table2": "II",
@@ -66,11 +72,13 @@ FEDVLA = ("FedVLA (the paper's sixth baseline) is not run, " + cannot_test(
     "design under its name") + ".")
 #: Fixes to FedDRMan after which earlier runs do not run the paper's method: (commit, what the runs before it did).
 FIXES = (("63664ba", "Eq. 6 divided by N and CUA's Eq. 11 without its 1/C, which split off a singleton for free"),)
-#: How every run here differs from the paper's experiment (the budget line lists it). A result against a claim is
-#: read as not comparable here, never as "does not hold" (a success is earned all the same; the payload claim,
-#: which neither tasks nor budget can change, keeps its verdict).
+#: How every run here differs from the paper's experiment (the budget line lists it): declared for every row whose
+#: number the tasks or the budget can change, whatever it shows.
 SETUP = ("our MuJoCo suites (4 tasks each, scripted demos) at our budget, not LIBERO's 10-task suites, human demos "
-         "and 50 rounds: the tasks and the budget can reorder the methods")
+         "and 50 rounds")
+#: Every claims row's comparability, by key, declared at import before any result is read: the success rows differ
+#: by ``SETUP``; the payload, which neither tasks nor budget change, is like for like.
+DECLARED = Declared({"success": differs(SETUP), "bytes": LIKE_FOR_LIKE, "untested": "—"})
 BYTES_CLAIM = "FedDRMan sends FedAvg's bytes"
 FEDKD = ("FedKD's bytes differ from the paper's row, which lists FedAvg's payload (21.53 MB): ours sends only "
          "the SVD-compressed mentee in both directions (FedKD's design: the mentor never leaves the client); the "
@@ -167,69 +175,76 @@ def cua_separates(runs: list[dict[str, Any]]) -> bool:
                for r in runs for _, groups in r["cua_groups"])
 
 
-def claims(groups: Groups, differs: Optional[str] = None) -> list[tuple[str, str, str, str]]:
-    """(claim, paper, ours, verdict) rows. ``differs``: how the FedDRMan runs differ from the paper's method
-    (``method_differs``); it turns every verdict that FedDRMan's success or CUA's groups decide."""
+def provenance_notes(rows: list[dict[str, Any]], groups: Groups) -> list[str]:
+    """What a reader must know before the table, found in the runs (not verdicts): FedDRMan runs that predate a fix
+    of ``FIXES`` (``method_differs``), and a Table III whose CUA never separated the suites."""
+    notes = []
+    if (missed := method_differs(rows)) is not None:
+        notes.append(f"Caution: {missed}; re-run them (`p2pfl archive verify`).")
+    full = groups.get(("III", "full", "object+goal"), [])
+    if full and not cua_separates(full):
+        notes.append("Table III: CUA never separated object from goal in these runs (no round of any seed), so its "
+                     "rows compare against a degenerate CUA.")
+    return notes
+
+
+def claims(groups: Groups) -> list[ClaimRow]:
+    """The claims rows: each verdict as computed, beside its comparability declared in ``DECLARED``."""
     t1 = [s for s in SUITES if ("I", "fedavg", s) in groups]
     pairs = [k[2] for k in groups if k[0] == "II" and k[1] == "fedavg"]
-    rows: list[tuple[str, str, str, str]] = []
-    full = groups.get(("III", "full", "object+goal"), [])
-    degenerate = (None if not full or cua_separates(full) else
-                  "CUA never separated object from goal in these runs (no round of any seed), so Table III compares "
-                  "against a degenerate CUA")
+    rows: list[ClaimRow] = []
+    row = DECLARED.row
 
     def diffs(table: str, a: str, b: str, setting: list[str]) -> list[float]:  # a - b per seed
         return paired(by_seed(groups, table, a, setting), by_seed(groups, table, b, setting))
 
-    def a_beats_b(table: str, a: str, b: str, settings: list[str], claim: str, paper: str,
-                  difference: Optional[str] = None) -> None:
+    def a_beats_b(table: str, a: str, b: str, settings: list[str], claim: str, paper: str) -> None:
         d = diffs(table, a, b, settings)
-        rows.append((claim, paper, f"{a} - {b}: {fmt_diff(d, scale=1.0)} pts", downgrade(beats(d), difference)))
+        rows.append(row("success", claim, paper, f"{a} - {b}: {fmt_diff(d, scale=1.0)} pts", beats(d)))
 
     def each(parts: dict[str, list[float]], verdict: Callable[[list[float]], str] = beats) -> tuple[str, str]:
         return per_part(parts, verdict, sep=" ", scale=1.0)
 
     a_beats_b("I", "feddrman", "fedavg", t1, "Table I: FedDRMan's mean success beats FedAvg's",
-              f"{PAPER_I['feddrman']} vs {PAPER_I['fedavg']}", differs)
+              f"{PAPER_I['feddrman']} vs {PAPER_I['fedavg']}")
     ours, v = each({b: diffs("I", "feddrman", b, t1) for b in ("fedavg", "fedprox", "fedkd")})
-    rows.append(("Table I: FedDRMan is the best federated method (mean over suites)",
-                 f"{PAPER_I['feddrman']} vs ≤ {PAPER_I['fedavg']}", ours, downgrade(v, differs)))
-    rows.append(("Table I: FedVLA, the paper's sixth baseline, is below FedDRMan",
-                 f"{PAPER_I['fedvla']} vs {PAPER_I['feddrman']}", "—",
-                 cannot_test("FedVLA's method is not among the sources available offline (Not run here, below)")))
+    rows.append(row("success", "Table I: FedDRMan is the best federated method (mean over suites)",
+                    f"{PAPER_I['feddrman']} vs ≤ {PAPER_I['fedavg']}", ours, v))
+    rows.append(row("untested", "Table I: FedVLA, the paper's sixth baseline, is below FedDRMan",
+                    f"{PAPER_I['fedvla']} vs {PAPER_I['feddrman']}", "—",
+                    cannot_test("FedVLA's method is not among the sources available offline (Not run here, below)")))
     ours, v = each({a: diffs("I", a, "local", t1) for a in ("fedavg", "fedprox")})
-    rows.append(("Table I: collaboration beats Local (FedAvg, FedProx each)",
-                 f"{PAPER_I['fedavg']}, {PAPER_I['fedprox']} vs {PAPER_I['local']}", ours, v))
-    a_beats_b("I", "feddrman", "local", t1, "Table I: FedDRMan beats Local",
-              f"{PAPER_I['feddrman']} vs {PAPER_I['local']}", differs)
+    rows.append(row("success", "Table I: collaboration beats Local (FedAvg, FedProx each)",
+                    f"{PAPER_I['fedavg']}, {PAPER_I['fedprox']} vs {PAPER_I['local']}", ours, v))
+    a_beats_b("I", "feddrman", "local", t1, "Table I: FedDRMan beats Local", f"{PAPER_I['feddrman']} vs {PAPER_I['local']}")
     a_beats_b("I", "fedavg", "centralized", t1, "Table I: Centralized BC is below FedAvg",
               f"{PAPER_I['centralized']} vs {PAPER_I['fedavg']}")
     ours, v = each({p: diffs("II", "feddrman", "fedavg", [p]) for p in pairs})
-    rows.append(("Table II: FedDRMan beats FedAvg on every cross-suite federation (mean over its suites)",
-                 "63.3 vs 9.3 (mean); every setting", ours, downgrade(v, differs)))
+    rows.append(row("success", "Table II: FedDRMan beats FedAvg on every cross-suite federation (mean over its suites)",
+                    "63.3 vs 9.3 (mean); every setting", ours, v))
     ours, v = each({p: diffs("II", "fedavg", "local", [p]) for p in pairs}, below)
-    rows.append(("Table II: FedAvg falls below Local cross-suite", "9.3 vs 32.7 (mean); 4 of 4 settings", ours, v))
-    ablation = "; ".join(d for d in (differs, degenerate) if d) or None
+    rows.append(row("success", "Table II: FedAvg falls below Local cross-suite", "9.3 vs 32.7 (mean); 4 of 4 settings",
+                    ours, v))
     a_beats_b("III", "full", "full-CUA", ["object+goal"], "Table III: removing CUA loses most of FedDRMan's success",
-              "85/70 -> 0/0", ablation)
+              "85/70 -> 0/0")
     ours, v = each({lab: diffs("III", "full", lab, ["object+goal"])
                     for lab in ("BC+CUA", "BC+act+CUA", "BC+sub+CUA", "BC+sub+act+CUA")})
-    rows.append(("Table III: the full method (with SRB) beats every partial configuration", "85/70 vs ≤ 80/60",
-                 "full - " + ours, downgrade(v, ablation)))
+    rows.append(row("success", "Table III: the full method (with SRB) beats every partial configuration",
+                    "85/70 vs ≤ 80/60", "full - " + ours, v))
     cua_runs = [r for k, g in groups.items() if k[0] == "II" and k[1] == "feddrman" for r in g]
     same, cross = co_clustering_rates(cua_runs)
     if same is not None and cross is not None:
-        rows.append(("Fig. 5a: CUA groups clients of one suite together and never across suites",
-                     "same-suite pairs together, cross-suite apart", f"same-suite {same:.0f}%, cross-suite {cross:.0f}% "
-                     f"of (round, seed) pairs, {len(cua_runs)} run{'s' * (len(cua_runs) != 1)}",
-                     downgrade(holds_if(same == 100 and cross == 0), differs)))
+        rows.append(row("success", "Fig. 5a: CUA groups clients of one suite together and never across suites",
+                        "same-suite pairs together, cross-suite apart", f"same-suite {same:.0f}%, cross-suite "
+                        f"{cross:.0f}% of (round, seed) pairs, {len(cua_runs)} run{'s' * (len(cua_runs) != 1)}",
+                        holds_if(same == 100 and cross == 0)))
     fa, fd = groups.get(("I", "fedavg", "object"), []), groups.get(("I", "feddrman", "object"), [])
-    if fa and fd:  # the fixes change no payload: this row stands whatever the runs predate
+    if fa and fd:
         same_bytes = {r["bytes_total"] for r in fa} == {r["bytes_total"] for r in fd}
-        rows.append((BYTES_CLAIM, "21.53 MB each",
-                     f"object: FedAvg {fa[0]['bytes_total'] / 1e6:.1f} MB, FedDRMan {fd[0]['bytes_total'] / 1e6:.1f} MB",
-                     holds_if(same_bytes)))
-    return [(c, p, o, v if c == BYTES_CLAIM else downgrade(v, SETUP, turns=(DOES_NOT_HOLD,))) for c, p, o, v in rows]
+        rows.append(row("bytes", BYTES_CLAIM, "21.53 MB each",
+                        f"object: FedAvg {fa[0]['bytes_total'] / 1e6:.1f} MB, FedDRMan {fd[0]['bytes_total'] / 1e6:.1f} MB",
+                        holds_if(same_bytes)))
+    return rows
 
 
 # ------------------------------------------------------------------------------------------ tables
@@ -379,12 +394,12 @@ def _coverage(rows: list[dict[str, Any]], planned: dict[str, int]) -> list[str]:
     return [line, ""]
 
 
-def claims_table(rows: list[tuple[str, str, str, str]]) -> list[str]:
-    """The claims decided here in one table (the five verdicts), then a line naming those whose studies have not
-    run yet (no verdict to give)."""
-    done = [r for r in rows if r[3] != NOT_RUN]
-    waiting = [r[0] for r in rows if r[3] == NOT_RUN]
-    out = markdown_table(done, ["claim", "paper", "ours (paired difference, points)", "verdict"]) if done else []
+def claims_table(rows: list[ClaimRow]) -> list[str]:
+    """The claims decided here in one table (verdict and comparability), then a line naming those whose studies
+    have not run yet (no verdict to give)."""
+    done = [r for r in rows if r.verdict != NOT_RUN]
+    waiting = [r.claim for r in rows if r.verdict == NOT_RUN]
+    out = _claims_markdown(done, "ours (paired difference, points)") if done else []
     return out + (["", "Not run yet (no verdict): " + "; ".join(waiting) + "."] if waiting else [])
 
 
@@ -403,14 +418,15 @@ def write(dirs: list[Path], md_path: Path) -> None:
           + (f"One episode is {100 / (4 * int(b['episodes'])):.1f} points of a suite's rate. "
              if b["episodes"].isdigit() else "")
           + "Cells: final-round success (%), mean over seeds ± the half-width of the 95% t-interval (per-seed values).",
-          "", *_coverage(rows, study_cells()), "## Claims", "",
+          "", *_coverage(rows, study_cells()), *["## Provenance", "", "Each archive's cells by the revision that made them, and the last `p2pfl archive verify` of a "
+          "sample of them at a later revision (re-run and compared byte for byte):", "", *provenance_lines(dirs), ""], "## Claims", "",
           "Verdicts come from the 95% interval of the per-seed paired difference: a claim 'a beats b' holds when the "
           "whole interval is above 0, does not hold when it is wholly below, and is not resolved otherwise (the "
-          "interval spans the margin, 0). The paper's numbers are on LIBERO at its budget; ours on our suites at the "
-          "budget above, so only the direction of each comparison is checked, and a result against the paper reads "
-          "'not comparable here' (the payload claim excepted). A row whose runs differ from the "
-          "paper's method in a way that can change the answer is not comparable here and says how.", "",
-          *claims_table(claims(groups, method_differs(rows)))]
+          "interval spans the margin, 0), printed as computed. The paper's numbers are on LIBERO at its budget; ours "
+          "on our suites at the budget above, so only the direction of each comparison is checked, and every row "
+          "that the tasks or the budget can change says so in its comparability column, whatever its verdict "
+          "(declared in this script before the results were read).", "",
+          *provenance_notes(rows, groups), *claims_table(claims(groups))]
     md += ["", *tables(groups), *data_and_groups(groups), *figures(groups, md_path.parent), "", "## Not run here", "", f"* {FEDVLA}",
            "", "## FedKD as adapted here", "", f"* {FEDKD_ADAPTED}", f"* {FEDKD}"]
     md_path.write_text("\n".join(md) + "\n")

@@ -32,10 +32,14 @@ from matplotlib.figure import Figure
 from p2pfl.metrics.claims import (
     DOES_NOT_HOLD,
     HOLDS,
+    LIKE_FOR_LIKE,
     NOT_RESOLVED,
+    ClaimRow,
+    Declared,
     beats,
     cannot_test,
-    downgrade,
+    claims_table,
+    differs,
     fmt_ci,
     fmt_diff,
     holds_if,
@@ -44,6 +48,7 @@ from p2pfl.metrics.claims import (
 )
 from p2pfl.metrics.runs import load_runs, log_entries
 from p2pfl.metrics.tables import markdown_table, report_main
+from p2pfl.study.verify import provenance_lines
 
 STUDY = "libero_object"
 ORDER = ("centralized", "local", "fedavg", "feddrman", "fedavg_srb", "feddrman_no_sub", "feddrman_no_act")
@@ -72,9 +77,16 @@ CLAIMS = (("Table I (Object): FedDRMan beats FedAvg", "feddrman", "fedavg", "88.
            "85/70 -> 35/55 (object/goal)", "III"),
           ("Table III: removing L_act lowers FedDRMan's success", "feddrman", "feddrman_no_act",
            "85/70 -> 60/50 (object/goal)", "III"))
-#: How our ablation arms differ from the paper's Table III rows (it can change either answer).
+#: How our ablation arms differ from the paper's Table III rows.
 TABLE_III = ("the paper's Table III removes the term on its Object-Goal federation, with CUA's clusters and without "
              "SRB; here on LIBERO-Object with one cluster (C = 1) and SRB kept")
+#: The study's setting (scenarios/studies/libero_object.yaml), as the Table I rows differ from the paper's; the
+#: report checks the runs against it (``SETTING``) so the declaration cannot drift from what ran.
+TABLE_I = ("3 of LIBERO-Object's 10 tasks, scripted demos and a 0.14 M-parameter policy on 32 px images here; the "
+           "paper's 10 tasks, 50 human demos a task and 5.38 M parameters")
+SETTING = {"tasks": 3, "params_m": 0.14}
+#: Every claims row's comparability, by key: declared at import, before any result is read (issue 69).
+DECLARED = Declared({"I": differs(TABLE_I), "III": differs(TABLE_III), "bytes": LIKE_FOR_LIKE})
 BYTES_CLAIM = "FedDRMan sends FedAvg's bytes"
 
 
@@ -317,30 +329,29 @@ def ablations(rows: list[dict[str, Any]]) -> list[str]:
     return markdown_table(out, ["Arms", "Isolates", "Seeds", "Mean SR difference (points, 95% CI)"]) if out else []
 
 
-def setup_differs(b: dict[str, Any]) -> str:
-    """How the runs' setting differs from the paper's Table I (it can reorder the methods)."""
-    return (f"{len(b['tasks'])} of LIBERO-Object's 10 tasks, {b['demos']} scripted demos a task and a "
-            f"{policy_params(b['history'], b['wrist']) / 1e6:.2f} M-parameter policy here, the paper's 10 tasks, 50 "
-            "human demos a task and 5.38 M parameters: the tasks, the demos and the policy can reorder the methods")
+def check_setting(b: dict[str, Any]) -> None:
+    """Raise ``ValueError`` when the runs' setting is not the one ``TABLE_I`` declares (``SETTING``)."""
+    found = {"tasks": len(b["tasks"]), "params_m": round(policy_params(b["history"], b["wrist"]) / 1e6, 2)}
+    if found != SETTING:
+        raise ValueError(f"the runs' setting {found} is not the declared {SETTING}: update TABLE_I and SETTING in "
+                         "analysis/libero_report.py before reading the results")
 
 
-def claims(rows: list[dict[str, Any]], b: dict[str, Any]) -> list[list[str]]:
-    """(claim, paper, ours, verdict) rows in the five verdicts (``p2pfl.metrics.claims``), from the last-round
-    success paired by seed. A Table I result against the paper reads 'not comparable here' (the setting differs,
-    ``setup_differs``), as in ``analysis/results/feddrman.md``; a Table III row is not comparable either way
-    (``TABLE_III``). Fewer than two seeds of either arm: 'not run'."""
-    setup = setup_differs(b)
+def claims(rows: list[dict[str, Any]], b: dict[str, Any]) -> list[ClaimRow]:
+    """The claims rows from the last-round success paired by seed: each verdict as computed (fewer than two seeds of
+    either arm: 'not run'), beside the comparability ``DECLARED`` for its table."""
+    check_setting(b)
     out = []
     for claim, a, ref, paper, table in CLAIMS:
         d = paired(success_by_seed(rows, a), success_by_seed(rows, ref))
-        verdict = downgrade(beats(d), TABLE_III) if table == "III" else downgrade(beats(d), setup, turns=(DOES_NOT_HOLD,))
         ours = f"{LABELS[a]} − {LABELS[ref]}: {fmt_diff(d, scale=1.0)} pts ({len(d)} seed{'s' * (len(d) != 1)})"
-        out.append([claim, paper, ours if d else "—", verdict])
+        out.append(DECLARED.row(table, claim, paper, ours if d else "—", beats(d)))
     fa = [r for r in rows if r["label"] == "fedavg"]
     fd = [r for r in rows if r["label"] == "feddrman"]
     if fa and fd:  # the payload: FedDRMan's server sends FedAvg's model, whatever the setting
-        out.append([BYTES_CLAIM, "21.53 MB each", f"FedAvg {fa[0]['bytes'] / 1e6:.1f} MB, FedDRMan "
-                    f"{fd[0]['bytes'] / 1e6:.1f} MB", holds_if({r["bytes"] for r in fa} == {r["bytes"] for r in fd})])
+        out.append(DECLARED.row("bytes", BYTES_CLAIM, "21.53 MB each", f"FedAvg {fa[0]['bytes'] / 1e6:.1f} MB, "
+                                f"FedDRMan {fd[0]['bytes'] / 1e6:.1f} MB",
+                                holds_if({r["bytes"] for r in fa} == {r["bytes"] for r in fd})))
     return out
 
 
@@ -575,12 +586,14 @@ def write(dirs: list[Path], md: Path) -> None:
         "shared the machine with other work, and a run resumed from its kept scorings replays only the training "
         "(`--archive`), so the column records what the study cost, not a timing; the cost of a step is measured in "
         "`analysis/bench_libero.py` and `analysis/bench_libero_lod.py`.", "",
-        "## Claims", "",
+        *["## Provenance", "", "Each archive's cells by the revision that made them, and the last `p2pfl archive verify` of a "
+          "sample of them at a later revision (re-run and compared byte for byte):", "", *provenance_lines(dirs), ""], "## Claims", "",
         "Verdicts from the 95% t-interval of the per-seed paired difference of last-round success (points): 'a beats "
         "b' holds when the whole interval is above 0, does not hold when it is wholly below, and is not resolved "
-        "otherwise; fewer than two seeds of both arms: not run. The setting differs from the paper's (above), so "
-        "only each comparison's direction is checked and a result against the paper reads 'not comparable here'.", "",
-        *markdown_table(verdicts, ["claim", "paper", "ours (paired difference)", "verdict"]), "",
+        "otherwise; fewer than two seeds of both arms: not run. Each verdict is printed as computed; the setting "
+        "differs from the paper's (above), so only each comparison's direction is checked, and the comparability "
+        "column says how each row differs (declared in this script before the results were read).", "",
+        *claims_table(verdicts, "ours (paired difference)"), "",
         *(["## Ablations", "", *paired, ""] if paired else []),
         *(["## The gripper command, binarized or not", "",
            "The saved final policies rolled out again with the gripper command as the policy gives it "

@@ -41,6 +41,7 @@ from p2pfl.clustering import fit_predictor, make_predictor, make_target, novelti
 from p2pfl.data import build_federation
 from p2pfl.data.schema import DataSpec
 from p2pfl.learning.train import average_loss
+from p2pfl.metrics.claims import ClaimRow, Declared, claims_table, differs, holds_if
 from p2pfl.metrics.tables import markdown_table
 from p2pfl.seeding import torch_generator
 from p2pfl.sim.cost import forward_flops_per_sample
@@ -48,6 +49,23 @@ from p2pfl.sim.cost import forward_flops_per_sample
 ROOT = Path(__file__).resolve().parents[1]
 K, PER_GROUP, SAMPLES, RMS = 4, 3, 300, 0.5
 RND_EPOCHS, RND_BATCH = 30, 32
+
+
+#: Fig. 3's claim, read before the run: in the most conservative schedule (RND re-clustered every round) RND's
+#: clustering costs "about one order of magnitude" less than IFCA's: IFCA / RND >= 10^0.5 (nearer ten than one on a
+#: log scale), in wall time and in modelled FLOPs alike.
+FIG3_RATIO = 10 ** 0.5
+DECLARED = Declared({"fig3": differs("Fashion-MNIST (1 x 28 x 28), N = 12, ResNet-18 with a CIFAR stem for IFCA, on a "
+                                     "2-core CPU here; the paper's CIFAR-10 on its hardware")})
+
+
+def fig3_claim(wall_ratio: float, flops_ratio: float, rounds: int) -> ClaimRow:
+    """The claims row of Fig. 3 from schedule (ii)'s IFCA / RND ratios."""
+    return DECLARED.row("fig3", "Fig. 3: re-clustered every round, RND's clustering overhead stays about one order of "
+                        "magnitude below IFCA's (IFCA / RND >= 10^0.5 in wall time and in FLOPs)",
+                        "about an order of magnitude lower",
+                        f"IFCA / RND over R = {rounds} rounds: {wall_ratio:.1f}x wall, {flops_ratio:.1f}x FLOPs",
+                        holds_if(wall_ratio >= FIG3_RATIO and flops_ratio >= FIG3_RATIO))
 
 
 def resnet18_28() -> nn.Module:
@@ -151,6 +169,13 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *markdown_table(rows, ["schedule", "RND wall s", "IFCA wall s", "IFCA/RND (wall)", "RND GFLOP", "IFCA GFLOP",
                                "IFCA/RND (FLOPs)"]),
+        "",
+        "## Claims",
+        "",
+        "The verdict as computed from schedule (ii), beside how this measurement differs from the paper's (declared "
+        "in this script before the run).",
+        "",
+        *claims_table([fig3_claim(schedules[2][2] / schedules[2][1], schedules[2][4] / schedules[2][3], R)]),
     ]
     text = "\n".join(lines) + "\n"
     print(text)

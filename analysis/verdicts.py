@@ -1,13 +1,14 @@
-"""Every paper claim's verdict, gathered from the reproduction reports' claims tables: the papers' claims apart
-from our questions beyond them.
+"""Every paper claim's verdict and comparability, gathered from the reproduction reports' claims tables: the papers'
+claims apart from our questions beyond them.
 
     python analysis/verdicts.py          # -> analysis/results/verdicts.md
 
 Each report regenerates from its archived study by the command at its top; this reads the claims tables
 (the markdown tables with a 'verdict' column) of the reports as committed, so it is as current as they are:
 regenerate it after any of them. A row whose runs are missing reads 'not run' (not a verdict; a complete
-report has none). Every other verdict is one of the five of ``p2pfl.metrics.claims`` (a cell that is not
-stops this with its report and row).
+report has none). Every other verdict is one of ``p2pfl.metrics.claims.VERDICTS``, and every comparability one
+of ``COMPARABILITY`` (a cell that is not stops this with its report and row). The two columns are counted apart:
+the verdict is computed from the numbers, the comparability declared per claim before the runs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from p2pfl.metrics.claims import NOT_RUN, VERDICTS, short
+from p2pfl.metrics.claims import COMPARABILITY, NOT_RUN, VERDICTS, comparability_kind, short
 from p2pfl.metrics.tables import markdown_table
 
 RESULTS = Path(__file__).parent / "results"
@@ -25,10 +26,12 @@ RESULTS = Path(__file__).parent / "results"
 REPORTS = (("conditional.md", "Client-Conditional FL via local training data statistics"),
            ("rnd_recovery.md", "RND for clustered FL (federation discovery)"),
            ("feddrman.md", "FedDRMan (generated MuJoCo suites)"),
-           ("libero_object.md", "FedDRMan (real LIBERO-Object)"))
-LABELS = [short(v) for v in VERDICTS[:3]] + ["not comparable here", "cannot be tested here", NOT_RUN]
+           ("libero_object.md", "FedDRMan (real LIBERO-Object)"),
+           ("rnd_overhead.md", "RND for clustered FL (clustering overhead)"))
+LABELS = [short(v) for v in VERDICTS] + [NOT_RUN]
+SETUPS = list(COMPARABILITY)
 #: a claim whose 'paper' cell starts so is a question of ours the paper does not test (its table has no such number)
-BEYOND = ("not in the paper", "not tested in the paper", "not evaluated", "implied")
+BEYOND = ("not in the paper", "not tested in the paper", "not evaluated", "implied", "our variant")
 
 
 def claims_tables(text: str) -> list[list[str]]:
@@ -50,8 +53,9 @@ def cells(line: str) -> list[str]:
 
 
 def claims(text: str, source: str = "report") -> list[dict[str, str]]:
-    """The rows of ``text``'s claims tables: claim, paper, ours and verdict (checked: one of the five, or 'not
-    run'). ``ValueError`` naming ``source`` and the row for anything else, or for a report without a table."""
+    """The rows of ``text``'s claims tables: claim, paper, ours, verdict (checked: one of ``VERDICTS``, or 'not
+    run') and comparability (one of ``COMPARABILITY``). ``ValueError`` naming ``source`` and the row for anything
+    else, or for a report without a table."""
     tables = claims_tables(text)
     if not tables:
         raise ValueError(f"{source}: no claims table (a markdown table with a 'verdict' column)")
@@ -61,13 +65,15 @@ def claims(text: str, source: str = "report") -> list[dict[str, str]]:
         for line in t[2:]:
             row = dict(zip(head, cells(line)))
             verdict = row.get("verdict", "")
+            setup = row.get("comparability", "")
             try:
                 short(verdict)
+                comparability_kind(setup)
             except ValueError as err:
                 raise ValueError(f"{source}: claim {row.get('claim', '?')!r}: {err}") from None
             ours = next((v for k, v in row.items() if k.startswith("ours")), "—")
             rows.append({"claim": row.get("claim", "—"), "paper": row.get("paper", "—"), "ours": ours,
-                         "verdict": verdict})
+                         "verdict": verdict, "comparability": setup})
     return rows
 
 
@@ -77,10 +83,12 @@ def beyond(row: dict[str, str]) -> bool:
 
 
 def compile_md(results: Path) -> str:
-    """The verdicts page: counts per report and verdict, the papers' claims apart from our questions beyond
-    them, then every claim in two tables."""
-    counts, tables = [], {False: [], True: []}
-    totals = {scope: dict.fromkeys(LABELS, 0) for scope in (False, True)}
+    """The verdicts page: per report, the computed verdicts and the declared comparabilities counted apart, the
+    papers' claims apart from our questions beyond them; the papers' claims crossed (verdict x comparability);
+    then every claim in two tables."""
+    verdicts, setups, tables = [], [], {False: [], True: []}
+    totals = {scope: (dict.fromkeys(LABELS, 0), dict.fromkeys(SETUPS, 0)) for scope in (False, True)}
+    cross = {(v, c): 0 for v in LABELS for c in SETUPS}
     for name, paper in REPORTS:
         path = results / name
         if not path.is_file():
@@ -88,36 +96,54 @@ def compile_md(results: Path) -> str:
         rows = claims(path.read_text(encoding="utf-8"), str(path))
         for scope in (False, True):
             picked = [r for r in rows if beyond(r) == scope]
-            per = dict.fromkeys(LABELS, 0)
+            per_v, per_c = dict.fromkeys(LABELS, 0), dict.fromkeys(SETUPS, 0)
             for r in picked:
-                per[short(r["verdict"])] += 1
-                tables[scope].append((paper, r["claim"], r["paper"], r["ours"], r["verdict"]))
-            totals[scope] = {k: totals[scope][k] + per[k] for k in LABELS}
+                v, c = short(r["verdict"]), comparability_kind(r["comparability"])
+                per_v[v] += 1
+                per_c[c] += 1
+                if not scope:
+                    cross[v, c] += 1
+                tables[scope].append((paper, r["claim"], r["paper"], r["ours"], r["verdict"], r["comparability"]))
+            for total, per in zip(totals[scope], (per_v, per_c)):
+                for k in per:
+                    total[k] += per[k]
             if picked:
-                counts.append((f"{paper} (`{name}`)", "beyond the paper" if scope else "the paper's",
-                               *map(str, per.values()), str(len(picked))))
+                label = (f"{paper} (`{name}`)", "beyond the paper" if scope else "the paper's")
+                verdicts.append((*label, *map(str, per_v.values()), str(len(picked))))
+                setups.append((*label, *map(str, per_c.values()), str(len(picked))))
     for scope in (False, True):
-        counts.append(("all", "beyond the papers" if scope else "the papers'", *map(str, totals[scope].values()),
-                       str(sum(totals[scope].values()))))
+        label = ("all", "beyond the papers" if scope else "the papers'")
+        verdicts.append((*label, *map(str, totals[scope][0].values()), str(sum(totals[scope][0].values()))))
+        setups.append((*label, *map(str, totals[scope][1].values()), str(sum(totals[scope][1].values()))))
+    crossed = [(v, *(str(cross[v, c]) for c in SETUPS), str(sum(cross[v, c] for c in SETUPS))) for v in LABELS]
     return "\n".join([
-        "# Every claim's verdict: the papers' claims, then our questions beyond them", "",
+        "# Every claim's verdict and comparability: the papers' claims, then our questions beyond them", "",
         "Regenerate: `python analysis/verdicts.py` (from the committed reports in `analysis/results/`; each "
         "regenerates from its archived study by the command at its top).", "",
-        "Verdicts (`p2pfl.metrics.claims`): holds / does not hold (the 95% interval wholly on one side of the "
-        "claim's margin, or a count or equality met or missed) / not resolved (the interval spans the margin) / "
-        "not comparable here (our experiment differs from the paper's in a way that can change the answer: the "
-        "reason says how) / cannot be tested here (data or code not available offline). 'not run': the claim's "
-        "runs are not all in yet (no verdict).", "",
-        *markdown_table(counts, ["report", "claims", *LABELS, "in all"]), "",
+        "Each claim has two columns that never decide each other (`p2pfl.metrics.claims`). The **verdict** is "
+        "computed from the numbers and printed as computed: holds / does not hold (the 95% interval wholly on one "
+        "side of the claim's margin, or a count or equality met or missed) / not resolved (the interval spans the "
+        "margin) / cannot be tested here (data or code not available offline); 'not run': the claim's runs are not "
+        "all in yet (no verdict). The **comparability** is declared per claim in the report's code before its "
+        "results are read, and qualifies every outcome alike: like for like / differs (the paper's quantity, "
+        "measured in an experiment that differs as it says) / not comparable here (the quantity measured is not the "
+        "paper's) / — (a question beyond the paper, or a claim that cannot be tested).", "",
+        "## Verdicts (computed)", "",
+        *markdown_table(verdicts, ["report", "claims", *LABELS, "in all"]), "",
+        "## Comparability (declared before the runs)", "",
+        *markdown_table(setups, ["report", "claims", *SETUPS, "in all"]), "",
+        "## The papers' claims: verdict by comparability", "",
+        *markdown_table(crossed, ["verdict", *SETUPS, "in all"]), "",
         "## The papers' claims", "",
-        "Each with the number the paper reports; a verdict against the paper only where our experiment is the "
-        "paper's in every way the report lists.", "",
-        *markdown_table(tables[False], ["paper", "claim", "paper's result", "ours", "verdict"]), "",
+        "Each with the number the paper reports, our number, the verdict as computed, and how our experiment "
+        "stands to the paper's.", "",
+        *markdown_table(tables[False], ["paper", "claim", "paper's result", "ours", "verdict", "comparability"]), "",
         "## Questions beyond the papers", "",
         "Ours, asked with the papers' methods where the paper reports no number (its 'paper' cell says so: "
         "a federated variant of a pooled method, a decentralized version the paper proposes without evaluating, a "
-        "property it implies); a 'does not hold' here is about our question, not the paper's.", "",
-        *markdown_table(tables[True], ["paper", "claim", "paper's result", "ours", "verdict"]), ""])
+        "property it implies, a variant of our own); a 'does not hold' here is about our question, not the paper's.",
+        "",
+        *markdown_table(tables[True], ["paper", "claim", "paper's result", "ours", "verdict", "comparability"]), ""])
 
 
 def main(argv: list[str] | None = None) -> int:

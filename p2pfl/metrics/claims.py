@@ -1,25 +1,27 @@
-"""Verdicts on a paper's claims from paired differences over seeds, decided by the 95% t-interval.
+"""Verdicts on a paper's claims from paired differences over seeds, decided by the 95% t-interval, and each
+claim's comparability with the paper's experiment, declared apart from the outcome.
 
-Every claims table in ``analysis/`` speaks one vocabulary of five verdicts (issue 34), built here and
-nowhere else:
+A claims row has two columns that never decide each other (issue 69):
 
-- ``HOLDS`` "holds", ``DOES_NOT_HOLD`` "does not hold": decided by the interval (or, for a count or an
-  equality, by ``holds_if``);
-- ``NOT_RESOLVED`` "not resolved (interval spans the margin)": the interval straddles the claim's
-  margin (0 for a plain "a beats b");
-- ``not_comparable(reason)`` "not comparable here: <reason>": our experiment differs from the paper's
-  in a way that can change the answer, and the reason says which; ``downgrade`` turns a computed
-  verdict into it when a listed difference applies to the row;
-- ``cannot_test(reason)`` "cannot be tested here: <reason>": the data or code is not available offline.
+- the **verdict**, computed from the numbers and printed as computed: ``HOLDS`` "holds", ``DOES_NOT_HOLD``
+  "does not hold" (the interval wholly on one side of the claim's margin, or a count or equality met or missed,
+  ``holds_if``), ``NOT_RESOLVED`` "not resolved (interval spans the margin)"; or ``cannot_test(reason)``
+  "cannot be tested here: <reason>" when the data or code the claim needs is not available offline. With
+  fewer than two seeds there is no interval: ``NOT_RUN`` ("not run") marks a row whose runs are missing; it
+  is not a verdict, and a complete report has none.
+- the **comparability**, declared per claim before any result is read (a module-level ``Declared`` table of
+  the report): ``LIKE_FOR_LIKE`` "like for like"; ``differs(how)`` "differs: <how>" (the same quantity measured
+  in an experiment that differs from the paper's, e.g. another model); ``not_comparable(how)`` "not comparable
+  here: <how>" (the quantity measured is not the paper's); ``NO_PAPER`` "—" (a question beyond the paper, or a
+  claim that cannot be tested). A difference qualifies every outcome alike: nothing here takes a verdict and
+  returns another, and ``Declared.row`` returns the verdict it is given.
 
 A claim such as "method a beats method b" is checked on the per-seed differences a - b (the same seed:
 the same data and initial weights). It holds when the whole interval lies on the claimed side, does not
-hold when the whole interval lies on the other side, and is not resolved otherwise. With fewer than two
-seeds there is no interval: ``NOT_RUN`` ("not run") marks a row whose runs are missing; it is not a
-verdict, and a complete report has none. ``at_least``, ``below`` and ``beats`` decide one comparison;
-``per_part`` writes a claim checked per column or setting and ``combine``s its verdicts. ``kind`` names
-which of the five a verdict is (``ValueError`` for anything else), ``short`` its label without the
-parenthesis or reason.
+hold when the whole interval lies on the other side, and is not resolved otherwise. ``at_least``, ``below``
+and ``beats`` decide one comparison; ``per_part`` writes a claim checked per column or setting and
+``combine``s its verdicts. ``kind`` names which verdict a string is, ``short`` its label without the
+parenthesis or reason; ``comparability_kind`` does the same for the comparability column.
 
 A table of m such claims is corrected for multiplicity with Holm's step-down procedure (``holm``,
 ``at_least_holm``); ``paired_p`` gives the paired t-test p-values it needs. ``headroom_gain``,
@@ -33,42 +35,58 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal, Optional
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, Optional
 
 import numpy as np
 
 from p2pfl.metrics.report import ci95
 
-__all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "NOT_COMPARABLE", "CANNOT_TEST", "VERDICTS", "NOT_RUN",
-           "not_comparable", "cannot_test", "downgrade", "holds_if", "kind", "short", "interval", "paired", "fmt_ci",
+__all__ = ["HOLDS", "DOES_NOT_HOLD", "NOT_RESOLVED", "CANNOT_TEST", "VERDICTS", "NOT_RUN",
+           "LIKE_FOR_LIKE", "DIFFERS", "NOT_COMPARABLE", "NO_PAPER", "COMPARABILITY", "differs", "not_comparable",
+           "comparability_kind", "Declared", "ClaimRow", "CLAIM_COLUMNS", "claims_table",
+           "cannot_test", "holds_if", "kind", "short", "interval", "paired", "fmt_ci",
            "fmt_diff", "at_least", "below", "beats", "combine", "per_part", "holm", "holm_adjusted",
-           "paired_p", "at_least_holm", "at_least_holm_p", "seeds_to_resolve", "headroom_gain", "headroom_gains", "target_accuracy",
-           "fewer_bytes", "device_percentile", "mean_curve"]
+           "paired_p", "at_least_holm", "at_least_holm_p", "seeds_to_resolve", "headroom_gain", "headroom_gains",
+           "target_accuracy", "fewer_bytes", "device_percentile", "mean_curve"]
 
-# ------------------------------------------------------------------------------ the five verdicts
+# ------------------------------------------------------------------------------ the verdicts
 HOLDS = "holds"
 DOES_NOT_HOLD = "does not hold"
 NOT_RESOLVED = "not resolved (interval spans the margin)"
-NOT_COMPARABLE = "not comparable here"
 CANNOT_TEST = "cannot be tested here"
-#: the five verdicts; the last two always carry ": <reason>"
-VERDICTS = (HOLDS, DOES_NOT_HOLD, NOT_RESOLVED, NOT_COMPARABLE, CANNOT_TEST)
+#: the verdicts; the last always carries ": <reason>"
+VERDICTS = (HOLDS, DOES_NOT_HOLD, NOT_RESOLVED, CANNOT_TEST)
 #: not a verdict: the claim's runs are missing (fewer than two seeds)
 NOT_RUN = "not run"
 _DECIDED = (HOLDS, DOES_NOT_HOLD, NOT_RESOLVED)
+
+# ------------------------------------------------------------------------------ comparability
+LIKE_FOR_LIKE = "like for like"
+DIFFERS = "differs"
+NOT_COMPARABLE = "not comparable here"
+#: the comparability of a claim with no experiment of the paper's to stand beside (ours, or not testable here)
+NO_PAPER = "—"
+#: the comparability labels; the middle two always carry ": <how>"
+COMPARABILITY = (LIKE_FOR_LIKE, DIFFERS, NOT_COMPARABLE, NO_PAPER)
 
 
 def _with_reason(label: str, reason: str) -> str:
     reason = reason.strip()
     if not reason or "|" in reason or "\n" in reason:
-        raise ValueError(f"a '{label}' verdict needs a one-line reason without '|' (it is a table cell); got {reason!r}")
+        raise ValueError(f"a '{label}' label needs a one-line reason without '|' (it is a table cell); got {reason!r}")
     return f"{label}: {reason}"
 
 
-def not_comparable(reason: str) -> str:
-    """'not comparable here: <reason>': the experiment differs from the paper's in a way that can change the
-    answer; ``reason`` says how (ours, then the paper's)."""
-    return _with_reason(NOT_COMPARABLE, reason)
+def differs(how: str) -> str:
+    """'differs: <how>': the claim's quantity, measured in an experiment that differs from the paper's as ``how``
+    says (ours, then the paper's). Declared before the runs; it qualifies every outcome alike."""
+    return _with_reason(DIFFERS, how)
+
+
+def not_comparable(how: str) -> str:
+    """'not comparable here: <how>': the quantity measured here is not the one the paper's claim is about."""
+    return _with_reason(NOT_COMPARABLE, how)
 
 
 def cannot_test(reason: str) -> str:
@@ -77,18 +95,63 @@ def cannot_test(reason: str) -> str:
     return _with_reason(CANNOT_TEST, reason)
 
 
-def downgrade(verdict: str, difference: Optional[str], *, turns: Sequence[str] = _DECIDED) -> str:
-    """The verdict a row shows: ``not_comparable(difference)`` when a difference from the paper's experiment
-    applies to the row (``difference`` given) and ``verdict`` is one it can turn, else ``verdict`` unchanged.
+def comparability_kind(label: str) -> str:
+    """Which of ``COMPARABILITY`` ``label`` is; ``ValueError`` for anything else."""
+    if label in (LIKE_FOR_LIKE, NO_PAPER):
+        return label
+    for k in (DIFFERS, NOT_COMPARABLE):
+        if label.startswith(k + ": ") and label[len(k) + 2:].strip():
+            return k
+    raise ValueError(f"not a comparability {list(COMPARABILITY)} (differs and not comparable here with ': <how>'): "
+                     f"{label!r}")
 
-    ``turns``: the computed verdicts the difference can change (default: holds, does not hold, not resolved).
-    Leave ``HOLDS`` out where the difference can only make the claim harder to meet here (less data, a
-    stronger baseline) or where the claim is that something can happen: a success here is earned all the
-    same, while a failure says nothing about the paper's setting. ``NOT_RUN`` always stays.
+
+class ClaimRow(NamedTuple):
+    """One row of a claims table."""
+
+    claim: str
+    paper: str
+    ours: str
+    verdict: str
+    comparability: str
+
+
+#: the claims table's columns (``claims_table``); 'ours' takes the report's own heading
+CLAIM_COLUMNS = ("claim", "paper", "ours", "verdict", "comparability")
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A report's comparabilities, declared once at import, before any result is read: claim key -> label.
+
+    ``row`` joins a computed verdict with its claim's declared label and returns the verdict unchanged: a report
+    cannot choose a label from an outcome, because it names only the claim's key.
     """
-    if any(t not in _DECIDED for t in turns):
-        raise ValueError(f"turns must be among {list(_DECIDED)}; got {list(turns)}")
-    return not_comparable(difference) if difference and verdict in turns else verdict
+
+    setups: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        for key, label in self.setups.items():
+            try:
+                comparability_kind(label)
+            except ValueError as err:
+                raise ValueError(f"claim {key!r}: {err}") from None
+
+    def row(self, key: str, claim: str, paper: str, ours: str, verdict: str) -> ClaimRow:
+        """The row of claim ``key``: ``verdict`` as computed, beside the comparability declared for ``key``."""
+        if key not in self.setups:
+            raise KeyError(f"claim key {key!r} has no declared comparability; declare it in the report's table")
+        if verdict != NOT_RUN:
+            kind(verdict)
+        return ClaimRow(claim, paper, ours, verdict, self.setups[key])
+
+
+def claims_table(rows: Sequence[ClaimRow], ours: str = "ours") -> list[str]:
+    """The markdown claims table: claim, paper, ours (headed ``ours``), verdict (bold), comparability."""
+    from p2pfl.metrics.tables import markdown_table
+
+    return markdown_table([(r.claim, r.paper, r.ours, f"**{r.verdict}**", r.comparability) for r in rows],
+                          ["claim", "paper", ours, "verdict", "comparability"])
 
 
 def holds_if(ok: bool) -> str:
@@ -97,20 +160,19 @@ def holds_if(ok: bool) -> str:
 
 
 def kind(verdict: str) -> str:
-    """Which of the five verdicts ``verdict`` is (one of ``VERDICTS``): the exact string, or a label that takes a
-    reason followed by ': <reason>'. Raises ``ValueError`` for anything else (``NOT_RUN`` included)."""
+    """Which verdict ``verdict`` is (one of ``VERDICTS``): the exact string, or 'cannot be tested here: <reason>'.
+    Raises ``ValueError`` for anything else (``NOT_RUN`` and every comparability label included)."""
     if verdict in _DECIDED:
         return verdict
-    for label in (NOT_COMPARABLE, CANNOT_TEST):
-        if verdict.startswith(label + ": ") and verdict[len(label) + 2:].strip():
-            return label
-    raise ValueError(f"not one of the five verdicts {list(VERDICTS)} (the last two with ': <reason>'): {verdict!r}")
+    if verdict.startswith(CANNOT_TEST + ": ") and verdict[len(CANNOT_TEST) + 2:].strip():
+        return CANNOT_TEST
+    raise ValueError(f"not one of the verdicts {list(VERDICTS)} (the last with ': <reason>'): {verdict!r}")
 
 
 def short(verdict: str) -> str:
-    """A verdict's label without its parenthesis or reason: 'not resolved', 'not comparable here', ...;
-    ``NOT_RUN`` as it is."""
-    return verdict if verdict == NOT_RUN else kind(verdict).split(" (")[0]
+    """A verdict's label without its parenthesis or reason: 'not resolved', 'cannot be tested here', ...; one of
+    ``VERDICTS`` itself (a column heading) and ``NOT_RUN`` likewise."""
+    return verdict if verdict == NOT_RUN else (verdict if verdict in VERDICTS else kind(verdict)).split(" (")[0]
 
 
 def interval(values: list[float]) -> tuple[float, float, float]:

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = ["VERIFIED_NAME", "Tolerance", "Difference", "CellResult", "Verification", "Provenance", "archived_cells",
            "sample_cells", "choose_cells", "made_at", "compare_summaries", "study_tolerance", "tolerance_for",
-           "verify_archive", "format_verification", "write_verified", "provenance", "provenance_line"]
+           "verify_archive", "format_verification", "write_verified", "provenance", "provenance_line", "provenance_lines"]
 
 #: the file ``--write`` records the verification in, in the archive's folder
 VERIFIED_NAME = "VERIFIED.json"
@@ -722,3 +722,16 @@ def provenance_line(source: Union[str, Path, Provenance]) -> str:
         parts[1] += f" ({Tolerance(tol['rtol'], tol['atol']).text()})"
     then = f" (the archive held {total} cells then)" if isinstance(total, int) and total != p.cells else ""
     return f"{text}; verified at {at}{' on ' + day if day else ''}: {', '.join(parts)}{then}"
+
+
+def provenance_lines(dirs: Sequence[Union[str, Path]]) -> list[str]:
+    """A report's provenance: ``provenance_line`` for every archive among ``dirs`` and their sub-folders (a folder
+    of studies, e.g. analysis/cells/conditional, gives one line per study archive), each headed by its path;
+    folders that hold no archived cells are skipped."""
+    out = []
+    for d in map(Path, dirs):
+        found = [d] if any((c / "summary.json").is_file() for c in d.iterdir() if c.is_dir()) else sorted(
+            c for c in d.iterdir() if c.is_dir() and any((g / "summary.json").is_file() for g in c.iterdir()
+                                                             if g.is_dir()))
+        out += [f"- `{a}`: {provenance_line(a)}" for a in found]
+    return out

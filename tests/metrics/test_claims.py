@@ -12,10 +12,10 @@ from p2pfl.metrics.claims import (
     at_least,
     beats,
     below,
+    cannot_test,
     combine,
     fmt_ci,
     fmt_diff,
-    not_comparable,
     paired,
     per_part,
 )
@@ -52,7 +52,7 @@ def test_combine_holds_only_where_every_cell_holds():
 
 def test_combine_takes_only_interval_verdicts():
     with pytest.raises(ValueError, match="combine takes interval verdicts"):
-        combine([HOLDS, not_comparable("another dataset")])
+        combine([HOLDS, cannot_test("no data here")])
 
 
 def test_formats():

@@ -1,5 +1,5 @@
-"""The claims rows of the RND, Conditional and FedDRMan reports, on hand-made runs: a difference the report lists
-turns the verdict into 'not comparable here', and no other verdict than the five is written."""
+"""The claims rows of the RND, Conditional and FedDRMan reports, on hand-made runs: each verdict printed as
+computed, and beside it the comparability the report declared, the same whatever the outcome (issue 69)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from p2pfl.metrics.claims import CANNOT_TEST, DOES_NOT_HOLD, HOLDS, NOT_COMPARABLE, NOT_RUN, kind
+from p2pfl.metrics.claims import CANNOT_TEST, DOES_NOT_HOLD, HOLDS, NO_PAPER, NOT_RESOLVED, NOT_RUN, kind
 from tests.helpers import analysis_module
 
 
@@ -23,58 +23,86 @@ def _rnd_runs(exact: dict[tuple[str, str, float, float], int], n: int = 10) -> p
     return pd.DataFrame(rows)
 
 
-def test_rnd_at_the_level_filed_as_the_authors_is_not_comparable_whatever_it_finds():
+def _cols(lines: list[str]) -> dict[str, tuple[str, str]]:
+    """claim -> (verdict, comparability) of a claims table's lines (bold stripped)."""
+    cells = analysis_module("verdicts").cells
+    return {r[0]: (r[3], r[4]) for r in (cells(line) for line in lines if line.startswith("| ")) if r[0] != "claim"}
+
+
+def test_rnd_rows_print_the_verdict_as_computed_and_the_declared_difference_whatever_it_finds():
     rep = analysis_module("rnd_report")
-    for found in (2, 10):  # fails (as measured) or recovers: either way not the authors' experiment
-        table = rep.cells(_rnd_runs({("rnd_server", "noise", 0.15, 0.1): found, ("rnd_server", "noise", 0.5, 0.2): 10}))
+    got = {}
+    for found in (2, 10):  # fails or recovers at the authors' band: the same comparability either way
+        table = rep.cells(_rnd_runs({("rnd_server", "noise", 0.15, 0.3): found, ("rnd_server", "noise", 0.15, 0.1): 10,
+                                     ("rnd_server", "noise", 0.5, 0.2): 10}))
         recovered = [(v, f"{k} {lv:g}", a) for (v, k, lv, a), c in table.iterrows() if c.ok]
-        lines = rep.claims(table, recovered, [("noise", 0.15), ("noise", 0.5)], 10, [])
-        verdicts = [line.rsplit(" | ", 1)[1].rstrip(" |") for line in lines if line.startswith("| ")][1:]
-        assert verdicts[0] == f"not comparable here: {rep.AUTHORS_DIFFER}"
-        assert verdicts[1] == HOLDS  # the study's strongest noise skew recovers the groups
-        assert verdicts[2:] == [NOT_RUN, NOT_RUN]  # no rnd_gossip runs here
+        got[found] = list(_cols(rep.claims(table, recovered, [("noise", 0.15), ("noise", 0.5)], 10, [])).values())
+    assert got[2][0] == (DOES_NOT_HOLD, f"differs: {rep.AUTHORS_DIFFER}")  # read at the authors' alpha 0.3, not 0.1
+    assert got[10][0] == (HOLDS, f"differs: {rep.AUTHORS_DIFFER}")
+    assert got[2][1] == got[10][1] == (HOLDS, NO_PAPER)  # the strongest noise skew: ours, not the paper's
+    assert got[2][2:] == [(NOT_RUN, NO_PAPER)] * 2  # no rnd_gossip runs here
 
 
-def test_rnd_authors_code_rows_never_refute_the_paper_and_answer_our_question():
+def test_rnd_authors_code_rows_per_device_test_the_paper_shared_and_gossip_ask_ours():
     rep = analysis_module("rnd_report")
-    runs = pd.DataFrame([{"variant": v, "grid.protocol.criterion": c, "ari": 1.0 if s < k else 0.5}
-                         for v, c, k in (("rnd_server", "band", 10), ("rnd_server", "gap", 3),
-                                         ("rnd_gossip_random_h2", "band", 5), ("rnd_gossip_local_h1", "gap", 9))
-                         for s in range(10)])
+    runs = pd.DataFrame([{"variant": v, "grid.protocol.criterion": c, "scenario.protocol.predictor_init": init,
+                          "grid.protocol.gap": 0.5 if c == "gap" else float("nan"), "ari": 1.0 if s < k else 0.5,
+                          "seed": s}
+                         for v, init, c, k in (("rnd_server", "per_device", "band", 10),
+                                               ("rnd_server", "per_device", "gap", 3),
+                                               ("rnd_server", "shared", "band", 10),
+                                               ("rnd_gossip_local_h1", "per_device", "gap", 8))
+                         for s in range(15)])  # seeds 10-14 calibrate only: never judged
     rows = rep.authors_code(runs)
-    by = {r[0].split(", criterion")[0].split(" at ")[0]: r for r in rows}
-    assert [r[-1] for r in rows] == [HOLDS, f"not comparable here: {rep.AUTHORS_CODE_DIFFER}", HOLDS, DOES_NOT_HOLD]
-    # the paper's claim (the server version) reads a failure as not comparable; the decentralized versions, which
-    # the paper does not evaluate, answer our question on our data, as said in the row
-    assert [r[1] for r in rows] == ["4 groups found", "4 groups found", "not evaluated", "not evaluated"]
-    assert by["A decentralized version (rnd_gossip_random_h2) finds the groups"][2] == "5/10 seeds exact"
-    assert rows[0][0].startswith("Federations emerge from the novelty matrix without K (rnd_server) at the authors' code's")
+    assert [(r.verdict, r.comparability) for r in rows] == [
+        (HOLDS, f"differs: {rep.AUTHORS_CODE_DIFFER}"), (DOES_NOT_HOLD, f"differs: {rep.GAP_DIFFER}"),
+        (HOLDS, NO_PAPER), (DOES_NOT_HOLD, NO_PAPER)]
+    assert [r.ours for r in rows] == ["10/10 seeds exact", "3/10 seeds exact", "10/10 seeds exact", "8/10 seeds exact"]
+    assert rows[1].claim.endswith("per-device predictors, criterion gap 0.5")
+    assert rows[2].paper.startswith("our variant")
+    missing = rep.authors_code(runs[runs["variant"] != "rnd_server"])
+    assert [(r.claim.rsplit(", ", 1)[1], r.verdict) for r in missing[:2]] == [("criterion band", NOT_RUN),
+                                                                               ("criterion gap", NOT_RUN)]
 
 
 # ------------------------------------------------------------------------------------------ Conditional
-def test_conditional_sparse_rows_turn_a_fall_by_the_model_and_keep_a_flat_line():
-    rep = analysis_module("conditional_report")
+def _cond_lines(rep, drop: float) -> dict[str, tuple[str, str]]:
     rows = []
-    for variant, drop in (("Cond-pooled", -0.30), ("Oracle", -0.30), ("Cond", -0.30), ("Local", -0.40)):
-        for exp in ("e3bs", "e1s"):
+    for variant in ("Cond-pooled", "Oracle", "Cond", "Local"):
+        for exp in ("e3bs", "e1s", "e3bs_cnn28"):
             for s, noise in enumerate((-0.01, 0.0, 0.01)):
                 rows += [{"exp": exp, "variant": variant, "col": "rich", "seed": s, "score": 0.9},
                          {"exp": exp, "variant": variant, "col": "super_sparse", "seed": s,
-                          "score": 0.9 + (drop if exp == "e3bs" else 0.0) + noise / 10}]
-    lines = rep.claims(pd.DataFrame(rows), None)
-    verdict = {c.split(" | ")[0].lstrip("| "): c.rsplit(" | ", 1)[1].rstrip(" |").strip("*") for c in lines[2:]}
-    # the data design is the paper's; the model is not, so a fall on a row of the paper's turns
-    for variant in ("Cond-pooled", "Oracle"):
-        assert verdict[f"E3b sparsity: {variant} stays flat from rich to super sparse (within 2 points)"] == (
-            f"not comparable here: {rep.SPARSE_DIFFERS}")
-        assert verdict[f"E1 sparsity: {variant} stays flat from rich to super sparse (within 2 points)"] == HOLDS
-    assert verdict["E3b sparsity: Cond stays flat from rich to super sparse (within 2 points)"] == DOES_NOT_HOLD
-    assert verdict["E1 sparsity: Local degrades from rich to super sparse (there: one local step per round)"] == (
-        f"not comparable here: {rep.STEPS_DIFFER}")
-    assert verdict["MCDC: the conditioned MLP closes at least 90% of the gap between the global and the cluster "
-                   "models (pooled: Centralized, Cond-pooled, Oracle)"] == NOT_RUN
-    assert [kind(v) for k, v in verdict.items() if k.startswith(("E4a", "E4b", "MNIST"))] == [CANNOT_TEST] * 3
-    assert all(v == NOT_RUN or kind(v) for v in verdict.values())
+                          "score": 0.9 + (drop if exp.startswith("e3bs") else 0.0) + noise / 10}]
+    return _cols(rep.claims(pd.DataFrame(rows), None))
+
+
+def test_conditional_rows_keep_their_declared_comparability_whatever_the_outcome():
+    rep = analysis_module("conditional_report")
+    fall, flat = _cond_lines(rep, -0.30), _cond_lines(rep, 0.0)
+    assert [c for _, c in fall.values()] == [c for _, c in flat.values()]  # the comparability never moves
+    for model, label in (("MLP", f"differs: {rep.SPARSE_DIFFERS}"), ("cnn28", "like for like")):
+        claim = f"E3b sparsity, {model}: Cond-pooled stays flat from rich to super sparse (within 2 points)"
+        assert fall[claim] == (DOES_NOT_HOLD, label) and flat[claim] == (HOLDS, label)
+    assert fall["E3b sparsity, MLP: Cond stays flat from rich to super sparse (within 2 points)"] == (
+        DOES_NOT_HOLD, NO_PAPER)  # federated Conditional: ours
+    assert fall["E1 sparsity, MLP: Local degrades from rich to super sparse"] == (
+        NOT_RESOLVED, f"differs: {rep.SPARSE_DIFFERS}")  # no fall on e1s here: the interval spans 0
+    assert fall["E1 sparsity, cnn28: Local degrades from rich to super sparse"] == (
+        NOT_RUN, f"differs: {rep.FED_CNN28_DIFFERS}")
+    assert not any("(there:" in claim for claim in fall)  # no gloss that is not in the paper
+    assert fall["MCDC: the conditioned MLP closes at least 90% of the gap between the global and the cluster "
+                "models (pooled: Centralized, Cond-pooled, Oracle)"][0] == NOT_RUN
+    assert [kind(v) for k, (v, _) in fall.items() if k.startswith(("E4a", "E4b", "MNIST"))] == [CANNOT_TEST] * 3
+
+
+def test_conditional_statistics_rows_read_the_ari_of_every_seed():
+    rep = analysis_module("conditional_report")
+    aris = {"E3b K=2": [0.06, 0.1, 0.0], "E3b K=5": [0.09, 0.1, 0.1], "E2b C1 [0, 180]": [1.0, 1.0, 1.0]}
+    rows = rep.statistics_claims(aris)
+    assert [(r.verdict, r.comparability) for r in rows] == [(DOES_NOT_HOLD, "like for like"), (HOLDS, "like for like")]
+    assert rows[0].ours.startswith("E3b K=2: ARI 0.05 ± ")
+    assert [r.verdict for r in rep.statistics_claims(None)] == [NOT_RUN, NOT_RUN]
 
 
 # ------------------------------------------------------------------------------------------ FedDRMan
@@ -98,39 +126,32 @@ def _feddrman_groups(rep: Any, split: list[list[int]]) -> Any:
     return rows, rep.group(rows)
 
 
-def test_feddrman_runs_before_the_fixes_are_not_comparable_where_feddrman_decides(monkeypatch):
+def test_feddrman_rows_keep_their_declared_comparability_whatever_the_outcome():
     rep = analysis_module("feddrman_report")
     rows, groups = _feddrman_groups(rep, [[0, 1], [2, 3]])
-    monkeypatch.setattr(rep, "_includes", lambda rev, commit: False)
-    differs = rep.method_differs(rows)
-    assert differs == f"these runs predate commit {rep.FIXES[0][0]} ({rep.FIXES[0][1]})"
-    verdict = {c: v for c, _, _, v in rep.claims(groups, differs)}
-    assert verdict["Table I: FedDRMan is the best federated method (mean over suites)"] == f"not comparable here: {differs}"
-    assert verdict["Fig. 5a: CUA groups clients of one suite together and never across suites"] == (
-        f"not comparable here: {differs}")
-    assert verdict["Table I: collaboration beats Local (FedAvg, FedProx each)"] == HOLDS  # FedDRMan not in it
-    assert verdict["FedDRMan sends FedAvg's bytes"] == HOLDS  # the fixes change no payload
-    assert kind(verdict["Table I: FedVLA, the paper's sixth baseline, is below FedDRMan"]) == CANNOT_TEST
-    monkeypatch.setattr(rep, "_includes", lambda rev, commit: True)
-    assert rep.method_differs(rows) is None
-    verdict = {c: v for c, _, _, v in rep.claims(groups, None)}
-    # a result against the paper on our suites and budget: not comparable here, never "does not hold"
-    assert verdict["Table I: FedDRMan is the best federated method (mean over suites)"] == f"not comparable here: {rep.SETUP}"
-    assert verdict["Fig. 5a: CUA groups clients of one suite together and never across suites"] == HOLDS
-    assert verdict["Table I: FedDRMan beats Local"] == HOLDS
-    assert verdict["Table III: removing CUA loses most of FedDRMan's success"] == HOLDS  # CUA separated the suites
+    got = {r.claim: (r.verdict, r.comparability) for r in rep.claims(groups)}
+    flipped = [{**r, "final": {s: 1.0 - v for s, v in r["final"].items()}} for r in rows]  # every ordering reversed
+    back = {r.claim: (r.verdict, r.comparability) for r in rep.claims(rep.group(flipped))}
+    assert [c for _, c in got.values()] == [c for _, c in back.values()]
+    claim = "Table I: Centralized BC is below FedAvg"
+    assert got[claim] == (HOLDS, f"differs: {rep.SETUP}") and back[claim] == (DOES_NOT_HOLD, f"differs: {rep.SETUP}")
+    assert got["Table I: FedDRMan is the best federated method (mean over suites)"][0] == DOES_NOT_HOLD  # as computed
+    assert got["Fig. 5a: CUA groups clients of one suite together and never across suites"][0] == HOLDS
+    assert got["FedDRMan sends FedAvg's bytes"] == (HOLDS, "like for like")
+    assert kind(got["Table I: FedVLA, the paper's sixth baseline, is below FedDRMan"][0]) == CANNOT_TEST
 
 
-def test_feddrman_table_iii_against_a_cua_that_never_separated_the_suites_is_not_comparable():
+def test_feddrman_provenance_notes_stand_above_the_table_not_in_a_verdict(monkeypatch):
     rep = analysis_module("feddrman_report")
-    _, groups = _feddrman_groups(rep, [[0, 1, 2], [3]])
-    assert not rep.cua_separates(groups[("III", "full", "object+goal")])
+    rows, groups = _feddrman_groups(rep, [[0, 1, 2], [3]])
+    monkeypatch.setattr(rep, "_includes", lambda rev, commit: False)
+    notes = rep.provenance_notes(rows, groups)
+    assert notes[0] == f"Caution: these runs predate commit {rep.FIXES[0][0]} ({rep.FIXES[0][1]}); re-run them " \
+                       "(`p2pfl archive verify`)."
+    assert notes[1].startswith("Table III: CUA never separated object from goal")
+    monkeypatch.setattr(rep, "_includes", lambda rev, commit: True)
+    assert rep.provenance_notes(*_feddrman_groups(rep, [[0, 1], [2, 3]])) == []
     assert rep.cua_separates([_robot("III", "full", ["object", "goal"], 0, 0.1, [[[0], [1, 2, 3]], [[0, 1], [2, 3]]])])
-    verdict = {c: v for c, _, _, v in rep.claims(groups, None)}
-    for claim in ("Table III: removing CUA loses most of FedDRMan's success",
-                  "Table III: the full method (with SRB) beats every partial configuration"):
-        assert kind(verdict[claim]) == NOT_COMPARABLE and "CUA never separated object from goal" in verdict[claim]
-    assert verdict["Table I: Centralized BC is below FedAvg"] == HOLDS  # neither FedDRMan nor CUA decides it
 
 
 def test_includes_cannot_tell_without_a_revision():
@@ -140,10 +161,12 @@ def test_includes_cannot_tell_without_a_revision():
 
 def test_feddrman_claims_not_run_yet_are_listed_below_the_table_without_a_verdict():
     rep = analysis_module("feddrman_report")
-    lines = rep.claims_table([("a", "p", "o", HOLDS), ("b", "p", "—", NOT_RUN), ("c", "p", "—", NOT_RUN)])
-    assert lines[0] == "| claim | paper | ours (paired difference, points) | verdict |"
-    assert lines[2:] == ["| a | p | o | holds |", "", "Not run yet (no verdict): b; c."]
-    assert rep.claims_table([("b", "p", "—", NOT_RUN)]) == ["", "Not run yet (no verdict): b."]
+    row = rep.DECLARED.row
+    lines = rep.claims_table([row("bytes", "a", "p", "o", HOLDS), row("success", "b", "p", "—", NOT_RUN),
+                              row("success", "c", "p", "—", NOT_RUN)])
+    assert lines[0] == "| claim | paper | ours (paired difference, points) | verdict | comparability |"
+    assert lines[2:] == ["| a | p | o | **holds** | like for like |", "", "Not run yet (no verdict): b; c."]
+    assert rep.claims_table([row("success", "b", "p", "—", NOT_RUN)]) == ["", "Not run yet (no verdict): b."]
 
 
 def test_feddrman_budget_states_each_tables_value_where_the_tables_differ():

@@ -170,28 +170,31 @@ def test_best_of_k_and_bc_loss_columns_and_paired_ablations() -> None:
     assert "BC test NLL" not in rep.table(rows)[0]  # one run without it: no partial column
 
 
-def test_claims_use_the_five_verdicts_and_read_against_the_paper_as_not_comparable() -> None:
+def test_claims_print_each_verdict_as_computed_beside_the_declared_setting() -> None:
     rep = analysis_module("libero_report")
-    budget = {"tasks": [T0, T1], "demos": 30, "history": 1, "wrist": True}
+    budget = {"tasks": [T0, T1, "libero_object/pick_up_the_cream_cheese_and_place_it_in_the_basket"], "demos": 30,
+              "history": 1, "wrist": True}
     succ = {"feddrman": (40.0, 50.0, 45.0), "fedavg": (10.0, 20.0, 12.0), "centralized": (30.0, 60.0, 20.0),
             "feddrman_no_sub": (50.0, 70.0, 60.0), "local": (60.0, 70.0, 65.0), "feddrman_no_act": (0.0, 0.0, 0.0)}
     rows = [{"label": lab, "seed": s, "success": v, "bytes": 275_500_000 if lab in ("fedavg", "feddrman") else 0}
             for lab, vs in succ.items() for s, v in enumerate(vs)]
     rows = [r for r in rows if not (r["label"] == "feddrman_no_act" and r["seed"] > 0)]  # one seed run
-    got = {c[0]: (c[2], c[3]) for c in rep.claims(rows, budget)}
+    got = {c.claim: (c.ours, c.verdict, c.comparability) for c in rep.claims(rows, budget)}
+    table_i = f"differs: {rep.TABLE_I}"
     assert got["Table I (Object): FedDRMan beats FedAvg"] == ("FedDRMan − FedAvg: +31.0 [+26.7, +35.3] pts (3 seeds)",
-                                                              "holds")
-    assert got["Table I (Object): FedDRMan beats Centralized BC"][1] == "not resolved (interval spans the margin)"
-    against = got["Table I (Object): FedDRMan beats Local BC"][1]  # wholly below 0: against the paper
-    assert against.startswith("not comparable here: 2 of LIBERO-Object's 10 tasks, 30 scripted demos a task and a ")
-    assert got["Table I (Object): FedAvg beats Local BC"][1].startswith("not comparable here")
-    assert got["Table III: removing L_sub lowers FedDRMan's success"][1] == "not comparable here: " + rep.TABLE_III
-    assert got["Table III: removing L_act lowers FedDRMan's success"] == (
+                                                              "holds", table_i)
+    assert got["Table I (Object): FedDRMan beats Centralized BC"][1:] == ("not resolved (interval spans the margin)",
+                                                                          table_i)
+    assert got["Table I (Object): FedDRMan beats Local BC"][1:] == ("does not hold", table_i)  # printed as computed
+    assert got["Table III: removing L_sub lowers FedDRMan's success"][1:] == ("does not hold", f"differs: {rep.TABLE_III}")
+    assert got["Table III: removing L_act lowers FedDRMan's success"][:2] == (
         "FedDRMan − FedDRMan no L_act: +40.0 (n=1) pts (1 seed)", "not run")
-    assert got[rep.BYTES_CLAIM] == ("FedAvg 275.5 MB, FedDRMan 275.5 MB", "holds")
-    rows = [r for r in rows if r["label"] not in ("feddrman", "centralized")]
-    got = {c[0]: (c[2], c[3]) for c in rep.claims(rows, budget)}
+    assert got[rep.BYTES_CLAIM] == ("FedAvg 275.5 MB, FedDRMan 275.5 MB", "holds", "like for like")
+    got = {c.claim: (c.ours, c.verdict) for c in rep.claims([r for r in rows if r["label"] not in ("feddrman",
+                                                                                                   "centralized")], budget)}
     assert got["Table I (Object): FedDRMan beats FedAvg"] == ("—", "not run") and rep.BYTES_CLAIM not in got
+    with pytest.raises(ValueError, match=r"the runs' setting \{'tasks': 2, 'params_m': 0.14\} is not the declared"):
+        rep.claims(rows, {**budget, "tasks": [T0, T1]})
 
 
 def test_lift_and_carry_columns_and_where_the_episodes_stop() -> None:
