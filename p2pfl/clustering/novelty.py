@@ -11,7 +11,7 @@ import io
 import tempfile
 from collections.abc import Generator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -32,10 +32,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.context import DeviceContext
     from p2pfl.sim.runinfo import RunInfo
 
-__all__ = ["RNDProbe", "Predictor", "heatmap_png", "npy_bytes", "novelty_artifacts", "NPY_DEVICES"]
+__all__ = ["RNDProbe", "Predictor", "PredictorInit", "PREDICTOR_INIT_DOC", "heatmap_png", "npy_bytes",
+           "novelty_artifacts", "NPY_DEVICES"]
 
 #: A trained predictor as it travels: its state dict.
 Predictor = Mapping[str, torch.Tensor]
+
+#: Where a device's initial predictor comes from (``p2pfl.clustering.rnd``'s module docstring).
+PredictorInit = Literal["shared", "per_device"]
+#: The protocols' ``predictor_init`` field description (``rnd``, ``rnd_gossip``).
+PREDICTOR_INIT_DOC = ("the predictors' initial weights: shared, every device's the same from the run seed (ours; "
+                      "makes recovery easier); or per_device, device i's own from the run seed and i, as the "
+                      "authors' code (seed + 10_000 + node_id); the target is shared either way")
 
 
 class RNDProbe:
@@ -45,26 +53,38 @@ class RNDProbe:
     ``rnd_flops``; ``flops`` accumulates the clustering compute. A device embeds its training
     inputs with the frozen target once per run (its first training or scoring does it, as its
     own job) and every later training and scoring reuses that embedding.
+
+    ``predictor_init``: ``shared``, every device trains from the same initial predictor; ``per_device``,
+    device i from its own (``make_predictor``'s ``node``). The target is shared either way, and scoring
+    takes the received states whole, so it does not depend on it.
     """
 
-    def __init__(self, run: RunInfo, *, epochs: int, batch_size: int, lr: float) -> None:
+    def __init__(self, run: RunInfo, *, epochs: int, batch_size: int, lr: float,
+                 predictor_init: PredictorInit = "shared") -> None:
+        if predictor_init not in get_args(PredictorInit):
+            raise ValueError(f"The 'predictor_init' parameter must be one of {get_args(PredictorInit)}; got "
+                             f"{predictor_init!r} instead")
         self.seed = run.seed
         self.shape = tuple(run.input_shape)
         self.epochs, self.batch_size, self.lr = epochs, batch_size, lr
+        self.predictor_init = predictor_init
         self.device = run.torch_device
         self.target = make_target(self.shape, seed=self.seed).to(self.device)
         self.flops = 0
         self._fx: dict[int, torch.Tensor] = {}  # device -> the target's embedding of its training inputs
-        self._template = self.new_predictor().eval()  # the architecture that received states are scored with
+        # the architecture that received states are scored with (its own weights are never used)
+        self._template = make_predictor(self.shape, seed=self.seed).to(self.device).eval()
 
     def work_flops(self, samples: int, events: int) -> int:
         """Modelled FLOPs of embedding ``samples`` and fitting a predictor on them ``events`` times (scoring,
         which depends on the reach, left out): the bulk of discovery, for ``auto``."""
         return rnd_flops(self.shape, samples, embed=True, epochs=self.epochs * events)
 
-    def new_predictor(self) -> nn.Module:
-        """The shared initial predictor (every device builds the same from the seed)."""
-        return make_predictor(self.shape, seed=self.seed).to(self.device)
+    def new_predictor(self, device: int) -> nn.Module:
+        """Device ``device``'s initial predictor: the shared one (every device builds the same from the seed),
+        or with ``per_device`` its own (from the seed and its id)."""
+        node = device if self.predictor_init == "per_device" else None
+        return make_predictor(self.shape, seed=self.seed, node=node).to(self.device)
 
     def embedding(self, ctx: DeviceContext) -> Generator[Any, Any, torch.Tensor]:
         """``f(x)`` of this device's training inputs: computed (and charged) on the first call only."""
@@ -83,7 +103,7 @@ class RNDProbe:
         flops = rnd_flops(self.shape, int(x.shape[0]), epochs=self.epochs)
         self.flops += flops
         predictor: nn.Module = yield from ctx.work(
-            fitted_predictor, self.new_predictor(), x, fx, self.epochs, self.batch_size, self.lr,
+            fitted_predictor, self.new_predictor(ctx.id), x, fx, self.epochs, self.batch_size, self.lr,
             torch_generator(self.seed, "rnd.shuffle", ctx.id, event), flops=flops, what="rnd_train")
         return predictor.state_dict()
 

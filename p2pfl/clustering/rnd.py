@@ -35,11 +35,24 @@ embedding (:func:`fit_predictor`, :func:`novelties`): the same numbers as
 re-embedding on every call, at a fraction of the cost (the image target has
 ~50x the predictor's FLOPs).
 
-All devices should also build their predictor from one shared seed (the
-authors reseed identically before building every device's predictor, like a
-common FL initialisation). With per-device initialisations, on small
-budgets (about 100 Adam steps on 150 digits per device) the init differences
-dominate the novelty matrix column by column and no block structure appears.
+The predictor's initial weights come in two kinds (``make_predictor``'s ``node``; the
+protocols' ``predictor_init``). The paper (Sec. IV) has each device train "a local RND
+predictor ... with respect to a shared, randomly initialized target network" and does not
+say how the predictor is initialised:
+
+* ``per_device``, what the authors' code does: ``src/Device.py`` trains each device's
+  predictor with ``train_rnd_on_dataset(..., seed=seed + 10_000 + node_id)``, which calls
+  ``set_seed`` on that seed before building the predictor (``src/learning/__init__.py``), so
+  every device starts from its own random initialisation; the target (``create_target_rnd``,
+  one per run) is shared.
+  Ours draws device i's from the stream ``("rnd.predictor", i)`` of the run seed
+  (:func:`p2pfl.seeding.child_seed`), not from global RNG state.
+* ``shared`` (the protocols' default, and every archived result before issue 69), our
+  labelled variant: every device builds the same initial predictor from the run seed, like
+  a common FL initialisation. It makes recovery easier: with per-device initialisations, on
+  small budgets (about 100 Adam steps on 150 digits per device) the init differences dominate
+  the novelty matrix column by column and no block structure appears.
+
 Training-step count matters as much as epochs: 10 epochs of batch 128 on a
 150-sample shard are only 20 steps and leave the predictor near its init.
 """
@@ -205,7 +218,7 @@ def _mlp_net(in_features: int, hidden: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, EMBEDDING_DIM))
 
 
-def _build(in_shape: int | Sequence[int], *, seed: int, role: str) -> nn.Sequential:
+def _build(in_shape: int | Sequence[int], *, seed: int, role: str, ids: tuple[int, ...] = ()) -> nn.Sequential:
     if not isinstance(seed, Integral) or isinstance(seed, bool):
         raise TypeError(f"The 'seed' parameter must be an int; got {seed!r} instead")
     kind, size = _arch(in_shape)
@@ -214,9 +227,9 @@ def _build(in_shape: int | Sequence[int], *, seed: int, role: str) -> nn.Sequent
         net = _conv_net(size, TARGET_CHANNELS if target else PREDICTOR_CHANNELS, unfold=target)
     else:
         net = _mlp_net(size, TARGET_HIDDEN if role == "target" else PREDICTOR_HIDDEN)
-    # A private stream per role: the same root seed gives uncorrelated target and predictor.
+    # A private stream per role (and node): the same root seed gives uncorrelated target and predictors.
     g = torch.Generator()
-    g.manual_seed(child_seed(int(seed), f"rnd.{role}"))
+    g.manual_seed(child_seed(int(seed), f"rnd.{role}", *ids))
     with torch.no_grad():
         for m in net.modules():
             if isinstance(m, (nn.Conv2d, nn.Linear)):
@@ -238,9 +251,18 @@ def make_target(in_shape: int | Sequence[int], *, seed: int) -> nn.Module:
     return net.eval()
 
 
-def make_predictor(in_shape: int | Sequence[int], *, seed: int) -> nn.Module:
-    """A fresh trainable predictor ``f_hat`` (paper Eq. 3); same seed -> identical weights."""
-    return _build(in_shape, seed=seed, role="predictor")
+def make_predictor(in_shape: int | Sequence[int], *, seed: int, node: Optional[int] = None) -> nn.Module:
+    """A fresh trainable predictor ``f_hat`` (paper Eq. 3); same seed (and node) -> identical weights.
+
+    ``node=None``: the shared initial predictor, every device's the same (stream ``rnd.predictor``);
+    ``node=i``: device i's own (stream ``rnd.predictor``, i), as the authors' code gives each device
+    (see the module docstring).
+    """
+    if node is None:
+        return _build(in_shape, seed=seed, role="predictor")
+    if not isinstance(node, Integral) or isinstance(node, bool) or node < 0:
+        raise ValueError(f"The 'node' parameter must be a device id (an int >= 0) or None; got {node!r} instead")
+    return _build(in_shape, seed=seed, role="predictor", ids=(int(node),))
 
 
 # --------------------------------------------------------------------------- training and scoring

@@ -31,7 +31,7 @@ from p2pfl.clustering.rnd import (
     fitted_predictors,
     state_novelties,
 )
-from p2pfl.seeding import stream, torch_generator
+from p2pfl.seeding import child_seed, stream, torch_generator
 from p2pfl.sim.cost import forward_flops_per_sample
 
 
@@ -93,6 +93,34 @@ def test_same_seed_same_weights_and_same_trained_predictor():
     p3 = make_predictor(1, seed=7)
     train_predictor(p3, t1, x, epochs=2, batch_size=16, generator=torch_generator(7, "rnd.shuffle", 1))
     assert not torch.equal(p3[7].weight, p1[7].weight)
+
+
+def _weights(net: nn.Module) -> list[torch.Tensor]:
+    return [v for k, v in net.state_dict().items() if k.endswith("weight")]
+
+
+def test_per_device_predictors_are_each_devices_own_and_the_shared_one_is_the_node_free_stream():
+    """``node=i``: device i's own initial predictor (the authors' code seeds each device's); ``node=None``: the
+    shared one, drawn from the stream ``rnd.predictor`` of the seed as before ``node`` existed."""
+    for shape in (1, (1, 8, 8), (12,)):
+        own = [make_predictor(shape, seed=3, node=i) for i in range(4)]
+        for i in range(4):
+            again = make_predictor(shape, seed=3, node=i)
+            assert all(torch.equal(a, b) for a, b in zip(_weights(own[i]), _weights(again)))
+            for j in range(i):  # every weight tensor differs between any two devices
+                assert not any(torch.equal(a, b) for a, b in zip(_weights(own[i]), _weights(own[j])))
+        shared = make_predictor(shape, seed=3)
+        assert not any(torch.equal(a, b) for p in own for a, b in zip(_weights(p), _weights(shared)))
+        assert not torch.equal(_weights(make_predictor(shape, seed=4, node=0))[0], _weights(own[0])[0])
+    # the shared predictor is the node-free stream: its first layer as drawn by hand from that stream
+    g = torch.Generator()
+    g.manual_seed(child_seed(3, "rnd.predictor"))
+    first = torch.empty(2, 1, 3, 3)
+    nn.init.kaiming_normal_(first, nonlinearity="relu", generator=g)
+    assert torch.equal(make_predictor(1, seed=3)[0].weight, first)
+    for bad in (-1, 1.5, True, "0"):
+        with pytest.raises(ValueError, match="'node' parameter must be a device id"):
+            make_predictor(1, seed=3, node=bad)  # type: ignore[arg-type]
 
 
 def test_novelty_is_lower_on_the_training_distribution():
@@ -240,6 +268,28 @@ def test_stacked_fits_are_within_tolerance_of_the_loop():
     assert moved > 100 * STACK_ATOL  # the tolerance is small against what training changes
     with pytest.raises(ValueError, match="share the predictor architecture, data shape and settings"):
         fitted_predictors([calls()[0], (*calls()[1][:3], 5, *calls()[1][4:])])
+
+
+def test_stacked_fits_start_from_each_devices_own_initial_predictor():
+    """With per-device initial predictors the stacked fit is the loop's (within ``STACK_ATOL``) from each
+    device's own start, not from a shared one."""
+    t = make_target(1, seed=0)
+    xs = [_images(s, 30, "AB"[s % 2]) for s in range(4)]
+    fxs = [target_embedding(t, x) for x in xs]
+
+    def calls(node: bool) -> list[tuple]:
+        return [(make_predictor(1, seed=0, node=i if node else None), x, fx, 4, 8, 1e-3, torch_generator(0, "fit", i))
+                for i, (x, fx) in enumerate(zip(xs, fxs))]
+
+    loop = [fitted_predictor(*c) for c in calls(True)]
+    stacked = fitted_predictors(calls(True))
+    worst = max(float((a - b).detach().abs().max()) for p, q in zip(loop, stacked)
+                for a, b in zip(p.parameters(), q.parameters()))
+    assert worst <= STACK_ATOL
+    from_shared = fitted_predictors(calls(False))
+    apart = min(max(float((a - b).detach().abs().max()) for a, b in zip(p.parameters(), q.parameters()))
+                for p, q in zip(stacked, from_shared))
+    assert apart > 100 * STACK_ATOL  # each device's own start carried through: far from the shared start's fit
 
 
 def test_unfold_conv_is_the_convolution_under_no_grad():

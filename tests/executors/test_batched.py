@@ -226,6 +226,39 @@ def test_rnd_predictor_fits_stack_within_their_tolerance():
 
 
 @pytest.mark.slow
+def test_per_device_predictor_fits_stack_from_each_devices_own_init_within_their_tolerance(monkeypatch):
+    """``predictor_init: per_device``: the six fits pending together train as one stacked group, each from its
+    device's own initial predictor, and end within ``STACK_ATOL`` of the inline fits."""
+    from p2pfl.clustering.novelty import RNDProbe
+    from p2pfl.clustering.rnd import STACK_ATOL
+
+    trained: dict[int, dict[str, torch.Tensor]] = {}  # device -> its trained predictor, in the run under way
+
+    class Probe(RNDProbe):
+        def train(self, ctx, event):  # type: ignore[no-untyped-def]
+            state = yield from super().train(ctx, event)
+            trained[ctx.id] = state
+            return state
+
+    monkeypatch.setattr("p2pfl.protocols.serverless.rnd_gossip.RNDProbe", Probe)
+    raw = digits_scenario({"name": "rnd_gossip", "rounds": 1, "alpha": 0.99, "rnd_epochs": 2, "rnd_batch_size": 16,
+                           "predictor_init": "per_device"}, n=6)
+    Simulation(load_dict({**raw, "executor": "inline"})).run()
+    inline = dict(trained)
+    trained.clear()
+    sim = Simulation(load_dict({**raw, "executor": "batched"}))
+    sim.run()
+    batched = dict(trained)
+    assert sim.executor.stacked_jobs == 6 + 6  # the six fits trained as one group, the round's six MLP jobs too
+    assert sorted(inline) == sorted(batched) == list(range(6))
+    worst = max(float((inline[d][k] - batched[d][k]).abs().max()) for d in inline for k in inline[d])
+    assert worst <= STACK_ATOL
+    # each device kept its own start: the trained predictors differ far beyond the tolerance
+    assert min(float((batched[0][k] - batched[d][k]).abs().max()) for d in range(1, 6)
+               for k in batched[0] if k.endswith("weight")) > 100 * STACK_ATOL
+
+
+@pytest.mark.slow
 def test_a_pool_runs_the_rest_on_every_core_with_the_same_bits():
     raw = digits_scenario({"name": "rnd_gossip", "rounds": 2, "alpha": 0.99, "rnd_epochs": 2, "rnd_batch_size": 16},
                           n=6)

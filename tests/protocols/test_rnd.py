@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 import p2pfl
 from p2pfl.clustering import compatibility_clusters, compatibility_graph, label_propagation_clusters, make_predictor
-from p2pfl.errors import UserError
+from p2pfl.clustering.novelty import RNDProbe
+from p2pfl.config import load_dict
+from p2pfl.errors import ConfigError, UserError
 from p2pfl.learning.models import ModelSpec, build_model
 from p2pfl.protocols.server.rnd import clustering_rounds, federation_index, regroup_weights
 from p2pfl.sim.cost import HEADER_BYTES, SCALAR_BYTES, payload_bytes
+from p2pfl.sim.kernel import Simulation
 from tests.helpers import digits_scenario
 
 H = HEADER_BYTES
@@ -138,3 +143,85 @@ def test_pure_helpers():
     with pytest.raises(ValueError, match="cover device 2"):
         federation_index([[0], [1]], 3)
     assert regroup_weights([0, 1, 3], [0, 0, 1, 1], [10, 20, 30, 40]) == {0: 30.0, 1: 40.0}
+
+
+# --------------------------------------------------------------------------- predictor_init (issue 69)
+
+
+def _init_scenario(name: str, init: str | None, n: int = 4) -> dict:
+    protocol = {"name": name, "rounds": 1, **FAST, **({} if init is None else {"predictor_init": init})}
+    return digits_scenario(protocol, n=n, kind="complete", servers=name == "rnd")
+
+
+def _run_capturing(monkeypatch: pytest.MonkeyPatch, sc: dict) -> tuple[Any, dict[int, dict], Any]:
+    """Run ``sc``; return the result, each device's initial predictor state (as ``RNDProbe.train`` built it),
+    and the probe."""
+    initial: dict[int, dict] = {}
+    probes: list[RNDProbe] = []
+
+    class Probe(RNDProbe):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            probes.append(self)
+
+        def new_predictor(self, device: int) -> torch.nn.Module:
+            net = super().new_predictor(device)
+            initial[device] = {k: v.clone() for k, v in net.state_dict().items()}
+            return net
+
+    for mod in ("p2pfl.protocols.server.rnd", "p2pfl.protocols.serverless.rnd_gossip"):
+        monkeypatch.setattr(f"{mod}.RNDProbe", Probe)
+    r = p2pfl.run(sc, write=False)
+    (probe,) = probes
+    return r, initial, probe
+
+
+@pytest.mark.parametrize("name", ["rnd", "rnd_gossip"])
+def test_per_device_init_gives_every_device_its_own_initial_predictor_and_shared_one_for_all(monkeypatch, name):
+    n = 3
+    runs = {init: _run_capturing(monkeypatch, _init_scenario(name, init, n)) for init in ("per_device", "shared")}
+    (r_own, own, probe_own), (r_shared, shared, probe_shared) = runs["per_device"], runs["shared"]
+    assert sorted(own) == sorted(shared) == list(range(n))
+    for i in range(n):  # per_device: device i's own, from the seed and its id
+        assert all(torch.equal(own[i][k], v) for k, v in make_predictor((1, 8, 8), seed=0, node=i).state_dict().items())
+        for j in range(i):
+            assert not any(torch.equal(own[i][k], own[j][k]) for k in own[i] if k.endswith("weight"))
+    common = make_predictor((1, 8, 8), seed=0).state_dict()
+    assert all(torch.equal(shared[i][k], v) for i in range(n) for k, v in common.items())  # shared: as before
+    # the frozen target and the scoring template are the same in both; only the starting points differ
+    for a, b in ((probe_own.target, probe_shared.target), (probe_own._template, probe_shared._template)):
+        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert probe_own.predictor_init == "per_device" and probe_shared.predictor_init == "shared"
+    # discovery's traffic and compute do not depend on it (training's may: other federations)
+    assert r_own.bytes_by_kind["rnd_predictor"] == r_shared.bytes_by_kind["rnd_predictor"] > 0
+    assert r_own.clustering_flops == r_shared.clustering_flops
+
+
+def test_shared_is_the_default_predictor_init(monkeypatch):
+    r_default, default, _ = _run_capturing(monkeypatch, _init_scenario("rnd", None))
+    r_shared, shared, _ = _run_capturing(monkeypatch, _init_scenario("rnd", "shared"))
+    assert all(torch.equal(default[i][k], shared[i][k]) for i in shared for k in shared[i])
+    assert r_default.summary == r_shared.summary  # archived results (no predictor_init field) stay as they were
+
+
+@pytest.mark.parametrize("name", ["rnd", "rnd_gossip"])
+@pytest.mark.slow
+def test_per_device_runs_write_byte_identical_summaries(tmp_path, name):
+    sc = _init_scenario(name, "per_device")
+    for out in ("a", "b"):
+        p2pfl.run(sc, out=tmp_path / out)
+    assert (tmp_path / "a" / "summary.json").read_bytes() == (tmp_path / "b" / "summary.json").read_bytes()
+    assert (tmp_path / "a" / "novelty.npy").read_bytes() == (tmp_path / "b" / "novelty.npy").read_bytes()
+    U = np.load(tmp_path / "a" / "novelty.npy")
+    p2pfl.run(_init_scenario(name, "shared"), out=tmp_path / "shared")
+    assert not np.array_equal(U, np.load(tmp_path / "shared" / "novelty.npy"))  # the init reached the scores
+
+
+@pytest.mark.parametrize("name", ["rnd", "rnd_gossip"])
+def test_an_unknown_predictor_init_is_rejected_with_its_field(name):
+    with pytest.raises(ConfigError, match=r"field 'protocol\.predictor_init': Input should be 'shared' or "
+                                          r"'per_device'; got 'own'"):
+        load_dict(_init_scenario(name, "own"))
+    with pytest.raises(ValueError, match="'predictor_init' parameter must be one of"):
+        RNDProbe(Simulation(load_dict(_init_scenario(name, "shared"))).run_info, epochs=1, batch_size=8,
+                 lr=1e-3, predictor_init="own")  # type: ignore[arg-type]

@@ -5,7 +5,10 @@ Clustering event (round 1, then every ``recluster_every`` rounds if set):
 1. Every device trains a small RND predictor on its local inputs to imitate a
    frozen random target (paper Eq. 3). The target and the predictor's
    initial weights are pure functions of the scenario seed, so every device
-   rebuilds them locally: **only trained predictors travel**.
+   rebuilds them locally: **only trained predictors travel**. The target is
+   shared; ``predictor_init`` picks the initial predictor: ``shared`` (the
+   default, ours: every device's the same) or ``per_device`` (device i's own,
+   from the seed and i, as the authors' code does; ``p2pfl.clustering.rnd``).
 2. Every device sends its predictor to every other device:
    ``exchange: direct`` routes it device to device over the topology (every
    hop is charged; the server is never a relay), ``exchange: relay`` uploads
@@ -40,7 +43,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from p2pfl.clustering import compatibility_clusters
-from p2pfl.clustering.novelty import RNDProbe
+from p2pfl.clustering.novelty import PREDICTOR_INIT_DOC, PredictorInit, RNDProbe
 from p2pfl.errors import ConfigError
 from p2pfl.learning.aggregate import State, clone_state, weighted_average
 from p2pfl.learning.state import load_state_
@@ -87,6 +90,7 @@ class RNDParams(CompatibilityParams, ProtocolParams):
     rnd_epochs: int = Field(10, ge=1, description="predictor training epochs (Adam)")
     rnd_batch_size: int = Field(128, ge=1)
     rnd_lr: float = Field(1e-3, gt=0)
+    predictor_init: PredictorInit = Field("shared", description=PREDICTOR_INIT_DOC)
     round_timeout_s: Optional[float] = Field(None, gt=0, description="training rounds: stop waiting for updates "
                                              "after this long (a clustering event waits for every row)")
     discovery_timeout_s: Optional[float] = Field(
@@ -143,7 +147,8 @@ class RND(Protocol[RNDParams]):
         if len(servers) != 1 or len(servers[0].attached) != run.n_devices:
             raise ConfigError("protocol 'rnd' needs exactly one server attached to every device "
                               "(topology 'servers: [{attach: all}]')")
-        self.probe = RNDProbe(run, epochs=params.rnd_epochs, batch_size=params.rnd_batch_size, lr=params.rnd_lr)
+        self.probe = RNDProbe(run, epochs=params.rnd_epochs, batch_size=params.rnd_batch_size, lr=params.rnd_lr,
+                              predictor_init=params.predictor_init)
         self.events = clustering_rounds(params.rounds, params.recluster_every)
         #: The last clustering event's federations, and the novelty matrix they were built from.
         self.found: Optional[list[list[int]]] = None

@@ -4,8 +4,9 @@ The paper's closing remark: "a decentralized implementation can restrict
 predictor exchange and evaluation to local neighborhoods ... each device only
 evaluates the predictors of nearby peers". No server anywhere:
 
-1. Every device trains its RND predictor (same shared target and predictor
-   init from the scenario seed as ``rnd``; only predictors travel).
+1. Every device trains its RND predictor (same shared target, and predictor
+   init by ``predictor_init``: ``shared`` or ``per_device``, from the scenario
+   seed as ``rnd``; only predictors travel).
 2. It sends the predictor to every device within ``hops`` hops of the
    topology (routed, each hop charged) and scores its own and the received
    predictors on its training inputs: its row of the novelty matrix, ``nan``
@@ -65,7 +66,7 @@ from pydantic import Field, model_validator
 
 from p2pfl.clustering import compatibility_clusters
 from p2pfl.clustering.compatibility import compatible_row
-from p2pfl.clustering.novelty import Predictor, RNDProbe
+from p2pfl.clustering.novelty import PREDICTOR_INIT_DOC, Predictor, PredictorInit, RNDProbe
 from p2pfl.protocols.base import Process
 from p2pfl.protocols.server.rnd import CompatibilityParams
 from p2pfl.protocols.serverless.dac import selection_components
@@ -84,6 +85,7 @@ class RNDGossipParams(CompatibilityParams, GossipParams):
     rnd_epochs: int = Field(10, ge=1)
     rnd_batch_size: int = Field(128, ge=1)
     rnd_lr: float = Field(1e-3, gt=0)
+    predictor_init: PredictorInit = Field("shared", description=PREDICTOR_INIT_DOC)
     discovery_timeout_s: Optional[float] = Field(
         None, gt=0, description="under dynamics: how long a device waits for its first verdicts before it "
                                 "starts training (default reply_timeout_s; scoring a predictor takes time)")
@@ -127,7 +129,8 @@ class RNDGossip(Gossip[RNDGossipParams]):
 
     def __init__(self, params: RNDGossipParams, run: RunInfo) -> None:
         super().__init__(params, run)
-        self.probe = RNDProbe(run, epochs=params.rnd_epochs, batch_size=params.rnd_batch_size, lr=params.rnd_lr)
+        self.probe = RNDProbe(run, epochs=params.rnd_epochs, batch_size=params.rnd_batch_size, lr=params.rnd_lr,
+                              predictor_init=params.predictor_init)
         n = run.n_devices
         #: Row i: device i's novelty scores s_ij of the predictors it held (nan: out of reach).
         self.rows = np.full((n, n), np.nan)
