@@ -2,7 +2,8 @@
 
     <archive>/<cell id>/   cell.json, scenario.yaml, summary.json, timing.json, manifest.json
                            (and positions.npz where the run wrote one, thinned to POSITIONS_BYTES;
-                           models.npz where the scenario saves its final models); no events.jsonl
+                           models.npz where the scenario saves its final models; novelty.npy up to
+                           KEPT_MAX_BYTES, an RND run's small novelty matrix); no events.jsonl
 
 ``p2pfl sweep STUDY --archive DIR`` copies every cell into ``DIR`` as it completes, and before it
 runs copies the cells ``DIR`` holds into ``--out`` (a fresh clone resumes a study from the committed
@@ -37,10 +38,14 @@ import numpy as np
 from p2pfl.errors import UserError
 from p2pfl.metrics.rundir import discard_run_dir, start_run_dir
 
-__all__ = ["KEPT", "POSITIONS_BYTES", "archive_cell", "restore_cells", "thin_positions", "evaluations_of"]
+__all__ = ["KEPT", "KEPT_MAX_BYTES", "POSITIONS_BYTES", "archive_cell", "restore_cells", "thin_positions", "evaluations_of"]
 
 #: the run-directory files an archive keeps (the event stream is left out: about 10x the rest)
-KEPT = ("cell.json", "scenario.yaml", "summary.json", "timing.json", "manifest.json", "positions.npz", "models.npz")
+KEPT = ("cell.json", "scenario.yaml", "summary.json", "timing.json", "manifest.json", "positions.npz", "models.npz",
+        "novelty.npy")
+#: kept only up to this size: an RND run's novelty matrix of a few dozen devices (the 12 x 12 of the RND studies,
+#: 1.3 kB), which a report recomputes federations from (the gap calibration); a 1,000-device one (8 MB) is left out
+KEPT_MAX_BYTES = {"novelty.npy": 65_536}
 
 #: the most bytes of (uncompressed float32) device positions an archived cell keeps: 16 frames of 10,000
 #: devices, 163 of 1,000, every frame of a 100-device headline run (1,200 frames: 0.96 MB)
@@ -67,7 +72,7 @@ def _copy(src: Path, dest: Path) -> None:
     tmp = start_run_dir(dest)
     try:
         for name in KEPT:
-            if not (src / name).is_file():
+            if not (src / name).is_file() or (src / name).stat().st_size > KEPT_MAX_BYTES.get(name, float("inf")):
                 continue
             if name == "positions.npz":
                 (tmp / name).write_bytes(thin_positions((src / name).read_bytes()))

@@ -181,3 +181,23 @@ def test_an_archive_resumes_in_another_checkout_and_refuses_a_changed_file(tmp_p
     shutil.rmtree(tmp_path / "one")
     assert p2pfl.sweep(second, out=tmp_path / "two" / "out2", archive=tmp_path / "archive", dry_run=True).skipped \
         == ("seed0",)
+
+
+def test_a_small_novelty_matrix_is_archived_and_a_large_one_left_out(tmp_path):
+    """An RND run's novelty.npy is kept up to KEPT_MAX_BYTES (the 12 x 12 of the RND studies: the gap
+    calibration reads it from the archive); a 1,000-device matrix (8 MB) is not."""
+    import numpy as np
+
+    from p2pfl.study.archive import KEPT_MAX_BYTES
+
+    for name, n in (("small", 12), ("large", 100)):
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text("{}")
+        np.save(run / "novelty.npy", np.ones((n, n)))
+        assert archive_cell(run, tmp_path / "archive")
+    assert (tmp_path / "runs" / "small" / "novelty.npy").stat().st_size <= KEPT_MAX_BYTES["novelty.npy"]
+    assert (tmp_path / "runs" / "large" / "novelty.npy").stat().st_size > KEPT_MAX_BYTES["novelty.npy"]
+    assert (tmp_path / "archive" / "small" / "novelty.npy").read_bytes() == (
+        tmp_path / "runs" / "small" / "novelty.npy").read_bytes()
+    assert sorted(p.name for p in (tmp_path / "archive" / "large").iterdir()) == ["summary.json"]
