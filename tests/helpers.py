@@ -20,9 +20,20 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+#: the analysis wing's folders of scripts: benchmarks, report builders, experiment drivers
+ANALYSIS_WINGS = ("bench", "reports", "experiments")
+
+
+def analysis_path(name: str) -> Path:
+    """The script ``analysis/<wing>/<name>.py``, in whichever wing it is (one only)."""
+    found = [p for wing in ANALYSIS_WINGS if (p := ROOT / "analysis" / wing / f"{name}.py").is_file()]
+    assert len(found) == 1, f"analysis script {name!r}: found {found} in {ANALYSIS_WINGS}"
+    return found[0]
+
+
 def analysis_module(name: str) -> ModuleType:
-    """``analysis/<name>.py`` (a script, not a package) loaded as a module."""
-    spec = importlib.util.spec_from_file_location(f"analysis_{name}", ROOT / "analysis" / f"{name}.py")
+    """The script ``analysis/<wing>/<name>.py`` (not a package) loaded as a module."""
+    spec = importlib.util.spec_from_file_location(f"analysis_{name}", analysis_path(name))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built

@@ -10,7 +10,7 @@ its ``summary.json``. A run past ``--limit-s`` is stopped and reported as such. 
 each run with py-spy at 10 Hz (its processes and their workers) and writes the folded stacks beside it,
 with the largest shares by function (``p2pfl.metrics.measured.top_shares``).
 
-    python analysis/bench_clustering.py --n 100 1000 --before /tmp/before --out runs/bench_clustering
+    python analysis/bench/bench_clustering.py --n 100 1000 --before /tmp/before --out runs/bench_clustering
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 from p2pfl.metrics.measured import commit_of, measure, run_command, run_env, top_shares
 from p2pfl.metrics.tables import markdown_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 PROTOCOLS = ("rnd_relay", "rnd_gossip_h1", "rnd_gossip_h2", "dac_cosine", "dac_original", "ifca", "gossip", "dsgd",
              "local")

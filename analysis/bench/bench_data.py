@@ -1,6 +1,6 @@
 """Data benchmark: load real Fashion-MNIST and partition it for 100 devices, in a fresh process.
 
-    python analysis/bench_data.py [--devices 100] [--partition dirichlet]
+    python analysis/bench/bench_data.py [--devices 100] [--partition dirichlet]
 
 Prints a table: wall seconds to parse the IDX files (numpy, no per-image loops) and to partition,
 for the first (cold) and a second (in-memory cache) call. Target: first call under 5 s.

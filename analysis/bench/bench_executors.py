@@ -1,6 +1,6 @@
 """Executor benchmark: what each executor costs on workload W against a bare PyTorch loop, and per model family.
 
-    python analysis/bench_executors.py [--quick] [--only w|families] [--w-rows WORDS] [--family-jobs 40]
+    python analysis/bench/bench_executors.py [--quick] [--only w|families] [--w-rows WORDS] [--family-jobs 40]
                                        [--timeout 1800]
 
 Workload W (``scenarios/bench/workload_w.yaml``: FedAvg, real Fashion-MNIST, 20 devices x 1,000
@@ -10,7 +10,7 @@ state dicts) on the very shards p2pfl builds, beside p2pfl with each executor. `
 seconds over the floor = (bare loop, 1 thread, run seconds) / 2, the training alone spread perfectly over 2
 cores; ``x measured floor`` is over the run seconds of 2 bare loops running at once, each on half the
 devices (what 2 cores really give this training). Training throughput per model family: samples per second
-of 40 jobs submitted together, per executor. Large-N runs: ``analysis/bench_scale.py``.
+of 40 jobs submitted together, per executor. Large-N runs: ``analysis/bench/bench_scale.py``.
 
 Every configuration runs in its own fresh subprocess (this script with ``--child``), so its wall time
 includes interpreter start, imports and set-up, and its memory is its own: peak memory is the largest sum of
@@ -41,7 +41,7 @@ from p2pfl.metrics import measured
 from p2pfl.metrics.measured import Outcome, outcome_of
 from p2pfl.metrics.tables import markdown_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 W_SCENARIO = ROOT / "scenarios" / "bench" / "workload_w.yaml"
 QUICK_W = ["topology.n=2", "data.samples_per_client=200", "protocol.rounds=2", "protocol.eval_every=2"]
 BATCHED_MODULE = "p2pfl.executors.batched"

@@ -1,6 +1,6 @@
 """What a real LIBERO rollout costs here: seconds per control step, and memory over 20 episodes.
 
-    python analysis/bench_libero.py [--suite libero_object] [--episodes 20] [--steps 10]
+    python analysis/bench/bench_libero.py [--suite libero_object] [--episodes 20] [--steps 10]
 
 Needs the ``libero`` extra (``pip install -e '.[libero]'``). One torch thread, one process.
 Prints one table: building an env, resetting it (the first reset; then the next ones with LIBERO's hard

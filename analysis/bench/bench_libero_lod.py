@@ -1,6 +1,6 @@
 """What simplified visual meshes (``data.partition.render_lod``) buy and cost in a real LIBERO rollout.
 
-    python analysis/bench_libero_lod.py --demos ~/.cache/p2pfl/libero/libero_object [--lods 0.00025,0.0005,0.001]
+    python analysis/bench/bench_libero_lod.py --demos ~/.cache/p2pfl/libero/libero_object [--lods 0.00025,0.0005,0.001]
 
 Needs the ``libero`` extra and a demo file recorded with whole meshes (``libero_demos``, no ``--lod``).
 One torch thread, one process, one environment. Each row replays the first demo of the first file in

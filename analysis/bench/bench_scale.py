@@ -1,6 +1,6 @@
 """The kernel at scale: gossip, DSGD and FedAvg on random geometric fleets, one fresh process per row.
 
-    python analysis/bench_scale.py [--protocols gossip dsgd fedavg] [--sizes 10000 100000] [--rounds 10]
+    python analysis/bench/bench_scale.py [--protocols gossip dsgd fedavg] [--sizes 10000 100000] [--rounds 10]
                                    [--huge 1000000] [--huge-rounds 2] [--executor batched] [--timeout 3600]
                                    [--engine events] [--dynamics N] [--heap N] [--budget N] [--quick]
 
@@ -44,7 +44,7 @@ from typing import Any, Optional
 from p2pfl.metrics.measured import emit, machine_line, measure, result_of, rss_bytes, run_command, run_env
 from p2pfl.metrics.tables import markdown_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = {"gossip": "scale.yaml", "dsgd": "scale_dsgd.yaml", "fedavg": "scale_fedavg.yaml", "ifca": "scale_ifca.yaml"}
 DYNAMICS: dict[str, Optional[dict[str, Any]]] = {
     "none": None,

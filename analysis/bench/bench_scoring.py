@@ -2,7 +2,7 @@
 forms they run now. Each figure is the fastest of ``--repeat`` runs after one warm-up (robust to a loaded machine);
 inputs are random (the costs do not depend on the values).
 
-    python analysis/bench_scoring.py [--only rnd | --only dac_ifca] [--repeat 3] [--sizes 4 8 16 32 64]
+    python analysis/bench/bench_scoring.py [--only rnd | --only dac_ifca] [--repeat 3] [--sizes 4 8 16 32 64]
 
 ``rnd``: the headline fleet's RND nets on 100 Fashion-MNIST-sized images (1 x 28 x 28): the target's embedding
 of a device's data, one predictor fit (30 epochs of batch 32, Adam) one by one and stacked

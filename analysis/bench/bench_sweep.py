@@ -1,6 +1,6 @@
 """Sweep benchmark: the README tour study with ``--jobs 1`` and with ``--jobs 2``, fresh output folders.
 
-    python analysis/bench_sweep.py [--study scenarios/studies/tour.yaml] [--jobs 1 2]
+    python analysis/bench/bench_sweep.py [--study scenarios/studies/tour.yaml] [--jobs 1 2]
 
 Runs ``p2pfl sweep`` as a user does (a new process each time, so the wall time includes
 start-up, validating the study and starting the workers) and prints one markdown table:
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from p2pfl.metrics.tables import markdown_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def sweep(study: Path, jobs: int, out: Path) -> float:

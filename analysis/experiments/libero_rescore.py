@@ -1,12 +1,12 @@
 """Score a LIBERO study's final policies again with the gripper command as the policy gives it (not binarized).
 
-    python analysis/libero_rescore.py analysis/cells/libero_object [--seeds 0]   # -> <that folder>/libero_rescore.json
+    python analysis/experiments/libero_rescore.py analysis/cells/libero_object [--seeds 0]   # -> <that folder>/libero_rescore.json
 
 The study runs its rollouts with the gripper command binarized to +-1, as LIBERO's own policies send it
 (``data.partition.binarize_gripper``). Whether that choice changes the ranking of the methods is read here
 without training again: every cell saves the models its last scores came from (``save_models: final``,
 ``models.npz``), and each distinct one is rolled out once more on its devices' suite, the same tasks,
-episodes, horizon and seeds, with the command continuous. ``analysis/libero_report.py`` puts the result
+episodes, horizon and seeds, with the command continuous. ``analysis/reports/libero_report.py`` puts the result
 beside the binarized score: it reads ``libero_rescore.json`` from each folder it reports on, so a rescoring
 stays with the cells it rescored (and is committed with an archive). A cell already in the file is skipped (a
 long rescoring resumes).

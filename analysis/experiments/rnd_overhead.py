@@ -24,7 +24,7 @@ Two measures:
 E-step every round): the embedding once plus R x (fit + scoring) for RND, R x the E-step for IFCA,
 reported from the one measured phase, not re-measured.
 
-    python analysis/rnd_overhead.py [--rounds 10] [--ifca-devices 1]
+    python analysis/experiments/rnd_overhead.py [--rounds 10] [--ifca-devices 1]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from p2pfl.metrics.tables import markdown_table
 from p2pfl.seeding import torch_generator
 from p2pfl.sim.cost import forward_flops_per_sample
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 K, PER_GROUP, SAMPLES, RMS = 4, 3, 300, 0.5
 RND_EPOCHS, RND_BATCH = 30, 32
 
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# Clustering-phase overhead: RND vs IFCA (RND paper Fig. 3), Fashion-MNIST, 4 groups x 3 devices",
         "",
-        f"Command: `python analysis/rnd_overhead.py --rounds {R} --ifca-devices {args.ifca_devices} --seed {args.seed}`"
+        f"Command: `python analysis/experiments/rnd_overhead.py --rounds {R} --ifca-devices {args.ifca_devices} --seed {args.seed}`"
         " (one torch thread, CPU).",
         "",
         f"Data: feature skew, pattern RMS {RMS}, {SAMPLES} training samples per device, N = {n}. "

@@ -1,6 +1,6 @@
 """The Conditional-PCA paper's tables from study runs: means, 95% intervals over seeds, paper beside.
 
-    python analysis/conditional_report.py analysis/cells/conditional [--md analysis/results/conditional.md]
+    python analysis/reports/conditional_report.py analysis/cells/conditional [--md analysis/results/conditional.md]
 
 Reads the run directories written by the studies in ``scenarios/studies/conditional/`` (each swept with
 ``p2pfl sweep STUDY --jobs 2 --out runs/conditional/<file name> --archive analysis/cells/conditional/<file name>``;
@@ -567,7 +567,7 @@ def write(dirs: list[Path], md: Path, no_statistics: bool = False) -> None:
         "Regenerate: sweep every study in `scenarios/studies/conditional/` "
         "(`p2pfl sweep scenarios/studies/conditional/<name>.yaml --jobs 2 --out runs/conditional/<name> "
         "--archive analysis/cells/conditional/<name>`), then "
-        f"`python analysis/conditional_report.py analysis/cells/conditional`. Seeds {seeds}; every number is a "
+        f"`python analysis/reports/conditional_report.py analysis/cells/conditional`. Seeds {seeds}; every number is a "
         "mean over "
         "seeds ± the half-width of its 95% t-interval (3 seeds: t = 4.30); differences are paired by seed "
         "(a seed fixes the data split and the initial weights) and given as mean [interval] in accuracy points.",
@@ -636,5 +636,5 @@ def write(dirs: list[Path], md: Path, no_statistics: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(report_main(write, __doc__, Path(__file__).parent / "results" / "conditional.md",
+    raise SystemExit(report_main(write, __doc__, Path(__file__).parents[1] / "results" / "conditional.md",
                                  flags={"no-statistics": "skip the statistics-structure table (reads data)"}))

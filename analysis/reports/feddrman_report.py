@@ -2,7 +2,7 @@
 
     for t in table1 table1_feddrman table2 table2_feddrman table3; do
       p2pfl sweep scenarios/studies/feddrman/$t.yaml --jobs 2 --out runs/feddrman/$t --archive analysis/cells/feddrman/$t; done
-    python analysis/feddrman_report.py analysis/cells/feddrman        # -> analysis/results/feddrman.md + PNGs
+    python analysis/reports/feddrman_report.py analysis/cells/feddrman        # -> analysis/results/feddrman.md + PNGs
 
 Each run's per-suite rollout success per evaluated round comes from its ``rollout_success`` log, its
 CUA groups per round from ``cua_groups`` (``p2pfl.metrics.runs.load_log``); the table (I, II, III) from the
@@ -44,7 +44,7 @@ from p2pfl.metrics.runs import load_nodes, load_runs, log_entries, revision_incl
 from p2pfl.metrics.tables import markdown_table, report_main
 from p2pfl.study.verify import provenance_lines
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TABLES = {"feddrman_table1": "I", "feddrman_table1_feddrman": "I", "feddrman_table2": "II",
           "feddrman_table2_feddrman": "II", "feddrman_table3": "III"}
 #: the budget the report states: field -> its scenario column (read per table, ``per_table``)
@@ -53,7 +53,7 @@ BUDGET = {"rounds": "protocol.rounds", "eval_every": "protocol.eval_every", "epi
           "lr": "training.lr", "clients": "data.partition.clients_per_suite"}
 COMMAND = ("for t in table1 table1_feddrman table2 table2_feddrman table3; do p2pfl sweep scenarios/studies/feddrman/$t.yaml "
            "--jobs 2 --out runs/feddrman/$t --archive analysis/cells/feddrman/$t; done\n"
-           "python analysis/feddrman_report.py analysis/cells/feddrman")
+           "python analysis/reports/feddrman_report.py analysis/cells/feddrman")
 SUITES = ("object", "goal", "spatial")
 #: The paper's final success rates (%), Tables I-III (LIBERO, 50 rounds, 3 seeds).
 PAPER_I = {"centralized": 54.1, "local": 34.7, "fedavg": 69.1, "fedprox": 64.9, "fedkd": 40.0, "fedvla": 51.7,
@@ -434,4 +434,4 @@ def write(dirs: list[Path], md_path: Path) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(report_main(write, __doc__, Path(__file__).parent / "results" / "feddrman.md"))
+    raise SystemExit(report_main(write, __doc__, Path(__file__).parents[1] / "results" / "feddrman.md"))

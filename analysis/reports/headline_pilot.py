@@ -3,7 +3,7 @@ and the round budget and samples per device the headline studies take from them.
 
     p2pfl sweep scenarios/studies/headline_pilot.yaml --jobs 2 --out runs/headline_pilot \
         --archive analysis/cells/headline_pilot
-    python analysis/headline_pilot.py analysis/cells/headline_pilot   # -> analysis/results/headline_pilot.md + PNG
+    python analysis/reports/headline_pilot.py analysis/cells/headline_pilot   # -> analysis/results/headline_pilot.md + PNG
 
 Reads the runs through the results API (``load_runs``, ``load_nodes``, ``load_curves``). Per (heterogeneity,
 samples per device, reference) over seeds: the mean-device-accuracy curve (every evaluated round), the final mean
@@ -31,7 +31,7 @@ from p2pfl.metrics.runs import load_curves, load_nodes, load_runs
 from p2pfl.metrics.tables import markdown_table, report_main
 
 COMMAND = ("p2pfl sweep scenarios/studies/headline_pilot.yaml --jobs 2 --out runs/headline_pilot "
-           "--archive analysis/cells/headline_pilot\npython analysis/headline_pilot.py analysis/cells/headline_pilot")
+           "--archive analysis/cells/headline_pilot\npython analysis/reports/headline_pilot.py analysis/cells/headline_pilot")
 REFERENCES = ("centralized", "oracle", "fedavg", "local")
 CONTROL = "feature_skew"
 HEADROOM = 0.10  # Oracle - Local a heterogeneity must leave, in accuracy (issue 33)
@@ -176,4 +176,4 @@ def write(dirs: list[Path], md: Path) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(report_main(write, __doc__, Path(__file__).parent / "results" / "headline_pilot.md"))
+    raise SystemExit(report_main(write, __doc__, Path(__file__).parents[1] / "results" / "headline_pilot.md"))

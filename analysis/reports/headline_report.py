@@ -3,7 +3,7 @@
 
     p2pfl sweep scenarios/studies/headline_n100.yaml --jobs 2 --out runs/headline/n100 \
         --archive analysis/cells/headline/n100          # likewise n1000 (--jobs 2) and n10000 (--jobs 1)
-    python analysis/headline_report.py analysis/cells/headline   # -> analysis/results/server_vs_serverless.md
+    python analysis/reports/headline_report.py analysis/cells/headline   # -> analysis/results/server_vs_serverless.md
 
 The arms were fixed before the runs (the study headers say why): the server's clustering arm is IFCA
 (``SERVER_ARM``); the serverless clustering arms are rnd_gossip h1 and DAC as published (``SERVERLESS_ARMS``).
@@ -64,14 +64,14 @@ from p2pfl.metrics.curves import at_time, at_traffic, first_reaching, pareto
 from p2pfl.metrics.runs import load_curves, load_nodes, load_runs
 from p2pfl.metrics.tables import fmt_bytes, fmt_num, fmt_s, markdown_table, report_main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMMAND = ("for n in 100 1000; do p2pfl sweep scenarios/studies/headline_n$n.yaml --jobs 2 --out runs/headline/n$n "
            "--archive analysis/cells/headline/n$n; done\n"
            "p2pfl sweep scenarios/studies/headline_n10000.yaml --jobs 1 --out runs/headline/n10000 "
            "--archive analysis/cells/headline/n10000\n"
            "p2pfl sweep scenarios/studies/headline_n1000_confirm.yaml --jobs 1 --out runs/headline/n1000_confirm "
            "--archive analysis/cells/headline/n1000_confirm\n"
-           "python analysis/headline_report.py analysis/cells/headline")
+           "python analysis/reports/headline_report.py analysis/cells/headline")
 SERVER_ARM = "ifca"
 SERVERLESS_ARMS = ("rnd_gossip_h1", "dac_original")
 #: every protocol in the report's order: the references, the server arms, the serverless arms

@@ -2,7 +2,7 @@
 
     python -m p2pfl.robotics.libero_demos --suite libero_object --tasks 0,3,6 --demos 30 --noise 0.2 --lod 0.0005 --out ~/.cache/p2pfl/libero_lod/libero_object
     p2pfl sweep scenarios/studies/libero_object.yaml --jobs 1 --out runs/libero_object --archive analysis/cells/libero_object
-    python analysis/libero_report.py analysis/cells/libero_object        # -> analysis/results/libero_object.md
+    python analysis/reports/libero_report.py analysis/cells/libero_object        # -> analysis/results/libero_object.md
 
 (and beside it ``libero_object_runs.csv``, one row per run, and ``libero_object_curves.png``, success and BC
 test loss per evaluated round).
@@ -60,7 +60,7 @@ COMMAND = ("python -m p2pfl.robotics.libero_demos --suite libero_object --tasks 
            "--lod 0.0005 --out ~/.cache/p2pfl/libero_lod/libero_object\n"
            "p2pfl sweep scenarios/studies/libero_object.yaml --jobs 1 --out runs/libero_object "
            "--archive analysis/cells/libero_object\n"
-           "python analysis/libero_report.py analysis/cells/libero_object")
+           "python analysis/reports/libero_report.py analysis/cells/libero_object")
 #: (arm, its reference, what the difference isolates): paired over seeds
 ABLATIONS = (("feddrman", "fedavg", "FedDRMan's server and terms together"),
              ("fedavg_srb", "fedavg", "spectral rebalancing (SRB) alone"),
@@ -253,7 +253,7 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def binarization(rows: list[dict[str, Any]], rescored: dict[str, Any]) -> list[str]:
-    """The rescored cells (``analysis/libero_rescore.py``: the saved final policies rolled out with the gripper
+    """The rescored cells (``analysis/experiments/libero_rescore.py``: the saved final policies rolled out with the gripper
     command continuous) beside their binarized last-round success, per method over the seeds rescored, and
     whether the methods' order by mean success changes."""
     pairs: dict[str, list[tuple[float, float]]] = {}
@@ -334,7 +334,7 @@ def check_setting(b: dict[str, Any]) -> None:
     found = {"tasks": len(b["tasks"]), "params_m": round(policy_params(b["history"], b["wrist"]) / 1e6, 2)}
     if found != SETTING:
         raise ValueError(f"the runs' setting {found} is not the declared {SETTING}: update TABLE_I and SETTING in "
-                         "analysis/libero_report.py before reading the results")
+                         "analysis/reports/libero_report.py before reading the results")
 
 
 def claims(rows: list[dict[str, Any]], b: dict[str, Any]) -> list[ClaimRow]:
@@ -459,7 +459,7 @@ def swings(rows: list[dict[str, Any]]) -> list[tuple[float, str, int, tuple[floa
 
 
 def rescored_in(dirs: list[Path]) -> dict[str, Any]:
-    """``analysis/libero_rescore.py``'s results by cell, read from ``libero_rescore.json`` in each folder reported
+    """``analysis/experiments/libero_rescore.py``'s results by cell, read from ``libero_rescore.json`` in each folder reported
     on (the rescoring writes it beside the cells it rescored)."""
     rescored: dict[str, Any] = {}
     for f in (d / "libero_rescore.json" for d in dirs):  # libero_rescore.RESCORE_FILE
@@ -561,7 +561,7 @@ def write(dirs: list[Path], md: Path) -> None:
            "the gripper command sent as the policy gives it (not binarized). ")
         + (f"Demos and rollouts draw LIBERO's visual meshes simplified within {1e3 * b['lod']:g} mm "
            "(`data.partition.render_lod`, ours: about 3x faster renders, the physics byte-identical, the images a "
-           "few levels of 255 apart on average; `analysis/bench_libero_lod.py`), the wrist camera's gripper whole. "
+           "few levels of 255 apart on average; `analysis/bench/bench_libero_lod.py`), the wrist camera's gripper whole. "
            if b.get("lod") else "")
         + f"Rollouts run on the process executor (2 workers). {len(rows)} runs, {cpu_min:.0f} min of wall time in all.", "",
         f"Differences from the paper's Table I, stated: {len(b['tasks'])} of LIBERO-Object's 10 tasks, scripted demos instead of "
@@ -585,7 +585,7 @@ def write(dirs: list[Path], md: Path) -> None:
         "Wall (min): each run's wall-clock time as it ran on this 2-core machine, its mean over seeds: some runs "
         "shared the machine with other work, and a run resumed from its kept scorings replays only the training "
         "(`--archive`), so the column records what the study cost, not a timing; the cost of a step is measured in "
-        "`analysis/bench_libero.py` and `analysis/bench_libero_lod.py`.", "",
+        "`analysis/bench/bench_libero.py` and `analysis/bench/bench_libero_lod.py`.", "",
         *["## Provenance", "", "Each archive's cells by the revision that made them, and the last `p2pfl archive verify` of a "
           "sample of them at a later revision (re-run and compared byte for byte):", "", *provenance_lines(dirs), ""], "## Claims", "",
         "Verdicts from the 95% t-interval of the per-seed paired difference of last-round success (points): 'a beats "
@@ -597,7 +597,7 @@ def write(dirs: list[Path], md: Path) -> None:
         *(["## Ablations", "", *paired, ""] if paired else []),
         *(["## The gripper command, binarized or not", "",
            "The saved final policies rolled out again with the gripper command as the policy gives it "
-           "(`python analysis/libero_rescore.py analysis/cells/libero_object`), beside the study's binarized score "
+           "(`python analysis/experiments/libero_rescore.py analysis/cells/libero_object`), beside the study's binarized score "
            "of the same policies.", "", *check, ""] if check else []),
         "## Reading", "", *reading(rows), "",
         *(["## Where each run's episodes stop (last round)", "", *stops_table(rows), ""] if has_progress(rows) else []),
@@ -615,4 +615,4 @@ def write(dirs: list[Path], md: Path) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(report_main(write, __doc__, Path(__file__).parent / "results" / "libero_object.md"))
+    raise SystemExit(report_main(write, __doc__, Path(__file__).parents[1] / "results" / "libero_object.md"))

@@ -1,6 +1,6 @@
 """Which feature-skew strengths and compatibility bands let RND discovery recover the groups?
 
-    python analysis/rnd_report.py runs/rnd_recovery [analysis/cells/rnd_authors_skew] [--md FILE]
+    python analysis/reports/rnd_report.py runs/rnd_recovery [analysis/cells/rnd_authors_skew] [--md FILE]
 
 Reads the run directories of ``scenarios/studies/rnd_recovery.yaml`` (``p2pfl sweep`` writes them) and
 writes, per variant (rnd with a server, rnd_gossip with the groups spatially local, rnd_gossip with the
@@ -196,7 +196,7 @@ def write(dirs: list[Path], md: Path) -> None:
         "",
         "```bash",
         "p2pfl sweep scenarios/studies/rnd_recovery.yaml --jobs 2 --out runs/rnd_recovery",
-        f"python analysis/rnd_report.py {' '.join(map(str, dirs))}",
+        f"python analysis/reports/rnd_report.py {' '.join(map(str, dirs))}",
         "```",
         "",
         "Fashion-MNIST, 4 feature-skew groups x 3 devices (the paper's k = 4, N = 12), 300 samples each, RND "
@@ -246,4 +246,4 @@ def write(dirs: list[Path], md: Path) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(report_main(write, __doc__, Path(__file__).parent / "results" / "rnd_recovery.md"))
+    raise SystemExit(report_main(write, __doc__, Path(__file__).parents[1] / "results" / "rnd_recovery.md"))

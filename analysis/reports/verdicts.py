@@ -1,7 +1,7 @@
 """Every paper claim's verdict and comparability, gathered from the reproduction reports' claims tables: the papers'
 claims apart from our questions beyond them.
 
-    python analysis/verdicts.py          # -> analysis/results/verdicts.md
+    python analysis/reports/verdicts.py          # -> analysis/results/verdicts.md
 
 Each report regenerates from its archived study by the command at its top; this reads the claims tables
 (the markdown tables with a 'verdict' column) of the reports as committed, so it is as current as they are:
@@ -21,7 +21,7 @@ from pathlib import Path
 from p2pfl.metrics.claims import COMPARABILITY, NOT_RUN, VERDICTS, comparability_kind, short
 from p2pfl.metrics.tables import markdown_table
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).parents[1] / "results"
 #: the reports with claims on a paper, and the paper (``../shared/papers/``) they test
 REPORTS = (("conditional.md", "Client-Conditional FL via local training data statistics"),
            ("rnd_recovery.md", "RND for clustered FL (federation discovery)"),
@@ -118,7 +118,7 @@ def compile_md(results: Path) -> str:
     crossed = [(v, *(str(cross[v, c]) for c in SETUPS), str(sum(cross[v, c] for c in SETUPS))) for v in LABELS]
     return "\n".join([
         "# Every claim's verdict and comparability: the papers' claims, then our questions beyond them", "",
-        "Regenerate: `python analysis/verdicts.py` (from the committed reports in `analysis/results/`; each "
+        "Regenerate: `python analysis/reports/verdicts.py` (from the committed reports in `analysis/results/`; each "
         "regenerates from its archived study by the command at its top).", "",
         "Each claim has two columns that never decide each other (`p2pfl.metrics.claims`). The **verdict** is "
         "computed from the numbers and printed as computed: holds / does not hold (the 95% interval wholly on one "

@@ -119,7 +119,7 @@ _EVAL_BATCH = 1024
 #: Tolerance of ``UnfoldConv2d`` against ``nn.Conv2d`` (absolute; it measured 0 on every input tried).
 UNFOLD_ATOL = 1e-5
 #: Predictor fits trained as one stacked model by the batched executor: at most this many (one core, quiet,
-#: 30 epochs of batch 32 on 100 images, analysis/bench_scoring.py: 302 ms a predictor one by one; stacked
+#: 30 epochs of batch 32 on 100 images, analysis/bench/bench_scoring.py: 302 ms a predictor one by one; stacked
 #: 4 / 8 / 16 / 32 / 64 at a time, 217 / 195 / 150 / 146 / 155 ms; larger groups' maps leave the cache).
 STACK_LIMIT = 16
 #: Tolerance of a stacked fit's weights against ``fitted_predictor``'s (absolute, after 120 Adam steps; tested).
@@ -127,7 +127,7 @@ STACK_ATOL = 1e-4
 #: Predictors scored as one group by ``_grouped_novelties`` (not the path scores take: ``state_novelties``) on
 #: images of one channel: at most this many, and as
 #: many as keep the group's first maps within ``SCORE_GROUP_BYTES``. Measured (one core, quiet, ms a predictor,
-#: analysis/bench_scoring.py): 100 images of 1 x 28 x 28, one by one 1.24, in groups of 4 / 8 / 12 / 16 / 24,
+#: analysis/bench/bench_scoring.py): 100 images of 1 x 28 x 28, one by one 1.24, in groups of 4 / 8 / 12 / 16 / 24,
 #: 0.70 / 0.67 / 0.68 / 0.79 / 0.92; 300 images, 3.04, groups of 1 / 2 / 4 / 8, 2.18 / 2.06 / 2.13 / 2.27;
 #: 1,000 images, 11.8, groups of 1 / 2 / 4 / 8, 6.9 / 7.1 / 8.6 / 9.9. Since then the relu follows the max-pool:
 #: 0.66 (100 images, the default group).
@@ -511,7 +511,7 @@ def state_novelties(template: nn.Module, states: Sequence[Mapping[str, torch.Ten
     images in groups (:func:`_grouped_novelties`, about 1.8x faster at 100 images) gave the loop's bits on the
     machines it was measured on but not on an AMD EPYC one (up to 1e-8 apart, relative: ``nn.Conv2d`` picks its
     kernel by CPU), so a score would depend on the machine's kernels beyond the loop's own: it stays a measured
-    alternative (analysis/bench_scoring.py), not the path scores take.
+    alternative (analysis/bench/bench_scoring.py), not the path scores take.
     """
     x = _check_input(template, x, scan=False)
     _check_embedding(x, fx)

@@ -37,7 +37,7 @@ __all__ = ["RobotFederation", "RolloutReport", "build_robot_federation", "dirich
 #: to the policy's forward FLOPs per step when rollouts are charged.
 ROLLOUT_STEP_FLOPS = 2_000_000
 #: A real LIBERO control step (25 physics steps, one 128 px agent-view render), measured in seconds by
-#: ``analysis/bench_libero.py`` and charged as FLOPs at the rate the same core runs the policy's forward
+#: ``analysis/bench/bench_libero.py`` and charged as FLOPs at the rate the same core runs the policy's forward
 #: (batch 1, as rollouts run it): 109.5 ms x 1.86 GFLOP/s on this project's 2-core machines, about
 #: 90 policy forwards per step.
 LIBERO_STEP_FLOPS = 203_000_000

@@ -186,7 +186,7 @@ class LiberoEnv:
 
         The scene stays compiled between episodes: LIBERO's default hard reset recompiles it and builds a
         new render context at every reset, to the same model (1.96 s a reset against 0.57 s kept, both cameras on a
-        quiet core: ``analysis/bench_libero.py``).
+        quiet core: ``analysis/bench/bench_libero.py``).
         What a hard reset would renew besides is the robots' Python state the episode left, reset here by
         :func:`renew_robots`; an episode's observations and states are then byte for byte a hard reset's
         (tested, with the episodes before it acting at random).

@@ -19,7 +19,7 @@ coordinate), texture seams stay where they are, and the physics never reads thes
 Vertices are welded by position and texture coordinate (LIBERO's meshes store three vertices per
 triangle), not by normal: flat-shaded meshes would otherwise have no shared edge to collapse. A
 simplified corner keeps its original normal. What it costs in pixels and buys in time is measured by
-``analysis/bench_libero_lod.py``.
+``analysis/bench/bench_libero_lod.py``.
 """
 
 from __future__ import annotations

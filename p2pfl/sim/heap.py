@@ -16,7 +16,7 @@ from typing import Optional
 
 __all__ = ["TRIM", "release_free_heap"]
 
-#: Whether ``release_free_heap`` trims (False: glibc's default behaviour, to compare; analysis/bench_scale.py --heap).
+#: Whether ``release_free_heap`` trims (False: glibc's default behaviour, to compare; analysis/bench/bench_scale.py --heap).
 TRIM = True
 
 

@@ -184,7 +184,7 @@ def _check(data: dict, path: Path, what: str, named: list[str], overrides: Seque
     except Exception as err:  # anything else escaping is the bug this test looks for
         pytest.fail(f"{path.name}: {what}: {type(err).__name__}: {err}")
     assert isinstance(sc, Scenario)
-    if (sc.topology.n or 0) > 5_000:  # the bench fleets (10^4-10^6 devices) are built by analysis/bench_scale.py,
+    if (sc.topology.n or 0) > 5_000:  # the bench fleets (10^4-10^6 devices) are built by analysis/bench/bench_scale.py,
         return True                    # not 50 times a file here (10^4: 0.05 s a graph; 10^6: half a minute)
     try:
         build_topology(sc.topology, seed=sc.seed, base_dir=path.parent)

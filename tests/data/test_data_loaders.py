@@ -151,7 +151,7 @@ REAL = Path(ds.FASHION_MNIST_SYSTEM_DIR)
 @pytest.mark.slow
 @pytest.mark.skipif(not (REAL / "train-images-idx3-ubyte.gz").is_file(), reason="needs dataset-fashion-mnist (apt-get install dataset-fashion-mnist)")
 def test_real_fashion_mnist_loads_and_partitions():
-    # Its speed (< 5 s for 100 devices) is measured by analysis/bench_data.py, not asserted here.
+    # Its speed (< 5 s for 100 devices) is measured by analysis/bench/bench_data.py, not asserted here.
     fed = build_federation(DataSpec(dataset="fashion_mnist", partition={"kind": "dirichlet", "alpha": 0.5}), 100, seed=0)
     pool = load_dataset("fashion_mnist")
     assert pool.train_x.shape == (60000, 1, 28, 28) and pool.test_x.shape == (10000, 1, 28, 28)

@@ -36,7 +36,7 @@ from p2pfl.metrics.claims import (
     not_comparable,
     short,
 )
-from tests.helpers import analysis_module
+from tests.helpers import analysis_module, analysis_path
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the report builders with a claims table, each declaring its comparabilities in a module-level ``Declared``
@@ -94,7 +94,7 @@ def test_a_report_declares_each_comparability_at_import_and_rows_name_only_a_key
     """No report code path can choose a comparability from an outcome: every ``differs``/``not_comparable``/
     ``Declared`` call sits at module level (evaluated at import, before any result is read), and every
     ``DECLARED.row`` call names its claim key without a comparison or a conditional (a key picked by an outcome)."""
-    tree = ast.parse((ROOT / "analysis" / f"{report}.py").read_text(encoding="utf-8"))
+    tree = ast.parse(analysis_path(report).read_text(encoding="utf-8"))
     in_functions = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.Lambda))
                     for n in ast.walk(f)}
     calls = _comparability_calls(tree)
@@ -109,7 +109,7 @@ def test_a_report_declares_each_comparability_at_import_and_rows_name_only_a_key
                 isinstance(key, ast.IfExp) and isinstance(key.test, ast.Compare)
                 and all((isinstance(n, ast.Name) and n.id in ("c", "criterion")) or isinstance(n, ast.Constant)
                         for n in (key.test.left, *key.test.comparators))), f"{report}: {ast.unparse(node)[:80]}"
-    assert "downgrade" not in (ROOT / "analysis" / f"{report}.py").read_text(encoding="utf-8")
+    assert "downgrade" not in analysis_path(report).read_text(encoding="utf-8")
 
 
 def test_kind_and_short_name_the_verdict_and_comparability_kind_the_setup():
@@ -221,7 +221,7 @@ def test_the_verdicts_page_counts_verdicts_and_comparabilities_apart(tmp_path):
 
 
 def test_the_committed_verdicts_page_is_what_the_committed_reports_give():
-    """analysis/results/verdicts.md regenerated after every report it gathers (python analysis/verdicts.py)."""
+    """analysis/results/verdicts.md regenerated after every report it gathers (python analysis/reports/verdicts.py)."""
     verdicts = analysis_module("verdicts")
     committed = (ROOT / "analysis" / "results" / "verdicts.md").read_text(encoding="utf-8")
     assert verdicts.compile_md(ROOT / "analysis" / "results") == committed

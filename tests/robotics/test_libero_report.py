@@ -1,4 +1,4 @@
-"""analysis/libero_report.py: the last evaluated round's per-task success, averaged over devices, in the
+"""analysis/reports/libero_report.py: the last evaluated round's per-task success, averaged over devices, in the
 Table I layout (no LIBERO needed: it reads summaries)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""analysis/headline_pilot.py on hand-made rows: plateau round, headroom pairing, the budget and size choice."""
+"""analysis/reports/headline_pilot.py on hand-made rows: plateau round, headroom pairing, the budget and size choice."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""analysis/headline_report.py on hand-made rows: readings on curves, headroom gain and Holm recomputed by hand,
+"""analysis/reports/headline_report.py on hand-made rows: readings on curves, headroom gain and Holm recomputed by hand,
 reuse of static server cells under mobility, the decision and the crossover."""
 
 from __future__ import annotations
