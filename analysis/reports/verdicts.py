@@ -21,13 +21,17 @@ from pathlib import Path
 from p2pfl.metrics.claims import COMPARABILITY, NOT_RUN, VERDICTS, comparability_kind, short
 from p2pfl.metrics.tables import markdown_table
 
+try:
+    from analysis.manifest import load as load_manifest
+except ModuleNotFoundError:  # run as a script (python analysis/reports/verdicts.py): the repository root is not on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from analysis.manifest import load as load_manifest
+
 RESULTS = Path(__file__).parents[1] / "results"
-#: the reports with claims on a paper, and the paper (``../shared/papers/``) they test
-REPORTS = (("conditional.md", "Client-Conditional FL via local training data statistics"),
-           ("rnd_recovery.md", "RND for clustered FL (federation discovery)"),
-           ("feddrman.md", "FedDRMan (generated MuJoCo suites)"),
-           ("libero_object.md", "FedDRMan (real LIBERO-Object)"),
-           ("rnd_overhead.md", "RND for clustered FL (clustering overhead)"))
+#: the reports with claims on a paper, and the paper (``../shared/papers/``) they test: the manifest's entries with
+#: ``claims``, in its order (``analysis/manifest.yaml``)
+REPORTS = tuple((str(Path(page).relative_to("analysis/results")), paper)
+                for page, paper in load_manifest().claims_pages())
 LABELS = [short(v) for v in VERDICTS] + [NOT_RUN]
 SETUPS = list(COMPARABILITY)
 #: a claim whose 'paper' cell starts so is a question of ours the paper does not test (its table has no such number)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import p2pfl.metrics.claims as claims_module
+from analysis.manifest import load as load_manifest
 from p2pfl.metrics.claims import (
     CANNOT_TEST,
     COMPARABILITY,
@@ -39,8 +40,9 @@ from p2pfl.metrics.claims import (
 from tests.helpers import analysis_module, analysis_path
 
 ROOT = Path(__file__).resolve().parents[2]
-#: the report builders with a claims table, each declaring its comparabilities in a module-level ``Declared``
-REPORTS = ("conditional_report", "feddrman_report", "libero_report", "rnd_report", "rnd_overhead")
+#: the report builders with a claims table (the manifest's entries with claims), each declaring its comparabilities in
+#: a module-level ``Declared``
+REPORTS = tuple(Path(e.script).stem for e in load_manifest().entries if e.claims is not None and e.script is not None)
 
 
 def test_the_verdicts_and_comparabilities_are_these_strings():
