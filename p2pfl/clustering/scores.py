@@ -16,7 +16,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from sklearn.metrics import adjusted_rand_score
 
-__all__ = ["labels_from_clusters", "adjusted_rand_index", "misclassification_rate", "clustering_scores"]
+__all__ = ["labels_from_clusters", "adjusted_rand_index", "misclassification_rate", "merged_groups",
+           "clustering_scores"]
 
 
 def labels_from_clusters(clusters: Sequence[Sequence[int]], n: int) -> np.ndarray:
@@ -74,6 +75,22 @@ def misclassification_rate(true_labels: Sequence[int] | np.ndarray, clusters: Se
     rows, cols = linear_sum_assignment(contingency, maximize=True)
     matched = int(contingency[rows, cols].sum())
     return (truth.size - matched) / truth.size
+
+
+def merged_groups(true_labels: Sequence[int] | np.ndarray, clusters: Sequence[Sequence[int]]) -> int:
+    """How many true clusters share their home federation with another true cluster (0: no two groups merged).
+
+    A true cluster's home is the federation holding most of its devices (ties: the lowest federation index); groups
+    with the same home were merged into one federation, as IFCA does when two of its K models end up serving
+    the same group (issue 70: ARI about 0.71 with 4 groups, 2 of them merged)."""
+    truth = _true(true_labels)
+    pred = labels_from_clusters(clusters, truth.size)
+    _, t = np.unique(truth, return_inverse=True)
+    contingency = np.zeros((int(t.max()) + 1, max(1, len(clusters))), dtype=np.int64)
+    np.add.at(contingency, (t, pred), 1)
+    home = contingency.argmax(axis=1)
+    shared = np.bincount(home, minlength=contingency.shape[1])[home] > 1
+    return int(shared.sum())
 
 
 def clustering_scores(true_clusters: tuple[int, ...], clusters: list[list[int]]) -> dict[str, Any]:

@@ -69,6 +69,8 @@ def check(sc: Scenario) -> None:
         raise no("topology.link.loss", "links are lossless")
     if p.name == "oracle" and p.mode != "federated":  # type: ignore[attr-defined]
         raise no("protocol.mode", "the Oracle runs with mode: federated (FedAvg within each true cluster)")
+    if p.name == "ifca" and p.restarts > 1:  # type: ignore[attr-defined]
+        raise no("protocol.restarts", "IFCA runs one initialisation (restarts: 1)")
     if p.name in ("fedavg", "ifca", "oracle"):
         if len(topo.servers) != 1 or topo.servers[0].attach != "all":
             raise no("topology.servers", f"{p.name} needs one server attached to all devices")

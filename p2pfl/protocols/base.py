@@ -134,6 +134,12 @@ class Protocol(ABC, Generic[P]):
         which protocols never read, for the summary's ``cluster_fields``."""
         return None
 
+    def restart_clusters(self) -> Optional[list[list[list[int]]]]:
+        """The final federations of each of the protocol's restarts (independent initialisations of one run, e.g.
+        IFCA's ``restarts``), in restart order, or None (one run). The kernel scores each against the true
+        clusters (the summary's ``restart_scores``); the protocol chooses between them by what it measured."""
+        return None
+
     def novelty(self) -> Optional[tuple[np.ndarray, str]]:
         """The novelty matrix this protocol built (nan: not scored) and a title, or None; the kernel writes
         it (``novelty.npy``) with its heatmap, the devices ordered by true cluster."""

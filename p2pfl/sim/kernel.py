@@ -397,6 +397,23 @@ class Simulation:
         scores = {**self.score_clusters(clusters), "clustering_events": self.clustering_events}
         return {k: scores[k] for k in self.protocol.cluster_fields}
 
+    def restart_scores(self) -> dict[str, Any]:
+        """``restart_scores``: each restart's final clusters (``Protocol.restart_clusters``) scored against the true
+        clusters (ARI, misclassification rate, federations, true groups merged: ``merged_groups``); empty for a
+        protocol of one run."""
+        found = self.protocol.restart_clusters()
+        if found is None:
+            return {}
+        from p2pfl.clustering.scores import merged_groups
+
+        truth = tuple(self.federation.true_clusters)
+        out = []
+        for clusters in found:
+            scores = self.score_clusters(clusters)
+            out.append({"ari": scores["ari"], "misclassification_rate": scores["misclassification_rate"],
+                        "n_federations": scores["n_federations"], "merged_groups": merged_groups(truth, clusters)})
+        return {"restart_scores": out}
+
     # --- running -----------------------------------------------------------------------------
 
     def _round_done(self) -> None:
@@ -513,7 +530,7 @@ class Simulation:
                 "rounds": self.scenario.protocol.rounds}
         tail = {"true_clusters": list(self.federation.true_clusters), "partition": self.federation.stats(),
                 "messages_in_flight": len(self.network.in_flight), **self.dynamics_summary(),
-                **self.clustering_summary(), **self.protocol.result()}
+                **self.clustering_summary(), **self.restart_scores(), **self.protocol.result()}
         energy = EnergyModel(send_j_per_bit=tuple(p.send_j_per_bit for p in self.profiles),
                              receive_j_per_bit=tuple(p.receive_j_per_bit for p in self.profiles),
                              j_per_flop=tuple(p.j_per_flop for p in self.profiles))
