@@ -45,8 +45,10 @@ AUTHORS_CODE_DIFFER = "Fashion-MNIST here, CIFAR-10 in the paper"
 #: ... and with the gap criterion, which is ours (the paper names a criterion without a formula)
 GAP_DIFFER = ("Fashion-MNIST here, CIFAR-10 in the paper; the gap criterion is ours (after Fig. 2), its threshold "
               "chosen on calibration seeds that are not judged")
-#: the seeds the authors'-skew rows judge; the study's later seeds only calibrate the gap threshold
+#: the seeds the authors'-skew rows judge; seeds 10-14 (rnd_authors_skew_calibration.yaml) only calibrate the gap
 JUDGED_SEEDS = range(10)
+#: the gap thresholds the calibration chooses from (declared before the calibration cells ran)
+GAP_GRID = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0)
 #: Every claims row's comparability, by key: declared at import, before any result is read (issue 69).
 DECLARED = Declared({"noise_authors": differs(AUTHORS_DIFFER), "authors_band": differs(AUTHORS_CODE_DIFFER),
                      "authors_gap": differs(GAP_DIFFER), "ours": NO_PAPER})
@@ -105,6 +107,46 @@ def _best(table: Any, variant: str, kind: str, level: float) -> str:
 AUTHORS_CODE = "the authors' code's skew (7x7-smoothed pattern, RMS 0.15, 4,167 images a device)"
 
 
+def calibrate_gap(cells: list[tuple[np.ndarray, list[int]]], grid: tuple[float, ...] = GAP_GRID
+                  ) -> tuple[float, dict[float, int]]:
+    """The gap threshold for the gap criterion, chosen on calibration cells only: (novelty matrix, true groups) per
+    cell -> (the threshold whose federations, ``compatibility_clusters(U, gap, criterion="gap")``, equal the true
+    groups in the most cells, ties to the median of the tied thresholds (the lower of the middle two); exact
+    recoveries per threshold)."""
+    from p2pfl.clustering import compatibility_clusters
+
+    def groups(labels: list[int]) -> list[list[int]]:
+        return sorted(sorted(i for i, t in enumerate(labels) if t == c) for c in set(labels))
+
+    exact = {g: sum(sorted(map(sorted, compatibility_clusters(U, g, criterion="gap"))) == groups(truth)
+                    for U, truth in cells) for g in grid}
+    best = max(exact.values())
+    tied = [g for g in grid if exact[g] == best]
+    return tied[(len(tied) - 1) // 2], exact
+
+
+def calibration(archive: Path) -> list[str]:
+    """The calibration section: per predictor initialisation, exact recoveries per gap threshold on the
+    calibration seeds and the threshold chosen (``calibrate_gap``); empty without calibration cells."""
+    if not archive.is_dir():
+        return []
+    by_init: dict[str, list[tuple[np.ndarray, list[int]]]] = {}
+    for cell in sorted(archive.iterdir()):
+        if (cell / "novelty.npy").is_file() and (cell / "summary.json").is_file():
+            init = "per_device" if cell.name.startswith("rnd_server_per_device") else "shared"
+            truth = json.loads((cell / "summary.json").read_text())["true_clusters"]
+            by_init.setdefault(init, []).append((np.load(cell / "novelty.npy", allow_pickle=False), truth))
+    rows = []
+    for init, got in sorted(by_init.items()):
+        chosen, exact = calibrate_gap(got)
+        rows.append([init, str(len(got)), *(f"{exact[g]}" + (" *" if g == chosen else "") for g in GAP_GRID)])
+    return ["## Gap calibration (seeds that are never judged)", "",
+            f"`{archive}`: the server version's novelty matrices on seeds 10-14 (band cells); exact recoveries by the "
+            "gap criterion at each threshold; * the threshold chosen (the most exact, ties to the median), which "
+            "`scenarios/studies/rnd_authors_skew.yaml` runs on the judged seeds 0-9.", "",
+            *markdown_table(rows, ["predictor init", "cells", *(f"gap {g:g}" for g in GAP_GRID)]), ""] if rows else []
+
+
 def predictor_init(runs: Any) -> list[str]:
     """Each run's predictor initialisation: the scenario's ``protocol.predictor_init`` (runs made before the option
     existed built every device's predictor from one seed: 'shared')."""
@@ -116,7 +158,7 @@ def authors_code(runs: Any) -> list[ClaimRow]:
     """Claim rows of rnd_authors_skew.yaml over ``JUDGED_SEEDS``: exact recoveries per variant, predictor
     initialisation and compatibility criterion. The server version with per-device predictors (the authors' code)
     tests the paper's claim; shared predictors (our variant) and the decentralized versions ask our questions."""
-    runs = runs.assign(init=predictor_init(runs))
+    runs = runs.assign(init=predictor_init(runs), variant=runs["variant"].str.removesuffix("_per_device"))
     runs = runs[runs["seed"].isin(list(JUDGED_SEEDS))]
     gap = runs.get("grid.protocol.gap")
     runs = runs.assign(threshold=[None if gap is None or not isinstance(g, (int, float)) or math.isnan(g) else float(g)
@@ -182,7 +224,8 @@ def claims(table: Any, recovered: list[tuple[str, str, float]], skews: list[tupl
 
 def write(dirs: list[Path], md: Path) -> None:
     runs = load_runs(*dirs)
-    authors, runs = runs[runs.study == "rnd_authors_skew"], runs[runs.study != "rnd_authors_skew"]
+    authors = runs[runs.study == "rnd_authors_skew"]
+    runs = runs[~runs.study.isin(["rnd_authors_skew", "rnd_authors_skew_calibration"])]
     table = cells(runs)
     skews = sorted({(k, v) for _, k, v, _ in table.index}, key=lambda s: (s[0] != "noise", s[1]))
     alphas = sorted({a for *_, a in table.index})
@@ -226,6 +269,7 @@ def write(dirs: list[Path], md: Path) -> None:
     ]
     verdicts = [(v, f"{k} {lv:g}", a) for v in VARIANTS for k, lv in skews for a in alphas
                 if (v, k, lv, a) in table.index and table.loc[(v, k, lv, a), "ok"]]
+    lines += [line for d in dirs if d.name == "rnd_authors_skew_calibration" for line in calibration(d)]
     lines += [*["## Provenance", "", "Each archive's cells by the revision that made them, and the last `p2pfl archive verify` of a "
           "sample of them at a later revision (re-run and compared byte for byte):", "", *provenance_lines(dirs), ""], *claims(table, verdicts, skews, n_seeds, authors_code(authors) if len(authors) else [])]
     for variant, title in VARIANTS.items():

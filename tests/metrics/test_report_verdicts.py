@@ -185,3 +185,15 @@ def test_feddrman_coverage_counts_runs_against_the_planned_cells():
                            "feddrman_table1_feddrman, feddrman_table2_feddrman, feddrman_table3 (")
     # the planned cells come from the studies on disk
     assert rep.study_cells()["feddrman_table2"] == 80
+
+
+def test_rnd_gap_is_calibrated_on_its_own_cells_ties_to_the_median_threshold():
+    import numpy as np
+
+    rep = analysis_module("rnd_report")
+    truth = [0, 0, 0, 1, 1, 1]
+    U = np.where(np.equal.outer(truth, truth), 1.2, 2.0)
+    np.fill_diagonal(U, 1.0)  # in-group gap 0.2, cross-group gap 1.0
+    chosen, exact = rep.calibrate_gap([(U, truth), (U, truth)])
+    assert [g for g, k in exact.items() if k == 2] == [0.2, 0.3, 0.4, 0.5, 0.75]  # 1.0 merges the groups
+    assert chosen == 0.4 and exact[0.1] == 0 and exact[1.0] == 0
