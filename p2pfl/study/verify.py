@@ -54,7 +54,7 @@ from p2pfl.study.running import ProgressFile
 if TYPE_CHECKING:
     from p2pfl.config.scenario import Scenario
 
-__all__ = ["VERIFIED_NAME", "Tolerance", "Difference", "CellResult", "Verification", "Provenance", "archived_cells",
+__all__ = ["VERIFIED_NAME", "KEYS_ADDED", "Tolerance", "Difference", "CellResult", "Verification", "Provenance", "archived_cells",
            "sample_cells", "choose_cells", "made_at", "compare_summaries", "study_tolerance", "tolerance_for",
            "verify_archive", "format_verification", "write_verified", "provenance", "provenance_line", "provenance_lines"]
 
@@ -62,6 +62,8 @@ __all__ = ["VERIFIED_NAME", "Tolerance", "Difference", "CellResult", "Verificati
 VERIFIED_NAME = "VERIFIED.json"
 #: results of a compared cell; "fails": it could not be re-run at the current code (its error is kept)
 IDENTICAL, WITHIN, DIFFERS, FAILS = "identical", "within tolerance", "differs", "fails"
+#: every value the archive holds is the same; the current code writes keys the archive lacks (a summary that grew)
+KEYS_ADDED = "same values, keys added"
 #: seconds between two progress lines of a running cell
 PROGRESS_EVERY_S = 60.0
 #: the most keys listed per differing cell under the table
@@ -176,8 +178,9 @@ def _walk(old: Any, new: Any, path: str, tol: Optional[Tolerance], out: list[Dif
 
 
 def compare_summaries(old: bytes, new: bytes, tolerance: Optional[Tolerance] = None) -> tuple[str, list[Difference]]:
-    """(result, differences) of two summary.json files: ``identical`` (the same bytes), ``within tolerance`` (every
-    difference a number within ``tolerance``) or ``differs``."""
+    """(result, differences) of two summary.json files: ``identical`` (the same bytes), ``same values, keys added``
+    (every archived value unchanged, only keys the archive lacks are new), ``within tolerance`` (every difference a
+    number within ``tolerance``, or a new key) or ``differs``."""
     if old == new:
         return IDENTICAL, []
     try:
@@ -188,7 +191,9 @@ def compare_summaries(old: bytes, new: bytes, tolerance: Optional[Tolerance] = N
     _walk(a, b, "", tolerance, diffs)
     if not diffs:  # the same values written otherwise (key order, spacing)
         diffs.append(Difference("(formatting)", "as archived", "the same values written otherwise"))
-    return (WITHIN if all(d.within for d in diffs) else DIFFERS), diffs
+    if all(d.old is _ABSENT for d in diffs):
+        return KEYS_ADDED, diffs
+    return (WITHIN if all(d.within or d.old is _ABSENT for d in diffs) else DIFFERS), diffs
 
 
 def _short(v: Any, width: int = 40) -> str:
@@ -281,7 +286,7 @@ class CellResult:
 
     @property
     def ok(self) -> bool:
-        return self.result in (IDENTICAL, WITHIN)
+        return self.result in (IDENTICAL, KEYS_ADDED, WITHIN)
 
     def text(self) -> str:
         """The table's result column: ``identical``, ``within tolerance``, ``differs: a, b``, ``fails: ...``."""
@@ -324,7 +329,7 @@ class Verification:
 
     def counts(self) -> dict[str, int]:
         c = Counter(r.result for r in self.results)
-        return {name: c[name] for name in (IDENTICAL, WITHIN, DIFFERS, FAILS)}
+        return {name: c[name] for name in (IDENTICAL, KEYS_ADDED, WITHIN, DIFFERS, FAILS)}
 
     def record(self, command: Optional[Sequence[str]] = None) -> dict[str, Any]:
         """The content of VERIFIED.json."""
@@ -716,10 +721,11 @@ def provenance_line(source: Union[str, Path, Provenance]) -> str:
     total = v.get("cells_total")
     what = "sampled " if isinstance(total, int) and sampled < total else ""
     parts = [f"{counts.get(IDENTICAL, 0)} of {sampled} {what}identical"]
-    parts += [f"{counts[k]} {k}" for k in (WITHIN, DIFFERS, FAILS) if counts.get(k)]
+    parts += [f"{counts[k]} {k}" for k in (KEYS_ADDED, WITHIN, DIFFERS, FAILS) if counts.get(k)]
     tol = v.get("tolerance")
     if counts.get(WITHIN) and isinstance(tol, dict) and all(_number(tol.get(k)) for k in ("rtol", "atol")):
-        parts[1] += f" ({Tolerance(tol['rtol'], tol['atol']).text()})"
+        at_within = next(i for i, part in enumerate(parts) if part.endswith(WITHIN))
+        parts[at_within] += f" ({Tolerance(tol['rtol'], tol['atol']).text()})"
     then = f" (the archive held {total} cells then)" if isinstance(total, int) and total != p.cells else ""
     return f"{text}; verified at {at}{' on ' + day if day else ''}: {', '.join(parts)}{then}"
 

@@ -18,6 +18,7 @@ from p2pfl.study.verify import (
     DIFFERS,
     FAILS,
     IDENTICAL,
+    KEYS_ADDED,
     VERIFIED_NAME,
     WITHIN,
     CellResult,
@@ -74,7 +75,10 @@ def test_summaries_compare_byte_for_byte_and_name_the_keys_that_differ():
     assert result == DIFFERS
     assert [(d.path, d.old, d.new) for d in diffs] == [("accuracy_per_node[1]", 0.75, 0.8), ("messages_total", 9, 10)]
     result, diffs = compare_summaries(_summary(), _summary(energy={"total_j": 1.5, "idle_j": 0.0}))
-    assert result == DIFFERS and [d.path for d in diffs] == ["energy.idle_j"]
+    assert result == KEYS_ADDED and [d.path for d in diffs] == ["energy.idle_j"]  # every archived value the same
+    assert compare_summaries(_summary(), _summary(energy={"idle_j": 0.0}))[0] == DIFFERS  # a key gone: differs
+    assert compare_summaries(_summary(), _summary(accuracy_mean=0.5 + 1e-12, bytes_wan=0), Tolerance(rtol=1e-9))[0] \
+        == WITHIN
     # within a tolerance, a number that moved a little passes; one that moved more does not
     tol = Tolerance(rtol=1e-9)
     assert compare_summaries(_summary(), _summary(accuracy_mean=0.5 + 1e-12), tol)[0] == WITHIN
