@@ -18,8 +18,8 @@ metric on different datasets are flagged under their table.
 
 from __future__ import annotations
 
+import json
 import math
-import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,8 +32,8 @@ from p2pfl.metrics.summary import LOWER_IS_BETTER, metric_label
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Score", "run_score", "time_to_fraction", "QUANTITIES", "ci95", "band", "bands", "group_stats", "report_table",
-           "write_csv", "build_figure", "report_figure", "write_report"]
+__all__ = ["Score", "run_score", "time_to_fraction", "QUANTITIES", "ci95", "band", "bands", "group_stats",
+           "group_labels", "report_table", "write_csv", "build_figure", "report_figure", "write_report"]
 
 #: load_runs column -> CSV stem (``{m}``: the group's metric) -> markdown header (``{label}``: the metric's)
 QUANTITIES: tuple[tuple[str, str, str], ...] = (
@@ -138,18 +138,8 @@ def _pm(mean: Any, sd: Any, spec: str) -> str:
 
 
 def _group_names(runs: pd.DataFrame, groups: pd.DataFrame) -> dict[str, str]:
-    """A short name per group for the table: a sweep's cell id without its seed (the study's own name for
-    the group; the study's name when the cells differ only by seed), else the legend's "scenario (protocol)"."""
-    names = {g: label.rsplit(" (n=", 1)[0] for g, label in _labels(groups).items()}
-    if "cell" not in runs.columns:
-        return names
-    for group, sub in runs.groupby("group", sort=False):
-        cells = [c for c in sub["cell"] if not _missing(c)]
-        stems = {re.sub(r"(^|__)seed\d+$", "", str(c)) for c in cells}
-        if cells and len(stems) == 1:  # one stem (a long id shortened to a digest has none: keep the label)
-            stem = stems.pop()
-            names[group] = stem or str(sub["study"].iloc[0])
-    return names
+    """A short name per group for the table: the legend's (``group_labels``: what differs between the groups)."""
+    return {g: label.rsplit(" (n=", 1)[0] for g, label in _labels(runs, groups).items()}
 
 
 def _table(groups: pd.DataFrame, metric: str, names: dict[str, str]) -> list[str]:
@@ -223,23 +213,145 @@ def write_csv(runs: pd.DataFrame, out: str | Path) -> Path:
     return out
 
 
-def _labels(groups: pd.DataFrame) -> dict[str, str]:
-    """Legend label per group: study/variant and grid values for sweep cells, scenario (protocol) otherwise."""
-    grid = [c for c in groups.columns if c.startswith("grid.")]
-    tails = [c.rsplit(".", 1)[-1] for c in grid]
-    short = {c: (t if tails.count(t) == 1 else c[len("grid."):]) for c, t in zip(grid, tails)}
-    several_studies = groups["study"].nunique() > 1
+_MISSING = object()  # a leaf a group's scenario does not have
+_VALUE_WIDTH = 32  # a label's value longer than this is cut (a list of servers, say)
+_BARE = ("study", "variant", "name", "protocol.name")  # label parts that are their value alone
+
+
+def _leaf_value(v: Any) -> Any:
+    """A column cell as a comparable leaf: JSON text (a grid value, a list) parsed back, a missing value marked."""
+    if _missing(v):
+        return _MISSING
+    if isinstance(v, str) and v[:1] in "[{":
+        try:
+            return json.loads(v)
+        except ValueError:
+            return v
+    return v
+
+
+def _leaves(value: Any, path: str) -> dict[str, Any]:
+    """A value's scalar leaves by dotted path (a list is one leaf)."""
+    if isinstance(value, dict):
+        return {k: v for key, sub in value.items() for k, v in _leaves(sub, f"{path}.{key}").items()}
+    return {path: value}
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, bool):
+        text = "true" if v else "false"
+    elif isinstance(v, float):
+        text = f"{v:g}"
+    elif isinstance(v, (list, dict)):
+        text = json.dumps(v, separators=(",", ":"))
+    else:
+        text = str(v)
+    return text if len(text) <= _VALUE_WIDTH else text[:_VALUE_WIDTH - 1] + "…"
+
+
+def _leaf_names(paths: list[str]) -> dict[str, str]:
+    """A short name per dotted path: its last part (a ``kind`` or ``name`` names its block: ``partition``,
+    ``model``), the last two where the leaf sits in a sub-block (``churn.offline``), longer where two would read
+    the same."""
+    def parts(p: str) -> list[str]:
+        ps = p.split(".")
+        return ps[:-1] if ps[-1] in ("kind", "name") and len(ps) > 1 else ps
+
+    width = {p: 2 if len(parts(p)) >= 3 else 1 for p in paths}
+    while True:
+        names = {p: ".".join(parts(p)[-width[p]:]) for p in paths}
+        clash = [p for p in paths if list(names.values()).count(names[p]) > 1 and width[p] < len(parts(p))]
+        if not clash:
+            return names
+        for p in clash:
+            width[p] += 1
+
+
+def _classes(columns: list[dict[str, Any]], groups: Sequence[str]) -> int:
+    """How many classes the groups fall into by their values in ``columns`` (each group -> value)."""
+    return len({tuple(json.dumps(c[g], sort_keys=True, default=str) for c in columns) for g in groups})
+
+
+def _telling(candidates: dict[str, dict[str, Any]], groups: Sequence[str], kept: Sequence[str] = ()) -> list[str]:
+    """``kept`` and, in order, each candidate that tells more groups apart than those before it."""
+    out = list(kept)
+    for path in candidates:
+        if path not in out and _classes([candidates[q] for q in [*out, path]], groups) > \
+                _classes([candidates[q] for q in out], groups):
+            out.append(path)
+    return out
+
+
+def _differing(axis: dict[str, dict[str, Any]], groups: Sequence[str]) -> dict[str, dict[str, Any]]:
+    return {p: vals for p, vals in axis.items() if _classes([vals], groups) > 1}
+
+
+def group_labels(runs: pd.DataFrame) -> dict[str, str]:
+    """A short name per group (``runs["group"]``), from what differs between the groups only.
+
+    Sweep cells: the study (several studies), the variant, and per grid key the fewest leaves of its value that
+    tell its values apart, those every group has first (``ifca_1g, churn.offline=0.3``: a partition every group
+    shares is left out, and so are a churn block's fields that change with its offline fraction). Runs outside a
+    study: every scenario field that differs and all of them have (``exchange=push, rounds=20``; the protocol by
+    its name alone: ``gossip``), a field some lack only where it still tells them apart, and when the scenarios have
+    different names, the name and only what still tells them apart; then, for single runs, the seed where their
+    seeds differ (``seed 3``). A group nothing tells apart is named by its variant or study, else
+    ``scenario (protocol)``.
+    """
+    first = runs.drop_duplicates("group").set_index("group", drop=False)
+    seeds = {g: sorted({int(s) for s in sub["seed"] if not _missing(s)}) if "seed" in sub else []
+             for g, sub in runs.groupby("group", sort=False)}
+    in_study = first["study"].notna()
+    labels: dict[str, str] = {}
+    # each metric's groups apart (they never share an axis or a table), sweep cells apart from other runs
+    for (_, study), rows in first.groupby([first["metric"], in_study], sort=False):
+        groups = list(rows.index)
+        if not groups:
+            continue
+        shown: dict[str, dict[str, Any]] = {}  # dotted path -> group -> value; study, variant, name: the value alone
+        if study:
+            shown.update(_differing({"study": dict(rows["study"])}, groups))
+            shown.update(_differing({"variant": {g: _leaf_value(v) for g, v in rows["variant"].items()}}, groups))
+            for col in (c for c in rows.columns if c.startswith("grid.")):
+                found = {g: _leaves(_leaf_value(v), col[len("grid."):]) for g, v in rows[col].items()}
+                axis = {p: {g: found[g].get(p, _MISSING) for g in groups}
+                        for p in dict.fromkeys(p for leaves in found.values() for p in leaves)}
+                differ = _differing(axis, groups)
+                everyone = sorted(differ, key=lambda p: any(v is _MISSING for v in differ[p].values()))
+                shown.update({p: differ[p] for p in _telling({p: differ[p] for p in everyone}, groups)})
+        else:
+            differ = _differing({c[len("scenario."):]: {g: _leaf_value(v) for g, v in rows[c].items()}
+                                 for c in rows.columns if c.startswith("scenario.") and c != "scenario.seed"}, groups)
+            everyone = [p for p, vals in differ.items() if not any(v is _MISSING for v in vals.values())]
+            # every field all of them have; one some lack (a protocol's own) only where it still tells them apart; and
+            # for different scenario files, their names and only what still tells them apart
+            kept = ["name"] if "name" in differ else everyone
+            shown = {p: differ[p] for p in _telling({p: differ[p] for p in sorted(differ, key=everyone.__contains__,
+                                                                                   reverse=True)}, groups, kept)}
+        shown = {p: shown[p] for p in sorted(shown, key=lambda p: p not in _BARE)}  # the bare values first
+        names = _leaf_names([p for p in shown if p not in _BARE])
+        # single runs outside a study: their seeds where they differ (groups of several runs: n says how many)
+        seeded = not study and all(len(seeds[g]) == 1 for g in groups) and len({tuple(seeds[g]) for g in groups}) > 1
+        for g, row in rows.iterrows():
+            parts = [_fmt_value(vals[g]) if p in _BARE else f"{names[p]}={_fmt_value(vals[g])}"
+                     for p, vals in shown.items() if vals[g] is not _MISSING]
+            if seeded:
+                parts.append(f"seed {seeds[g][0]}")
+            if not parts and study:
+                parts = [str(row["variant"] if not _missing(row["variant"]) else row["study"])]
+            labels[g] = ", ".join(parts) or f"{row['scenario']} ({row['protocol']})"
+    return labels
+
+
+def _labels(runs: pd.DataFrame, groups: pd.DataFrame) -> dict[str, str]:
+    """Legend label per group: ``group_labels`` (the dataset added where a metric's groups use several and the label
+    does not say it; a short hash where two groups would read the same), then ``(n=<runs>)``."""
+    names = group_labels(runs)
     datasets = groups.groupby("metric")["dataset"].nunique()
     labels: dict[str, str] = {}
     for _, g in groups.iterrows():
-        if not _missing(g["study"]):
-            parts = [str(g["study"])] if several_studies or _missing(g["variant"]) else []
-            parts += [] if _missing(g["variant"]) else [str(g["variant"])]
-            parts += [f"{short[c]}={g[c]}" for c in grid if not _missing(g[c])]
-            label = ", ".join(parts)
-        else:
-            label = f"{g['scenario']} ({g['protocol']})"
-        if datasets[g["metric"]] > 1:
+        label = names[g["group"]]
+        if datasets[g["metric"]] > 1 and str(g["dataset"]) not in label:
             label += f", {g['dataset']}"
         labels[g["group"]] = label
     seen: dict[tuple[str, str], int] = {}
@@ -251,8 +363,18 @@ def _labels(groups: pd.DataFrame) -> dict[str, str]:
     return {k: f"{v} (n={n})" for (k, v), n in zip(labels.items(), groups["n"])}
 
 
+def _num(col: Any) -> Any:
+    """A column as floats (None: NaN)."""
+    import pandas as pd
+
+    return pd.to_numeric(col, errors="coerce").astype(float)
+
+
 def _curve_rows(merged: pd.DataFrame, groups: pd.DataFrame, metric: str) -> dict[str, list[tuple]]:
-    """Group -> per evaluated round (mean t, mean bytes or nan, mean score, 95% CI low, high), over its runs."""
+    """Group -> per evaluated round (mean t, mean bytes or nan, mean score, 95% CI low, high), over its runs.
+
+    Bytes: what the fleet had sent by the evaluation, from ``events.jsonl``; without it (an archived cell), from
+    the curve point's traffic, ``bytes_per_device x n_devices + bytes_servers`` (the same number: tested)."""
     out: dict[str, list[tuple]] = {}
     for group in groups.loc[groups["metric"] == metric, "group"]:
         pts = merged[merged["group"] == group]
@@ -263,8 +385,10 @@ def _curve_rows(merged: pd.DataFrame, groups: pd.DataFrame, metric: str) -> dict
         for _, at in pts.groupby(key, sort=True):
             mean, _sd, lo, hi = ci95(_values(at["value"]))
             b = _values(at["bytes"])
-            rows.append((math.fsum(at["t"]) / len(at), max(math.fsum(b) / len(b), 1.0) if b else math.nan,
-                         mean, lo, hi))
+            if not b and "n_devices" in at:  # no event stream (an archived cell): the traffic the curve points carry
+                devices = _num(at["bytes_per_device"]) * _num(at["n_devices"])
+                b = _values(devices + _num(at["bytes_servers"]).fillna(0.0))
+            rows.append((math.fsum(at["t"]) / len(at), math.fsum(b) / len(b) if b else math.nan, mean, lo, hi))
         out[group] = rows
     return out
 
@@ -276,22 +400,27 @@ def build_figure(runs: pd.DataFrame, curves: pd.DataFrame) -> Any:
     and of the bytes sent by then, with the score's t-based 95% interval shaded (runs aligned by
     round; no band where a round has one run). Metrics never share an axis.
 
-    A panel without data is left out, with a note under the figure: the bytes panel when no run has
-    its event stream (``events.jsonl``; archived cells keep none), a metric's row when none of its
-    runs has a score curve. Raises UserError when nothing at all can be drawn.
+    A panel without data is left out, with a note under the figure: the bytes panel when no run has the
+    bytes it had sent by each evaluation (neither ``events.jsonl`` nor curve points that carry
+    ``bytes_per_device``: runs written before the points had it), a metric's row when none of its runs
+    has a score curve. Raises UserError when nothing at all can be drawn.
     """
     from matplotlib.figure import Figure
 
     groups = group_stats(runs)
-    labels = _labels(groups)
-    merged = curves.merge(runs[["path", "group"]], on="path")
+    labels = _labels(runs, groups)
+    merged = curves.merge(runs[["path", "group", *(["n_devices"] if "n_devices" in runs else [])]], on="path")
     metrics = list(dict.fromkeys(groups["metric"]))
     per_metric = {m: _curve_rows(merged, groups, m) for m in metrics}
     drawn = [m for m in metrics if per_metric[m]]
     if not drawn:
         raise UserError("nothing to plot: no run has a score curve (summary.json '<metric>_curve' is empty); "
                         "leave out --out, or evaluate during the run (protocol.eval_every)")
-    with_bytes = {m: any(not _missing(r[1]) for rows in per_metric[m].values() for r in rows) for m in drawn}
+    # a group that sent nothing (Local) has no place on a log axis: named under the figure instead
+    silent = {m: [g for g, rows in per_metric[m].items() if all(not _missing(r[1]) and r[1] <= 0 for r in rows)]
+              for m in drawn}
+    with_bytes = {m: any(not _missing(r[1]) for g, rows in per_metric[m].items() if g not in silent[m] for r in rows)
+                  for m in drawn}
     cols = 2 if any(with_bytes.values()) else 1
     fig = Figure(figsize=(11 if cols == 2 else 6, 4.2 * len(drawn) + 0.3))
     grid = fig.subplots(len(drawn), cols, squeeze=False)
@@ -301,17 +430,22 @@ def build_figure(runs: pd.DataFrame, curves: pd.DataFrame) -> Any:
         ax_b = row[1] if with_bytes[metric] else None
         if cols == 2 and ax_b is None:
             fig.delaxes(row[1])
-        for group, rows in per_metric[metric].items():
+        colors = _colors(len(per_metric[metric]))  # a group's colour is the same in both panels
+        at_one = False
+        for color, (group, rows) in zip(colors, per_metric[metric].items()):
             ts, bs, ys, los, his = (list(x) for x in zip(*rows))
+            at_one = at_one or (group not in silent[metric] and any(not _missing(x) and x < 1.0 for x in bs))
+            bs = [x if _missing(x) else max(x, 1.0) for x in bs]  # an evaluation before the first send: at 1
             for ax, xs in ((ax_t, ts), (ax_b, bs)):
-                if ax is None or all(_missing(x) for x in xs):  # this group's runs have no event stream
-                    continue
-                (line,) = ax.plot(xs, ys, marker="o", ms=3, label=labels[group])
+                if ax is None or all(_missing(x) for x in xs) or (ax is ax_b and group in silent[metric]):
+                    continue  # this group's runs have no traffic record, or sent nothing
+                ax.plot(xs, ys, marker="o", ms=3, color=color, label=labels[group])
                 if not all(_missing(v) for v in los):
-                    ax.fill_between(xs, los, his, color=line.get_color(), alpha=0.2, linewidth=0)
+                    ax.fill_between(xs, los, his, color=color, alpha=0.2, linewidth=0)
         ax_t.set_xlabel("simulated time (s), mean over seeds")
         if ax_b is not None:
-            ax_b.set_xlabel("bytes sent by the fleet (log; mean over seeds; none sent: drawn at 1)")
+            ax_b.set_xlabel("bytes sent by the fleet (log; mean over seeds"
+                            + ("; none yet: drawn at 1)" if at_one else ")"))
             ax_b.set_xscale("log")
         ylabel = f"mean device {metric_label(metric)}" + (" (lower is better)" if metric in LOWER_IS_BETTER else "")
         for ax in (ax_t, ax_b):
@@ -321,19 +455,32 @@ def build_figure(runs: pd.DataFrame, curves: pd.DataFrame) -> Any:
         if len(per_metric[metric]) <= _LEGEND_INSIDE:
             ax_t.legend(fontsize=7, title="shaded: 95% CI over seeds", title_fontsize=7)
         else:  # many groups: beside the row's last panel, outside the axes (the saved image widens to hold it)
-            legend = (ax_b or ax_t).legend(fontsize=6, title="shaded: 95% CI over seeds", title_fontsize=7,
+            handles = ax_t.get_legend_handles_labels()  # every group: the time panel's (the bytes panel may lack some)
+            legend = (ax_b or ax_t).legend(*handles, fontsize=6, title="shaded: 95% CI over seeds", title_fontsize=7,
                                            loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
             legend.set_in_layout(False)  # the panels keep their size; in the saved image's box again below
             outside.append(legend)
     notes = [f"{metric_label(m)}: no run has a score curve" for m in metrics if m not in drawn]
-    notes += [f"{metric_label(m)} vs bytes: no run has its event stream (events.jsonl; archived cells keep none)"
-              for m in drawn if not with_bytes[m]]
+    notes += [f"{metric_label(m)} vs bytes: no run has the bytes it sent by each evaluation (no events.jsonl, and "
+              "curve points without bytes_per_device: written before they carried it)"
+              for m in drawn if not with_bytes[m] and len(silent[m]) < len(per_metric[m])]
+    notes += [f"{metric_label(m)} vs bytes, groups that sent nothing: " + "; ".join(labels[g] for g in silent[m])
+              for m in drawn if silent[m]]
     if notes:
         fig.text(0.01, 0.005, "Left out: " + "; ".join(notes) + ".", fontsize=7, va="bottom")
     fig.tight_layout(rect=(0, 0.03 if notes else 0, 1, 1))
     for legend in outside:
         legend.set_in_layout(True)
     return fig
+
+
+def _colors(n: int) -> list[Any]:
+    """``n`` distinct line colours: matplotlib's default ten, tab20 beyond them, then cycling."""
+    from matplotlib import colormaps
+
+    if n <= 10:
+        return [f"C{i}" for i in range(n)]
+    return [colormaps["tab20"](i % 20) for i in range(n)]
 
 
 def report_figure(runs: pd.DataFrame, curves: pd.DataFrame, out: str | Path) -> Path:

@@ -14,7 +14,7 @@ from scipy import stats
 
 import p2pfl
 from p2pfl.cli import main
-from p2pfl.metrics.report import band, build_figure, ci95, group_stats, report_table
+from p2pfl.metrics.report import band, build_figure, ci95, group_labels, group_stats, report_table
 from tests.metrics.run_tree import CELLS, summary, write_cell
 
 #: summary field -> CSV stem ({m}: the run's metric)
@@ -89,6 +89,7 @@ def test_a_group_of_one_run_has_no_interval(tree, capsys):
     s = summary(tree / "plain" / "local-s1")
     assert len(rows) == 1
     row = rows[0]
+    # nothing tells it apart from another group: named by its scenario and protocol
     assert (row["group"], row["n"], row["seeds"], row["metric"]) == (f"{s['scenario']} (local)", "1", str(s["seed"]),
                                                                      "accuracy")
     assert row["accuracy mean"] == f"{s['accuracy_mean']:.4f}"
@@ -139,7 +140,10 @@ def test_two_metrics_are_kept_apart(tree, capsys):
     fig = build_figure(p2pfl.load_runs(tree / "plain", tree / "reg"), p2pfl.load_curves(tree / "plain", tree / "reg"))
     assert [ax.get_ylabel() for ax in fig.axes] == ["mean device accuracy"] * 2 + \
         ["mean device RMSE (lower is better)"] * 2
-    assert [len(ax.get_lines()) for ax in fig.axes] == [3, 3, 1, 1]  # one line per group, never a mixed axis
+    # one line per group, never a mixed axis; local sent nothing: off the log bytes axis, named under the figure
+    assert [len(ax.get_lines()) for ax in fig.axes] == [3, 2, 1, 1]
+    assert [t.get_text() for t in fig.texts] == [
+        "Left out: accuracy vs bytes, groups that sent nothing: local, lr=0.05 (n=1)."]
 
 
 def test_different_datasets_of_one_metric_are_flagged(tree, capsys):
@@ -219,7 +223,7 @@ def _archive(tree, root: Path) -> Path:
     return root / "archive"
 
 
-def test_report_on_archived_cells_leaves_out_the_bytes_panel_and_names_each_group(tree, tmp_path, capsys):
+def test_report_on_archived_cells_draws_bytes_from_the_curve_points_and_names_each_group(tree, tmp_path, capsys):
     archive = _archive(tree, tmp_path)
     png, md = tmp_path / "a.png", tmp_path / "a.md"
     assert main(["report", str(archive), "--out", str(png), "--md", str(md)]) == 0
@@ -227,30 +231,55 @@ def test_report_on_archived_cells_leaves_out_the_bytes_panel_and_names_each_grou
     assert err == "" and f"wrote {png}" in out
     assert mpimg.imread(png).shape[1] > 300
     [(_, rows)] = _tables(md.read_text(encoding="utf-8"))
-    # one name per group: the cell id without its seed, never the list of its runs
-    assert sorted(r["group"] for r in rows) == ["gossip__training.lr=0.05", "gossip__training.lr=0.2",
-                                                "local__training.lr=0.05"]
-    assert not [r for r in rows if "seed" in r["group"] or "," in r["group"]]
+    # one name per group, the legend's: what differs between the groups, never the list of its runs
+    assert sorted(r["group"] for r in rows) == ["gossip, lr=0.05", "gossip, lr=0.2", "local, lr=0.05"]
     runs = p2pfl.load_runs(archive)
     fig = build_figure(runs, p2pfl.load_curves(archive))
-    [ax] = fig.axes  # score vs time only: no run has the bytes it sent over time
+    _, ax_b = fig.axes  # no events.jsonl: the bytes come from the summary's curve points
+    assert ax_b.get_xlabel() == "bytes sent by the fleet (log; mean over seeds)" and len(ax_b.get_lines()) == 2
+    assert [t.get_text() for t in fig.texts] == [
+        "Left out: accuracy vs bytes, groups that sent nothing: local, lr=0.05 (n=1)."]
+    # the same bytes as the event stream of the runs the cells were copied from, evaluation by evaluation
+    plain = tree / "plain"
+    line = next(ln for ln in ax_b.get_lines() if ln.get_label() == "gossip, lr=0.05 (n=2)")
+    by_round = p2pfl.load_curves(plain / "gossip-s1", plain / "gossip-s2").groupby("round")["bytes"].mean()
+    assert by_round.notna().all() and np.allclose(line.get_xdata(), by_round.to_numpy(), rtol=0, atol=1e-6)
+
+
+def _without_point_bytes(archive: Path) -> Path:
+    """The archive's summaries as a run written before the curve points carried the traffic."""
+    import json
+
+    for s in archive.glob("*/summary.json"):
+        data = json.loads(s.read_text(encoding="utf-8"))
+        data["accuracy_curve"] = [{k: v for k, v in p.items() if k not in ("bytes_per_device", "bytes_servers")}
+                                  for p in data["accuracy_curve"]]
+        s.write_text(json.dumps(data), encoding="utf-8")
+    return archive
+
+
+def test_cells_without_any_traffic_record_beside_full_runs_keep_the_bytes_panel_of_the_runs_that_have_it(tree,
+                                                                                                         tmp_path):
+    archive = _without_point_bytes(_archive(tree, tmp_path))
+    fig = build_figure(p2pfl.load_runs(archive), p2pfl.load_curves(archive))
+    [ax] = fig.axes  # score vs time only: no run has the bytes it sent by each evaluation
     assert ax.get_xlabel() == "simulated time (s), mean over seeds" and len(ax.get_lines()) == 3
-    assert any("vs bytes: no run has its event stream" in t.get_text() for t in fig.texts)
-
-
-def test_archived_cells_beside_full_runs_keep_the_bytes_panel_of_the_runs_that_have_it(tree, tmp_path):
-    archive = _archive(tree, tmp_path)
+    assert [t.get_text() for t in fig.texts] == [
+        "Left out: accuracy vs bytes: no run has the bytes it sent by each evaluation (no events.jsonl, and curve "
+        "points without bytes_per_device: written before they carried it)."]
     dirs = (archive, tree / "plain")
     fig = build_figure(p2pfl.load_runs(*dirs), p2pfl.load_curves(*dirs))
     ax_t, ax_b = fig.axes
     assert ax_b.get_xscale() == "log"
-    assert len(ax_t.get_lines()) == 3 + 3 and len(ax_b.get_lines()) == 3  # the archived groups: time panel only
-    assert not fig.texts
+    assert len(ax_t.get_lines()) == 3 + 3 and len(ax_b.get_lines()) == 2  # plain's gossip groups (local sent nothing)
+    # a group's colour is the same in both panels, and the legend (beside the panels or not) names every group
+    colours = {ln.get_label(): ln.get_color() for ln in ax_t.get_lines()}
+    assert all(colours[ln.get_label()] == ln.get_color() for ln in ax_b.get_lines())
+    assert len(ax_t.get_legend().get_texts()) == 6
     mixed = (archive, tree / "reg")  # accuracy without bytes, RMSE with: one row of one panel, one of two
     fig = build_figure(p2pfl.load_runs(*mixed), p2pfl.load_curves(*mixed))
     assert [ax.get_ylabel() for ax in fig.axes] == ["mean device accuracy"] + ["mean device RMSE (lower is better)"] * 2
-    assert [t.get_text() for t in fig.texts] == [
-        "Left out: accuracy vs bytes: no run has its event stream (events.jsonl; archived cells keep none)."]
+    assert fig.texts[0].get_text().startswith("Left out: accuracy vs bytes: no run has the bytes")
 
 
 def test_runs_without_any_score_curve_are_refused_for_a_figure_before_anything_is_written(tree, tmp_path, capsys):
@@ -277,3 +306,78 @@ def test_band_is_the_interval_or_the_mean_alone() -> None:
     assert band(values) == (mean, low, high) and low < mean < high
     assert band([0.5]) == (0.5, 0.5, 0.5)  # one seed: no interval, the band is its line
     assert all(math.isnan(x) for x in band([]))
+
+
+# --- labels: what differs between the groups, in short form --------------------------------------------------------
+
+STATIC = {"churn": {"offline": 0.0, "cycle_s": 1000.0}}
+CHURN = {"churn": {"offline": 0.3, "cycle_s": 1000.0, "dist": "weibull", "shape": 1.5}}
+ROTATION = {"kind": "rotation", "angles": [0, 90, 180, 270]}
+
+
+def _confirm_like(tree, root: Path, studies: tuple[str, ...] = ("confirm",)) -> Path:
+    """Cells laid out as headline_n1000_confirm's: variants x a partition every group shares x two dynamics."""
+    from p2pfl.study.spec import cell_id
+
+    for study in studies:
+        for variant, src in (("ifca_1g", "gossip-s1"), ("local", "local-s1")):
+            for dynamics in (STATIC, CHURN):
+                for seed in (3, 4):
+                    grid = {"data.partition": ROTATION, "dynamics": dynamics}
+                    cid = cell_id(variant, grid, seed)
+                    write_cell(tree / "plain" / src, root / study / cid, study=study, cell=cid, variant=variant,
+                               grid=grid, seed=seed)
+    return root
+
+
+def test_a_study_s_groups_are_named_by_the_fields_that_differ_between_them_only(tree, tmp_path):
+    root = _confirm_like(tree, tmp_path)
+    runs = p2pfl.load_runs(root)
+    # the partition every group shares is left out; of the churn block, the field every group has tells them apart
+    assert sorted(group_labels(runs).values()) == ["ifca_1g, churn.offline=0", "ifca_1g, churn.offline=0.3",
+                                                   "local, churn.offline=0", "local, churn.offline=0.3"]
+    fig = build_figure(runs, p2pfl.load_curves(root))
+    assert sorted(t.get_text() for t in fig.axes[0].get_legend().get_texts()) == [
+        "ifca_1g, churn.offline=0 (n=2)", "ifca_1g, churn.offline=0.3 (n=2)", "local, churn.offline=0 (n=2)",
+        "local, churn.offline=0.3 (n=2)"]
+    [(_, rows)] = _tables(report_table(runs))
+    assert sorted(r["group"] for r in rows) == sorted(group_labels(runs).values())  # the table names them alike
+    two = _confirm_like(tree, tmp_path / "two", ("confirm", "explore"))
+    assert "explore, local, churn.offline=0.3" in group_labels(p2pfl.load_runs(two)).values()  # several studies
+
+
+def test_runs_outside_a_study_are_named_by_what_differs_not_by_a_hash(tree):
+    plain = tree / "plain"
+    labels = group_labels(p2pfl.load_runs(plain / "gossip-s1", plain / "gossip-lr-s2"))
+    assert sorted(labels.values()) == ["lr=0.05, seed 1", "lr=0.2, seed 2"]
+    # the protocol by its name; the fields only gossip has (exchange, mode, ...) do not tell them apart further
+    assert sorted(group_labels(p2pfl.load_runs(plain / "gossip-s1", plain / "local-s1")).values()) == ["gossip", "local"]
+    assert sorted(group_labels(p2pfl.load_runs(plain)).values()) == ["gossip, lr=0.05", "gossip, lr=0.2",
+                                                                       "local, lr=0.05"]  # groups of runs: no seed
+    assert list(group_labels(p2pfl.load_runs(plain / "local-s1")).values()) == ["tiny (local)"]  # nothing differs
+
+
+@pytest.mark.slow
+def test_report_over_the_archived_confirmatory_headline_study_reads_at_a_glance(tmp_path, capsys):
+    """``p2pfl report analysis/cells/headline/n1000_confirm --out``, as a user runs it: short legend labels and the
+    accuracy vs bytes panel from the summaries' curve points (archived cells keep no events.jsonl)."""
+    import json
+
+    archive = Path(__file__).resolve().parents[2] / "analysis" / "cells" / "headline" / "n1000_confirm"
+    png = tmp_path / "confirm.png"
+    assert main(["report", str(archive), "--out", str(png)]) == 0
+    assert f"wrote {png}" in capsys.readouterr().out and mpimg.imread(png).shape[1] > 1000
+    runs, curves = p2pfl.load_runs(archive), p2pfl.load_curves(archive)
+    fig = build_figure(runs, curves)
+    ax_t, ax_b = fig.axes
+    arms = ("ifca", "ifca_1g", "local", "oracle", "rnd_gossip_h1")
+    assert sorted(t.get_text() for t in ax_b.get_legend().get_texts()) == sorted(
+        f"{arm}, churn.offline={x} (n=5)" for arm in arms for x in ("0", "0.3"))
+    assert len(ax_t.get_lines()) == 10 and len(ax_b.get_lines()) == 8  # local sends nothing: named under the figure
+    assert [t.get_text() for t in fig.texts] == ["Left out: accuracy vs bytes, groups that sent nothing: "
+                                                 "local, churn.offline=0 (n=5); local, churn.offline=0.3 (n=5)."]
+    line = next(ln for ln in ax_b.get_lines() if ln.get_label() == "ifca, churn.offline=0 (n=5)")
+    cells = sorted(archive.glob("ifca__*offline-0.0*"))
+    points = [json.loads((c / "summary.json").read_text())["accuracy_curve"] for c in cells]
+    fleet = np.mean([[p["bytes_per_device"] * 1000 + p["bytes_servers"] for p in pts] for pts in points], axis=0)
+    assert len(cells) == 5 and np.allclose(line.get_xdata(), fleet, rtol=1e-12)
