@@ -231,7 +231,7 @@ def _run_row(path: Path) -> dict[str, Any]:
 
 
 def load_runs(*dirs: str | Path) -> pd.DataFrame:
-    """One row per run directory in ``dirs`` (see the module docstring and README "Reports").
+    """One row per run directory in ``dirs`` (see the module docstring and docs/outputs.md, "From Python").
 
     Columns: ``path``; ``study``, ``cell``, ``variant`` (None without cell.json) and ``grid.<key>``
     per grid key of cell.json; every scalar field of summary.json, nested mappings flattened with

@@ -228,7 +228,7 @@ class Expert:
     def act(self) -> np.ndarray:
         """A smooth funnel: the target height shrinks with the horizontal error, so the action is a
         continuous function of (object - gripper) and no decision hinges on sub-pixel precision
-        (a 32x32 agent view has about 2 cm per pixel; see the README's Robotics notes)."""
+        (a 32x32 agent view has about 2 cm per pixel; see docs/robotics.md)."""
         e = self.env
         p = e.grip_pos
         cube = e.cube_pos(e.task.cube)

@@ -403,12 +403,12 @@ def test_leftover_protocol_keys_suggest_unset() -> None:
     assert sc.protocol.name == "fedavg" and sc.protocol.rounds == 20
 
 
-def test_readme_robotics_baseline_command_validates(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_docs_robotics_baseline_command_validates(monkeypatch: pytest.MonkeyPatch) -> None:
     from p2pfl.cli import _parser
 
-    text = (ROOT / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
+    text = (ROOT / "docs" / "robotics.md").read_text(encoding="utf-8").replace("\\\n", " ")
     lines = [line for line in text.splitlines() if "protocol.name=fedavg" in line and line.startswith("p2pfl run")]
-    assert lines, "the README's robotics baseline command is gone"
+    assert lines, "the robotics page's baseline command (docs/robotics.md) is gone"
     for line in lines:
         args = _parser().parse_args(shlex.split(line.split("#", 1)[0])[1:])
         monkeypatch.chdir(ROOT)

@@ -1,5 +1,5 @@
 """RND discovery's modelled cost: each device embeds its data with the target once per run, and the
-clustering FLOPs equal ``n (F_t + events 3 E F_p + k F_p)`` summed over devices (README, cost model)."""
+clustering FLOPs equal ``n (F_t + events 3 E F_p + k F_p)`` summed over devices (docs/cost-model.md, "Discovery")."""
 
 from __future__ import annotations
 
