@@ -139,9 +139,6 @@ class RoundProgram(ABC):
             out[part] = self.fleet.trainer.score(self.rows[part], torch.arange(part.start, part.stop)).numpy()
         return out
 
-    def result(self) -> dict[str, Any]:
-        return {}
-
     def clusters(self) -> Optional[list[list[int]]]:
         """The federations the protocol found (None: it does not cluster)."""
         return None
@@ -153,7 +150,6 @@ class GossipRounds(RoundProgram):
     def __init__(self, params: Any, fleet: Fleet, rows: Optional[torch.Tensor]) -> None:
         super().__init__(params, fleet, rows)
         self.rng = stream(fleet.seed, "engine.peers")
-        self.exchanges_without_peer = 0
 
     def scores(self) -> np.ndarray:
         return self._scores_of_rows()
@@ -162,9 +158,7 @@ class GossipRounds(RoundProgram):
         f, adj, n = self.fleet, self.fleet.adjacency, self.fleet.n
         self.train_all()
         deg = adj.degree
-        has = deg > 0
-        self.exchanges_without_peer += int((~has).sum())
-        src = np.flatnonzero(has)
+        src = np.flatnonzero(deg > 0)
         pick = adj.indptr[src] + np.minimum((self.rng.random(len(src)) * deg[src]).astype(np.int64), deg[src] - 1)
         dst = adj.indices[pick].astype(np.int64)
         self._mix(src, dst)
@@ -211,9 +205,6 @@ class GossipRounds(RoundProgram):
                 xa, xb = x[ia], x[ib]
                 x[ia] = xa + (xb - xa) * 0.5
                 x[ib] = xb + (xa - xb) * 0.5
-
-    def result(self) -> dict[str, Any]:
-        return {"exchanges_without_peer": self.exchanges_without_peer}
 
 
 class DSGDRounds(RoundProgram):

@@ -10,8 +10,10 @@ FLOPs and simulated time are the kernel's arithmetic over arrays. It runs what t
 lossless fleet with one kind of link, plain models (float parameters only) trained by SGD. :func:`check` names
 what a scenario asks beyond that.
 
-The summary has the kernel's fields, with the same meaning, so reports read both; ``engine: tensor`` in it
-says which ran. events.jsonl holds one ``round`` line a round, not an event per device.
+The summary is built by the kernel's builder from the run's totals (``p2pfl.metrics.summary.RunTotals``), so
+it has the kernel's fields with the same meaning and reports read both; ``engine: tensor`` in it says which
+ran, and ``round_latency_s`` counts the fleet's rounds (``rounds_of: fleet``). events.jsonl holds one
+``round`` line a round, not an event per device.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ from p2pfl.errors import ConfigError
 from p2pfl.executors.batched import model_stacks
 from p2pfl.learning.models import build_model
 from p2pfl.learning.rows import table_for
-from p2pfl.metrics.energy import EnergyModel, energy_summary
-from p2pfl.metrics.summary import scores
+from p2pfl.metrics.energy import EnergyModel
+from p2pfl.metrics.summary import RunTotals, build_summary, finite_scores
 from p2pfl.seeding import child_seed, stream
 from p2pfl.sim.cost import forward_flops_per_sample, train_flops
 from p2pfl.sim.kernel import resolve_torch_device, torch_threads
@@ -166,10 +168,11 @@ class TensorSimulation:
         self._summary: dict[str, Any] = {}
 
     def progress_total(self) -> int:
-        """``on_round`` calls of a whole run: one a device a round (the kernel's count for serverless
-        protocols), one a round for FedAvg (the server's)."""
+        """``on_round`` calls of a whole run, the kernel's count (``Protocol.progress_total``): one a device a
+        round for serverless protocols, one a server a round where a server keeps the rounds."""
         rounds = self.scenario.protocol.rounds
-        return rounds if isinstance(self.program, FedAvgRounds) else rounds * self.n
+        servers = len(self.program.servers)
+        return rounds * servers if servers else rounds * self.n
 
     def _event(self, **fields: Any) -> None:
         self.n_events += 1
@@ -219,49 +222,35 @@ class TensorSimulation:
                     logged.setdefault("ari", []).append({"t": now, "value": ari, "round": r})
                 point: dict[str, Any] = {"round": r, "t": now}
                 if r == sc.protocol.rounds or (sc.protocol.eval_every is not None and r % sc.protocol.eval_every == 0):
-                    values = prog.scores()
-                    point[f"{metric}_mean"] = float(values.mean())
+                    values = prog.scores()  # a diverged model's score is not finite: the mean is None, as the kernel's
+                    point[f"{metric}_mean"] = float(values.mean()) if np.isfinite(values).all() else None
                     curve.append({**point, "bytes_per_device": int(sent[:n].sum()) / n,
                                   "bytes_servers": int(sent[n:].sum())})
                 self._event(kind="round", **point, bytes_total=int(sent.sum()))
                 if self._on_round is not None:
-                    for _ in range(1 if servers else n):
+                    for _ in range(servers if servers else n):
                         self._on_round()
         self.run_wall_s = time.perf_counter() - t0
         flops_each = jobs * self.job_flops + extra
-        flops = [int(f) for f in flops_each]
-        head = {"scenario": sc.name, "protocol": sc.protocol.name, "seed": self.seed, "rounds": sc.protocol.rounds}
-        names = prog.servers
-        d2d = int(sent[:n].sum()) if not servers else 0
-        p50, p95 = np.quantile(np.asarray(durations), [0.5, 0.95])
-        self._summary = {
-            **head, "engine": "tensor", "n_devices": n, "n_servers": servers, "sim_time_s": now,
-            **scores(metric, [float(v) for v in values]),
-            "bytes_total": int(sent.sum()), "messages_total": messages, "messages_dropped": 0,
-            "messages_dropped_by_reason": {}, "bytes_dropped_by_reason": {},
-            "bytes_per_node": sent[:n].tolist(), "bytes_received_per_node": received[:n].tolist(),
-            "bytes_relayed_per_node": [0] * n,
-            "bytes_per_server": {name: int(sent[n + k]) for k, name in enumerate(names)},
-            "bytes_received_per_server": {name: int(received[n + k]) for k, name in enumerate(names)},
-            "bytes_wan": int(sent.sum()) - d2d, "bytes_device_to_device": d2d,
-            "bytes_by_kind": dict(sorted(by_kind.items())),
-            "compute_flops_total": int(sum(flops)),
-            "compute_sim_s_total": float((flops_each / self.program.fleet.flops_per_s).sum()),
-            "compute_flops_per_node": flops,
-            "energy": energy_summary(self.energy, bytes_sent=sent[:n].tolist(), bytes_received=received[:n].tolist(),
-                                     bytes_relayed=[0] * n, flops=flops),
-            f"{metric}_curve": curve,
-            f"{metric}_over_time": [{k: v for k, v in p.items() if k != "round"} | {"devices_scored": n}
-                                    for p in curve],
-            "round_latency": {"rounds_of": "fleet", "n": len(durations), "p50": float(p50), "p95": float(p95),
-                              "max": float(max(durations))},
-            "logs": dict(sorted({**({"consensus_distance": logs} if logs else {}), **logged}.items())),
-            "true_clusters": self.data.true_clusters.tolist(), "partition": self.data.stats(),
-            "messages_in_flight": 0, **prog.result(),
-        }
+        flops = [int(f) for f in flops_each] + [0] * servers
+        head = {"scenario": sc.name, "protocol": sc.protocol.name, "seed": self.seed, "rounds": sc.protocol.rounds,
+                "engine": "tensor"}
+        final, diverged = finite_scores(values.tolist())
+        totals = RunTotals(
+            n_devices=n, server_names=prog.servers, bytes_sent=sent.tolist(), bytes_received=received.tolist(),
+            bytes_relayed=[0] * (n + servers), bytes_wan=int(sent.sum()) if servers else 0,
+            bytes_by_kind=by_kind, messages=messages, compute_flops=flops,
+            compute_sim_s_total=float((flops_each / self.program.fleet.flops_per_s).sum()), scores=final,
+            diverged=diverged, curve=curve,
+            over_time=[{k: v for k, v in p.items() if k != "round"} | {"devices_scored": n} for p in curve],
+            round_s=durations, rounds_of="fleet",
+            logs={**({"consensus_distance": logs} if logs else {}), **logged})
+        tail: dict[str, Any] = {"true_clusters": self.data.true_clusters.tolist(), "partition": self.data.stats(),
+                                "messages_in_flight": 0}
         if (found := prog.clusters()) is not None:  # the protocol's clustering fields (``Protocol.cluster_fields``)
             scored = clustering_scores(tuple(self.data.true_clusters.tolist()), found)
-            self._summary.update(clusters=scored["clusters"], ari=scored["ari"])
+            tail.update(clusters=scored["clusters"], ari=scored["ari"])
+        self._summary = build_summary(totals, metric=metric, head=head, sim_time_s=now, tail=tail, energy=self.energy)
         return self._summary
 
     def close(self) -> None:

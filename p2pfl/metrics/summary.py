@@ -1,4 +1,6 @@
-"""summary.json: the deterministic figures of one run, built from the Recorder's counts.
+"""summary.json: the deterministic figures of one run, built from its totals (:class:`RunTotals`), which the
+event kernel's Recorder (:func:`recorder_totals`) and the tensor engine (``p2pfl.engine.simulation``) both fill:
+one builder, so both engines write the same fields with the same meaning.
 
 The score is metric-aware: ``metric`` is ``accuracy`` (classification), ``rmse``
 (regression; lower is better, so the worst device is the highest) or
@@ -13,7 +15,8 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
@@ -21,7 +24,8 @@ import numpy as np
 from p2pfl.metrics.energy import EnergyModel, energy_summary
 from p2pfl.metrics.recorder import Recorder
 
-__all__ = ["METRICS", "metric_label", "scores", "score_curve", "round_latency", "build_summary", "LOWER_IS_BETTER"]
+__all__ = ["METRICS", "metric_label", "scores", "finite_scores", "score_curve", "round_latency", "RunTotals",
+           "recorder_totals", "build_summary", "LOWER_IS_BETTER"]
 
 #: metric -> axis/table label
 METRICS: dict[str, str] = {"accuracy": "accuracy", "rmse": "RMSE", "success": "rollout success rate"}
@@ -48,6 +52,13 @@ def scores(metric: str, values: list[Optional[float]], diverged: tuple[int, ...]
         f"{metric}_per_node": values,
         **({"diverged_nodes": list(diverged)} if diverged else {}),
     }
+
+
+def finite_scores(values: Sequence[float]) -> tuple[list[Optional[float]], tuple[int, ...]]:
+    """Each device's score, None where it is not a finite number (a diverged model, as the Recorder records it),
+    and those devices."""
+    out: list[Optional[float]] = [float(v) if math.isfinite(v) else None for v in values]
+    return out, tuple(i for i, v in enumerate(out) if v is None)
 
 
 def score_curve(events: list[dict[str, Any]], metric: str, traffic: dict[int, tuple[int, int]] | None = None,
@@ -97,57 +108,97 @@ def score_over_time(evaluations: list[dict[str, Any]], metric: str, traffic: lis
     return out
 
 
-def round_latency(rec: Recorder) -> dict[str, Any]:
-    """Simulated seconds per round: the servers' rounds where a server keeps the rounds (FedAvg, IFCA, ...),
-    else the devices' (each device's round from its previous one's end; the first from the start). p50, p95
-    (linear interpolation) and max; None when no round finished."""
-    by = "server" if len(rec.round_s["server"]) else "device"
-    values = np.asarray(rec.round_s[by], dtype=np.float64)
+def round_latency(round_s: Sequence[float], rounds_of: str) -> dict[str, Any]:
+    """Simulated seconds per round (``round_s``: each round's, of ``rounds_of``): p50, p95 (linear
+    interpolation) and max; None when no round finished."""
+    values = np.asarray(round_s, dtype=np.float64)
     if not len(values):
-        return {"rounds_of": by, "n": 0, "p50": None, "p95": None, "max": None}
+        return {"rounds_of": rounds_of, "n": 0, "p50": None, "p95": None, "max": None}
     p50, p95 = np.quantile(values, [0.5, 0.95])
-    return {"rounds_of": by, "n": len(values), "p50": float(p50), "p95": float(p95), "max": float(values.max())}
+    return {"rounds_of": rounds_of, "n": len(values), "p50": float(p50), "p95": float(p95), "max": float(values.max())}
 
 
-def build_summary(rec: Recorder, *, metric: str, n_devices: int, server_ids: tuple[int, ...],
-                  server_names: tuple[str, ...], head: dict[str, Any], sim_time_s: float,
+@dataclass
+class RunTotals:
+    """What a run counted, as both engines hand it to :func:`build_summary`. Per node lists run over the devices
+    (0..n-1), then the servers (in ``server_names``' order)."""
+
+    n_devices: int
+    server_names: tuple[str, ...]
+    bytes_sent: list[int]  # per node
+    bytes_received: list[int]
+    bytes_relayed: list[int]  # received as a relay of a routed message (the devices')
+    bytes_wan: int  # sent over hops that touch a server
+    bytes_by_kind: dict[str, int]
+    messages: int
+    compute_flops: list[int]  # per node
+    compute_sim_s_total: float  # modelled compute seconds, all nodes
+    scores: list[Optional[float]]  # each device's final score (None: not scored, or diverged)
+    diverged: tuple[int, ...]  # devices whose final model diverged
+    curve: list[dict[str, Any]]  # the mean device score per evaluated round (``score_curve``)
+    over_time: list[dict[str, Any]]  # the fleet's score over simulated time (``score_over_time``)
+    round_s: Sequence[float]  # simulated seconds of every round
+    rounds_of: str  # whose rounds ``round_s`` are: "device", "server" or "fleet" (the tensor engine's barriers)
+    logs: dict[str, list[dict[str, Any]]]  # protocol metrics by name (a ``node`` field is dropped)
+    messages_dropped: int = 0
+    dropped_by_reason: dict[str, int] = field(default_factory=dict)
+    bytes_dropped_by_reason: dict[str, int] = field(default_factory=dict)
+
+
+def recorder_totals(rec: Recorder, *, metric: str, n_devices: int, server_names: tuple[str, ...]) -> RunTotals:
+    """The event kernel's totals, from its Recorder: rounds are the servers' where a server keeps the rounds
+    (FedAvg, IFCA, ...), else the devices' (each device's round from its previous one's end; the first from the
+    start)."""
+    n = n_devices
+    by = "server" if len(rec.round_s["server"]) else "device"
+    return RunTotals(
+        n_devices=n, server_names=server_names, bytes_sent=rec.bytes_sent, bytes_received=rec.bytes_received,
+        bytes_relayed=rec.bytes_relayed, bytes_wan=rec.wan_bytes, bytes_by_kind=dict(rec.bytes_by_kind),
+        messages=sum(rec.messages_sent), compute_flops=rec.compute_flops, compute_sim_s_total=sum(rec.compute_sim_s),
+        scores=[rec.scores.get(i) for i in range(n)], diverged=tuple(sorted(d for d in rec.diverged if d < n)),
+        curve=score_curve(rec.evaluations, metric, rec.traffic_at_round, n),
+        over_time=score_over_time(rec.evaluations, metric, rec.traffic_at_eval, n),
+        round_s=rec.round_s[by], rounds_of=by, logs=dict(rec.logs), messages_dropped=rec.messages_dropped,
+        dropped_by_reason=dict(rec.dropped_by_reason), bytes_dropped_by_reason=dict(rec.bytes_dropped_by_reason))
+
+
+def build_summary(totals: RunTotals, *, metric: str, head: dict[str, Any], sim_time_s: float,
                   tail: dict[str, Any], energy: EnergyModel,
                   score_fields: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None) -> dict[str, Any]:
     """summary.json content: ``head`` (scenario, protocol, seed, ...), counts, scores (and after them what
     ``score_fields`` reads from the score curve: the federation's own), the devices' energy (``energy``: their
     constants), then ``tail``."""
-    n = n_devices
-    values = [rec.scores.get(i) for i in range(n)]
-    curve = score_curve(rec.evaluations, metric, rec.traffic_at_round, n)
+    t, n = totals, totals.n_devices
+    names = t.server_names
     out: dict[str, Any] = {
         **head,
         "n_devices": n,
-        "n_servers": len(server_ids),
+        "n_servers": len(names),
         "sim_time_s": sim_time_s,
-        **scores(metric, values, tuple(sorted(d for d in rec.diverged if d < n))),
-        **(score_fields(curve) if score_fields is not None else {}),
-        "bytes_total": sum(rec.bytes_sent),
-        "messages_total": sum(rec.messages_sent),
-        "messages_dropped": rec.messages_dropped,
-        "messages_dropped_by_reason": dict(sorted(rec.dropped_by_reason.items())),
-        "bytes_dropped_by_reason": dict(sorted(rec.bytes_dropped_by_reason.items())),
-        "bytes_per_node": rec.bytes_sent[:n],
-        "bytes_received_per_node": rec.bytes_received[:n],
-        "bytes_relayed_per_node": rec.bytes_relayed[:n],
-        "bytes_per_server": {name: rec.bytes_sent[sid] for sid, name in zip(server_ids, server_names)},
-        "bytes_received_per_server": {name: rec.bytes_received[sid] for sid, name in zip(server_ids, server_names)},
-        "bytes_wan": rec.wan_bytes,
-        "bytes_device_to_device": sum(rec.bytes_sent) - rec.wan_bytes,
-        "bytes_by_kind": dict(sorted(rec.bytes_by_kind.items())),
-        "compute_flops_total": sum(rec.compute_flops),
-        "compute_sim_s_total": sum(rec.compute_sim_s),
-        "compute_flops_per_node": rec.compute_flops[:n],
-        "energy": energy_summary(energy, bytes_sent=rec.bytes_sent[:n], bytes_received=rec.bytes_received[:n],
-                                 bytes_relayed=rec.bytes_relayed[:n], flops=rec.compute_flops[:n]),
-        f"{metric}_curve": curve,
-        f"{metric}_over_time": score_over_time(rec.evaluations, metric, rec.traffic_at_eval, n),
-        "round_latency_s": round_latency(rec),
-        "logs": {k: [{kk: vv for kk, vv in e.items() if kk != "node"} for e in v] for k, v in sorted(rec.logs.items())},
+        **scores(metric, t.scores, t.diverged),
+        **(score_fields(t.curve) if score_fields is not None else {}),
+        "bytes_total": sum(t.bytes_sent),
+        "messages_total": t.messages,
+        "messages_dropped": t.messages_dropped,
+        "messages_dropped_by_reason": dict(sorted(t.dropped_by_reason.items())),
+        "bytes_dropped_by_reason": dict(sorted(t.bytes_dropped_by_reason.items())),
+        "bytes_per_node": t.bytes_sent[:n],
+        "bytes_received_per_node": t.bytes_received[:n],
+        "bytes_relayed_per_node": t.bytes_relayed[:n],
+        "bytes_per_server": {name: t.bytes_sent[n + k] for k, name in enumerate(names)},
+        "bytes_received_per_server": {name: t.bytes_received[n + k] for k, name in enumerate(names)},
+        "bytes_wan": t.bytes_wan,
+        "bytes_device_to_device": sum(t.bytes_sent) - t.bytes_wan,
+        "bytes_by_kind": dict(sorted(t.bytes_by_kind.items())),
+        "compute_flops_total": sum(t.compute_flops),
+        "compute_sim_s_total": t.compute_sim_s_total,
+        "compute_flops_per_node": t.compute_flops[:n],
+        "energy": energy_summary(energy, bytes_sent=t.bytes_sent[:n], bytes_received=t.bytes_received[:n],
+                                 bytes_relayed=t.bytes_relayed[:n], flops=t.compute_flops[:n]),
+        f"{metric}_curve": t.curve,
+        f"{metric}_over_time": t.over_time,
+        "round_latency_s": round_latency(t.round_s, t.rounds_of),
+        "logs": {k: [{kk: vv for kk, vv in e.items() if kk != "node"} for e in v] for k, v in sorted(t.logs.items())},
     }
     out.update(tail)
     return out

@@ -39,7 +39,7 @@ from p2pfl.learning.saved import MODELS_FILE, pack_models, state_arrays
 from p2pfl.learning.state import flatten_live_
 from p2pfl.metrics.energy import EnergyModel
 from p2pfl.metrics.recorder import Recorder
-from p2pfl.metrics.summary import build_summary
+from p2pfl.metrics.summary import build_summary, recorder_totals
 from p2pfl.seeding import child_seed, stream, torch_generator
 from p2pfl.sim import heap
 from p2pfl.sim.context import DeviceContext, ServerContext
@@ -534,9 +534,9 @@ class Simulation:
         energy = EnergyModel(send_j_per_bit=tuple(p.send_j_per_bit for p in self.profiles),
                              receive_j_per_bit=tuple(p.receive_j_per_bit for p in self.profiles),
                              j_per_flop=tuple(p.j_per_flop for p in self.profiles))
-        return build_summary(self.recorder, metric=self.metric, n_devices=self.n_devices, server_ids=self.server_ids,
-                             server_names=tuple(s.name for s in self.topology.servers), head=head,
-                             sim_time_s=self.env.now, tail=tail, energy=energy,
+        totals = recorder_totals(self.recorder, metric=self.metric, n_devices=self.n_devices,
+                                 server_names=tuple(s.name for s in self.topology.servers))
+        return build_summary(totals, metric=self.metric, head=head, sim_time_s=self.env.now, tail=tail, energy=energy,
                              score_fields=self.federation.score_fields)
 
     def dynamics_summary(self) -> dict[str, Any]:

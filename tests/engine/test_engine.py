@@ -218,7 +218,7 @@ def test_gossip_sends_what_the_kernel_sends_and_reruns_identically() -> None:
         assert te[key] == ev[key], key
     again = api.run(SCALE["gossip"], overrides=[*small("gossip"), "engine=tensor"], write=False).summary
     assert json.dumps(again, sort_keys=True) == json.dumps(te, sort_keys=True)
-    assert te["engine"] == "tensor" and te["exchanges_without_peer"] == 0
+    assert te["engine"] == "tensor" and "exchanges_without_peer" not in te  # the kernel reports it under dynamics
     assert abs(te["accuracy_mean"] - ev["accuracy_mean"]) < 0.1  # the same task, other pairs (module docstring)
 
 

@@ -1,0 +1,26 @@
+"""Each tensor program's scenario at 8 devices and 2 rounds (MLP on 16 synthetic samples a device): a case of
+the fast tier for both engines (``test_outputs_contract``, ``tests/maths/test_messages``)."""
+
+from __future__ import annotations
+
+BASE = "scenarios/bench/scale.yaml"  # MLP on 16 synthetic samples a device
+SMALL = ["topology.n=8", "topology.radius=0.6", "protocol.rounds=2", "protocol.eval_every=1", "executor=inline"]
+SERVER = ["topology.servers=[{attach: all, egress_bps: 1.0e9}]"]
+NO_GOSSIP = ["protocol.mode", "protocol.exchange"]
+#: each program's scenario: overrides and fields removed
+PROGRAM_SETS: dict[str, tuple[list[str], list[str]]] = {
+    "gossip": ([], []),
+    "dsgd": (["protocol.name=dsgd"], NO_GOSSIP),
+    "fedavg": (["protocol.name=fedavg", *SERVER], NO_GOSSIP),
+    "ifca": (["protocol.name=ifca", "protocol.n_clusters=2", "protocol.balanced_init=true",
+              "data.partition={kind: parameter_shift, n_clusters: 2, n_features: 10}", *SERVER], NO_GOSSIP),
+    "oracle": (["protocol.name=oracle", "data.partition={kind: parameter_shift, n_clusters: 2, n_features: 10}",
+                *SERVER], NO_GOSSIP),
+    "local": (["protocol.name=local"], NO_GOSSIP),
+}
+
+
+def overrides(program: str, engine: str, extra: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+    """``program``'s overrides under ``engine`` (with ``extra``) and the fields it removes."""
+    sets, unset = PROGRAM_SETS[program]
+    return [*SMALL, *sets, f"engine={engine}", *extra], unset
