@@ -3,8 +3,9 @@
 Each program trains every device of the round (``RowTrainer``, a chunk at a time), combines the models as
 the protocol says, and returns what the round sent and how long it took (``p2pfl.engine.timing``). What a
 device learns about another still comes only from a model it was sent: the programs combine rows along
-the messages the protocol sends, and count those messages' bytes as the event kernel counts them
-(``p2pfl.sim.cost.message_bytes``: the tensor bytes, 8 a scalar, a 64-byte header).
+the messages the protocol sends, and count those messages' bytes as each protocol declares them
+(``p2pfl.maths.messages``: the sizes the event kernel measures of its payloads). The round maths (mixing
+weights, consensus distance, cluster choice, transfer times) is the kernel's own (``p2pfl.maths``).
 
 - DSGD (Lian et al. 2017; ``p2pfl.protocols.serverless.dsgd``): train, send to every neighbour, mix with
   Metropolis-Hastings weights. Synchronous by definition, so the same algorithm as the event kernel's; the
@@ -37,11 +38,15 @@ import numpy as np
 import torch
 
 from p2pfl.engine.graph import Adjacency
-from p2pfl.engine.timing import fifo, tx_s
+from p2pfl.engine.timing import fifo
 from p2pfl.engine.train import RowTrainer, chunks
+from p2pfl.maths.clusters import choose_clusters, clusters_from_assignment
+from p2pfl.maths.consensus import consensus_distance
+from p2pfl.maths.messages import message_size
+from p2pfl.maths.mixing import metropolis_edge_weights, metropolis_self_weights
 from p2pfl.protocols.server.fedavg import select_clients
 from p2pfl.seeding import stream
-from p2pfl.sim.cost import HEADER_BYTES, SCALAR_BYTES
+from p2pfl.sim.cost import tx_time_s
 from p2pfl.topology.build import Link
 
 __all__ = ["Fleet", "Round", "RoundProgram", "GossipRounds", "DSGDRounds", "LocalRounds", "ServerRounds", "FedAvgRounds", "IFCARounds", "OracleRounds",
@@ -114,17 +119,9 @@ class RoundProgram(ABC):
         """Each device's score of its model now."""
 
     def consensus_distance(self) -> Optional[float]:
-        """(1/n) sum_i ||x_i - mean(x)||^2 in float64, or None where there is one model."""
+        """(1/n) sum_i ||x_i - mean(x)||^2 of the rows (the kernel's gossip's), or None where there is one model."""
         assert self.rows is not None
-        x, n = self.rows, self.fleet.n
-        mean = torch.zeros(x.shape[1], dtype=torch.float64)
-        for part in chunks(n, self.fleet.chunk):
-            mean += x[part].double().sum(dim=0)
-        mean /= n
-        total = 0.0
-        for part in chunks(n, self.fleet.chunk):
-            total += float(x[part].double().sub_(mean).pow_(2).sum())
-        return total / n
+        return consensus_distance(self.rows)
 
     def train_all(self) -> None:
         assert self.rows is not None
@@ -162,16 +159,16 @@ class GossipRounds(RoundProgram):
         pick = adj.indptr[src] + np.minimum((self.rng.random(len(src)) * deg[src]).astype(np.int64), deg[src] - 1)
         dst = adj.indices[pick].astype(np.int64)
         self._mix(src, dst)
-        size = HEADER_BYTES + f.state_bytes
+        size = message_size("gossip", "gossip_push", f.state_bytes)  # a reply is as big
         # time: each device pushes when its training ends; its replies leave after its push, in arrival order
         c = f.compute_s()
         bw = np.minimum(np.minimum(f.link.bandwidth_bps, f.uplink_bps[src]), f.downlink_bps[dst])
-        push_done = c[src] + tx_s(size, bw)
+        push_done = c[src] + tx_time_s(size, bw)
         push_free = np.zeros(n)
         push_free[src] = push_done
         arrive = push_done + f.link.latency_s
         back = np.minimum(np.minimum(f.link.bandwidth_bps, f.uplink_bps[dst]), f.downlink_bps[src])
-        reply_done = fifo(np.maximum(arrive, push_free[dst]), tx_s(size, back), dst, n)
+        reply_done = fifo(np.maximum(arrive, push_free[dst]), tx_time_s(size, back), dst, n)
         end = float(max((reply_done + f.link.latency_s).max(initial=0.0), c.max(initial=0.0)))
         sent = np.zeros(n + len(self.servers), dtype=np.int64)
         received = np.zeros_like(sent)
@@ -214,8 +211,8 @@ class DSGDRounds(RoundProgram):
         super().__init__(params, fleet, rows)
         adj, n = fleet.adjacency, fleet.n
         deg, src = adj.degree, adj.sources
-        w = 1.0 / (1.0 + np.maximum(deg[src], deg[adj.indices]))
-        w_self = 1.0 - np.bincount(src, weights=w, minlength=n)
+        w = metropolis_edge_weights(deg[src], deg[adj.indices])
+        w_self = metropolis_self_weights(src, w, n)
         # the mixing matrix W (self weight included) as CSR, each row in id order as ``weighted_sum`` adds it
         at = np.concatenate([src, np.arange(n)])
         cols = np.concatenate([adj.indices.astype(np.int64), np.arange(n)])
@@ -231,10 +228,10 @@ class DSGDRounds(RoundProgram):
         f, adj, n = self.fleet, self.fleet.adjacency, self.fleet.n
         self.train_all()
         self._mix()
-        size = HEADER_BYTES + f.state_bytes
+        size = message_size("dsgd", "dsgd_model", f.state_bytes)
         src, dst = adj.sources, adj.indices.astype(np.int64)
         c = f.compute_s()
-        tx = tx_s(size, np.minimum(np.minimum(f.link.bandwidth_bps, f.uplink_bps[src]), f.downlink_bps[dst]))
+        tx = tx_time_s(size, np.minimum(np.minimum(f.link.bandwidth_bps, f.uplink_bps[src]), f.downlink_bps[dst]))
         run = np.cumsum(tx)  # each uplink sends to its neighbours in id order, one after another
         before = np.repeat(np.r_[0.0, run][adj.indptr[:-1]], adj.degree)
         arrive = c[src] + (run - before) + f.link.latency_s
@@ -301,7 +298,7 @@ class ServerRounds(RoundProgram):
         slots = 1 if egress is None else max(1, int(egress // link.bandwidth_bps))
         server_up = np.inf if egress is None else egress
         bw = np.minimum(np.minimum(link.bandwidth_bps, server_up), f.downlink_bps[chosen])
-        got = fifo(np.zeros(len(chosen)), tx_s(down, bw), np.arange(len(chosen)) % slots, slots) + link.latency_s
+        got = fifo(np.zeros(len(chosen)), tx_time_s(down, bw), np.arange(len(chosen)) % slots, slots) + link.latency_s
         ready = got + compute_s
         end = float((self.uploads(chosen, up, ready) + link.latency_s).max(initial=0.0))
         sent = np.zeros(n + 1, dtype=np.int64)
@@ -325,7 +322,7 @@ class ServerRounds(RoundProgram):
     def uploads(self, chosen: np.ndarray, up: int, ready: np.ndarray) -> np.ndarray:
         """When each of ``chosen``'s ``up``-byte uploads, ready at ``ready``, has left its device (parallel
         ingress) or been taken by the server one at a time (serialized)."""
-        upload = tx_s(up, np.minimum(self.server.link.bandwidth_bps, self.fleet.uplink_bps[chosen]))
+        upload = tx_time_s(up, np.minimum(self.server.link.bandwidth_bps, self.fleet.uplink_bps[chosen]))
         if self.serialized:
             return fifo(ready, upload, np.zeros(len(chosen), dtype=np.int64), 1)
         return ready + upload
@@ -369,8 +366,8 @@ class FedAvgRounds(ServerRounds):
             f.trainer.train(rows, devices)
             acc += (rows.double() * (weight / total)).sum(dim=0)
         self.global_row = acc.to(self.global_row.dtype)
-        down = HEADER_BYTES + f.state_bytes  # the global model
-        up = down + SCALAR_BYTES  # a model and its sample count
+        down = message_size("fedavg", "model", f.state_bytes)  # the global model
+        up = message_size("fedavg", "update", f.state_bytes)  # a model and its sample count
         end, sent, received = self.exchange(chosen, down, up, f.compute_s()[chosen])
         k = len(chosen)
         return Round(end, sent, received, 2 * k, {"model": k * down, "update": k * up}, chosen)
@@ -404,7 +401,7 @@ class IFCARounds(ServerRounds):
         out = np.empty(f.n, dtype=np.int64)
         for part in chunks(f.n, max(1, f.chunk // self.k)):
             losses = f.trainer.losses(self.models, torch.arange(part.start, part.stop))
-            out[part] = losses.argmin(dim=1).numpy()
+            out[part] = choose_clusters(losses.numpy())
         return out
 
     def probe(self) -> Round:
@@ -413,7 +410,8 @@ class IFCARounds(ServerRounds):
 
         f, n = self.fleet, self.fleet.n
         everyone = np.arange(n)
-        down, up = HEADER_BYTES + self.k * f.state_bytes, HEADER_BYTES + SCALAR_BYTES  # K models; a cluster id
+        down = message_size("ifca", "probe", f.state_bytes, self.k)  # K models
+        up = message_size("ifca", "probe_reply", f.state_bytes)  # a cluster id
         spent: Optional[Round] = None
         for draw in range(self.params.init_tries):
             picks = self.choose()
@@ -435,8 +433,8 @@ class IFCARounds(ServerRounds):
         chosen = self.choose()
         self.train_clusters(self.models, np.arange(n), chosen)
         self.assignment = chosen
-        down = HEADER_BYTES + self.k * f.state_bytes  # the K models
-        up = HEADER_BYTES + f.state_bytes + 2 * SCALAR_BYTES  # a model, its sample count and cluster
+        down = message_size("ifca", "models", f.state_bytes, self.k)  # the K models
+        up = message_size("ifca", "update", f.state_bytes)  # a model, its sample count and cluster
         everyone = np.arange(n)
         end, sent, received = self.exchange(everyone, down, up, self.estep_flops() / f.flops_per_s + f.compute_s())
         step = Round(end, sent, received, 2 * n, {"models": n * down, "update": n * up}, everyone,
@@ -444,10 +442,8 @@ class IFCARounds(ServerRounds):
         return step if probed is None else probed.then(step)
 
     def clusters(self) -> list[list[int]]:
-        """The non-empty clusters of the latest assignment, in cluster-id order (``clusters_from_assignment``)."""
-        order = np.argsort(self.assignment, kind="stable")
-        bounds = np.cumsum(np.bincount(self.assignment, minlength=self.k))[:-1]
-        return [g.tolist() for g in np.split(order, bounds) if len(g)]
+        """The non-empty clusters of the latest assignment, in cluster-id order."""
+        return clusters_from_assignment(self.assignment, self.k)
 
     def scores(self) -> np.ndarray:
         return self.scores_of(self.models, self.assignment)
@@ -468,7 +464,7 @@ class OracleRounds(ServerRounds):
         """Every device's join (its cluster id) to the server, before the first round."""
         n = self.fleet.n
         everyone = np.arange(n)
-        size = HEADER_BYTES + SCALAR_BYTES
+        size = message_size("oracle", "join", self.fleet.state_bytes)
         end = float((self.uploads(everyone, size, np.zeros(n)) + self.server.link.latency_s).max(initial=0.0))
         sent = np.zeros(n + 1, dtype=np.int64)
         received = np.zeros(n + 1, dtype=np.int64)
@@ -480,8 +476,8 @@ class OracleRounds(ServerRounds):
         f = self.fleet
         chosen = np.asarray(select_clients(tuple(range(f.n)), self.params.client_fraction, self.rng), dtype=np.int64)
         self.train_clusters(self.models, chosen, self.cluster_of[chosen])
-        down = HEADER_BYTES + f.state_bytes  # the device's cluster's model
-        up = down + SCALAR_BYTES  # a model and its sample count
+        down = message_size("oracle", "model", f.state_bytes)  # the device's cluster's model
+        up = message_size("oracle", "update", f.state_bytes)  # a model and its sample count
         end, sent, received = self.exchange(chosen, down, up, f.compute_s()[chosen])
         k = len(chosen)
         step = Round(end, sent, received, 2 * k, {"model": k * down, "update": k * up}, chosen)

@@ -1,26 +1,21 @@
 """Simulated time of a fleet round, from the event kernel's link model, as array arithmetic.
 
 A transfer u -> v takes 8 S / B + L: S its bytes, B = min(link bandwidth, u's uplink, v's downlink), L the
-link's latency (``p2pfl.sim.network``). A node's uplink sends one message at a time, first come first
-served: that queue is :func:`fifo`. The tensor engine runs rounds as barriers (every device starts round
-r + 1 when the last message of round r has arrived), so its time is the event kernel's where the kernel's
-devices wait for each other, and an upper bound where they do not (a gossiping device that is done starts
-its next round at once).
+link's latency (``p2pfl.sim.network``; 8 S / B is ``p2pfl.sim.cost.tx_time_s``, over arrays here). A node's
+uplink sends one message at a time, first come first served: that queue is :func:`fifo`. The tensor engine
+runs rounds as barriers (every device starts round r + 1 when the last message of round r has arrived), so its
+time is the event kernel's where the kernel's devices wait for each other, and an upper bound where they do not
+(a gossiping device that is done starts its next round at once).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fifo", "tx_s", "SHORT"]
+__all__ = ["fifo", "SHORT"]
 
 #: Queues up to this long are served together (a pass per position); longer ones one at a time.
 SHORT = 64
-
-
-def tx_s(size_bytes: int, bandwidth_bps: np.ndarray) -> np.ndarray:
-    """Seconds to put ``size_bytes`` on a link of each bandwidth."""
-    return 8.0 * size_bytes / bandwidth_bps
 
 
 def fifo(ready: np.ndarray, service: np.ndarray, queue: np.ndarray, n_queues: int) -> np.ndarray:

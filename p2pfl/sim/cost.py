@@ -8,7 +8,7 @@ Units are in the names. Backward is modelled as twice the forward FLOPs
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Union, overload
 
 import numpy as np
 import torch
@@ -37,8 +37,13 @@ SCALAR_BYTES = 8
 BACKWARD_FACTOR = 2.0
 
 
-def tx_time_s(size_bytes: int, bandwidth_bps: float) -> float:
-    """Serialization time of ``size_bytes`` on a link of ``bandwidth_bps`` bits/s."""
+@overload
+def tx_time_s(size_bytes: int, bandwidth_bps: float) -> float: ...
+@overload
+def tx_time_s(size_bytes: int, bandwidth_bps: np.ndarray) -> np.ndarray: ...
+def tx_time_s(size_bytes: int, bandwidth_bps: Union[float, np.ndarray]) -> Union[float, np.ndarray]:
+    """Serialization time of ``size_bytes`` on a link of ``bandwidth_bps`` bits/s (an array: one a link; the
+    event kernel's links one message at a time, the tensor engine's a round's at once)."""
     return 8.0 * size_bytes / bandwidth_bps
 
 

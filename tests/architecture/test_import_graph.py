@@ -37,7 +37,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
                 "p2pfl.validation")),
     ("ingredients", ("p2pfl.data", "p2pfl.learning", "p2pfl.topology", "p2pfl.metrics", "p2pfl.conditioning",
                      "p2pfl.robotics")),
-    ("runtime: what a protocol is handed", ("p2pfl.executors", "p2pfl.sim", "p2pfl.clustering")),
+    ("runtime: what a protocol is handed", ("p2pfl.executors", "p2pfl.sim", "p2pfl.clustering", "p2pfl.maths")),
     ("protocols", ("p2pfl.protocols", "p2pfl.registry")),
     ("scenario and kernel", ("p2pfl.config", "p2pfl.sim.kernel", "p2pfl.engine")),
     ("entry points", ("p2pfl.api", "p2pfl.study", "p2pfl.progress")),

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import p2pfl
-from p2pfl.protocols.serverless.gossip import consensus_distance, select_peer
+from p2pfl.maths.consensus import consensus_distance
+from p2pfl.protocols.serverless.gossip import select_peer
 from tests.helpers import digits_scenario
 
 

@@ -48,6 +48,7 @@ from torch import nn
 from p2pfl.learning.aggregate import State, clone_state, weighted_average
 from p2pfl.learning.stacked import average_losses
 from p2pfl.learning.state import live_state, load_state_
+from p2pfl.maths.clusters import choose_cluster, clusters_from_assignment
 from p2pfl.protocols.base import Process, Protocol, ProtocolParams
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -65,17 +66,6 @@ class IFCAParams(ProtocolParams):
     round_timeout_s: Optional[float] = Field(None, gt=0, description="stop waiting for updates after this long")
     restarts: int = Field(1, ge=1, description="r random initialisations of the K models, run one after another "
                                                "for `rounds` rounds each; the lowest training loss is kept")
-
-
-def choose_cluster(losses: list[float]) -> int:
-    """E-step: the cluster whose model has the lowest training loss (ties: the lowest id)."""
-    return int(np.argmin(np.asarray(losses, dtype=np.float64)))
-
-
-def clusters_from_assignment(assignment: list[int], k: int) -> list[list[int]]:
-    """Non-empty clusters as lists of device ids, in cluster-id order."""
-    groups = [[d for d, c in enumerate(assignment) if c == q] for q in range(k)]
-    return [g for g in groups if g]
 
 
 def kept_restart(losses: list[float]) -> int:

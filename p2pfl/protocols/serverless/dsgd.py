@@ -28,9 +28,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import networkx as nx
+import numpy as np
 from pydantic import Field
 
 from p2pfl.learning.aggregate import State, weighted_sum
+from p2pfl.maths.mixing import metropolis_edge_weights, metropolis_self_weights
 from p2pfl.protocols.base import ProtocolParams
 from p2pfl.protocols.serverless.neighbour_averaging import NeighbourAveraging
 
@@ -49,18 +51,21 @@ class DSGDParams(ProtocolParams):
 
 def metropolis_weights(graph: nx.Graph, node: int) -> dict[int, float]:
     """Row ``node`` of the Metropolis-Hastings matrix: {j: w_ij} for neighbours and {node: w_ii}."""
-    d_i = graph.degree(node)
-    row = {int(j): 1.0 / (1.0 + max(d_i, graph.degree(j))) for j in sorted(graph.neighbors(node))}
-    row[int(node)] = 1.0 - sum(row.values())
-    return row
+    return live_metropolis_row(int(node), graph.degree(node), {int(j): graph.degree(j) for j in graph.neighbors(node)})
 
 
 def live_metropolis_row(node: int, degree: int, arrived: dict[int, int]) -> dict[int, float]:
     """The row under dynamics: w_ij = 1 / (1 + max(d_i, d_j)) over the arrived neighbours j (their
-    degrees in ``arrived``), the rest of the row's mass on ``node`` itself."""
-    row = {j: 1.0 / (1.0 + max(degree, d_j)) for j, d_j in sorted(arrived.items())}
-    row[node] = 1.0 - sum(row.values())
-    return row
+    degrees in ``arrived``), the rest of the row's mass on ``node`` itself (``p2pfl.maths.mixing``)."""
+    ids = sorted(arrived)
+    weights = metropolis_edge_weights(np.full(len(ids), degree), np.array([arrived[j] for j in ids], dtype=np.int64))
+    return with_self_weight(node, dict(zip(ids, weights.tolist())))
+
+
+def with_self_weight(node: int, row: dict[int, float]) -> dict[int, float]:
+    """``row`` ({j: w_ij}, in id order) with ``node``'s own weight, the rest of the row's mass."""
+    weights = np.fromiter(row.values(), dtype=np.float64, count=len(row))
+    return {**row, node: float(metropolis_self_weights(np.zeros(len(row), dtype=np.int64), weights, 1)[0])}
 
 
 def metropolis_mix(states: dict[int, State], weights: dict[int, float]) -> State:
@@ -100,6 +105,5 @@ class DSGD(NeighbourAveraging[DSGDParams]):
         else:
             row = self.weights[ctx.id]
             if len(received) + 1 < len(row):  # a round timeout passed: the missing weight stays with the device
-                row = {j: w for j, w in row.items() if j in received}
-                row[ctx.id] = 1.0 - sum(row.values())
+                row = with_self_weight(ctx.id, {j: w for j, w in row.items() if j in received})
         return metropolis_mix({**received, ctx.id: mine}, row)

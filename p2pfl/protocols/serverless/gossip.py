@@ -27,17 +27,15 @@ time all devices have finished a round.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Optional, TypeVar, Union
 
 import numpy as np
-import torch
 from pydantic import Field, PositiveFloat
 from torch import nn
 
-from p2pfl.learning.aggregate import State, state_to_vector, sub
-from p2pfl.learning.flat import FlatState
+from p2pfl.learning.aggregate import sub
 from p2pfl.learning.state import add_delta_, live_state
+from p2pfl.maths.consensus import consensus_distance
 from p2pfl.protocols.base import Process, Protocol, ProtocolParams
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.sim.network import Message
     from p2pfl.sim.runinfo import RunInfo
 
-__all__ = ["Gossip", "GossipParams", "consensus_distance", "rows_of_one_table", "select_peer"]
+__all__ = ["Gossip", "GossipParams", "select_peer"]
 
 
 class GossipParams(ProtocolParams):
@@ -63,59 +61,6 @@ def select_peer(neighbors: tuple[int, ...], rng: np.random.Generator) -> Optiona
     if not neighbors:
         return None
     return int(neighbors[int(rng.integers(len(neighbors)))])
-
-
-def consensus_distance(states: Sequence[State], cols: int = 2048, cache_bytes: int = 1 << 20) -> float:
-    """Mean squared distance of the models to their average: (1/n) sum_i ||x_i - x_bar||^2.
-
-    In float64, the same bits as stacking the models into one matrix (tested): the mean in blocks of
-    ``cols`` columns, each gathered by one stack (0.2 GB for 10^4 headline MLPs, not 2 GB), or read in
-    place where the states are the consecutive rows of one table (a fleet of row models: 10^4 headline
-    MLPs in 0.86 s instead of 1.40 on a quiet core); the distances in blocks of rows that fit
-    ``cache_bytes``, so their three passes stay in cache.
-    """
-    vecs = [s.vector if isinstance(s, FlatState) else state_to_vector(s) for s in states]
-    n, d = len(vecs), vecs[0].numel()
-    table = rows_of_one_table(vecs)  # the fleet's model table in device order: read in place, nothing stacked
-    mean = torch.empty(d, dtype=torch.float64)
-    gathered = torch.empty((n, min(cols, d)), dtype=vecs[0].dtype) if table is None else None
-    block = torch.empty((n, min(cols, d)), dtype=torch.float64)
-    for a in range(0, d, cols):
-        w = min(cols, d - a)
-        part = block[:, :w]
-        if table is not None:
-            part.copy_(table[:, a : a + w])
-        else:
-            slices = [v[a : a + w] for v in vecs]
-            part.copy_(torch.stack(slices, out=gathered) if w == min(cols, d) else torch.stack(slices))
-        torch.mean(part, dim=0, out=mean[a : a + w])
-    rows = max(1, cache_bytes // (8 * d))
-    dist = torch.empty(n, dtype=torch.float64)
-    block = torch.empty((min(rows, n), d), dtype=torch.float64)
-    for a in range(0, n, rows):
-        part = block[: min(rows, n - a)]
-        if table is not None:
-            part.copy_(table[a : a + rows])
-        else:
-            for row, v in zip(part, vecs[a : a + rows]):
-                row.copy_(v)
-        torch.sum(part.sub_(mean).pow_(2), dim=1, out=dist[a : a + rows])
-    return float(dist.mean())
-
-
-def rows_of_one_table(vectors: Sequence[torch.Tensor]) -> Optional[torch.Tensor]:
-    """The ``(n, d)`` matrix whose consecutive rows ``vectors`` are, when they are (the rows of a fleet's
-    model table, ``p2pfl.learning.rows``, in device order), else None: a view, no copy."""
-    first = vectors[0]
-    d, step = first.numel(), first.numel() * first.element_size()
-    if first.dim() != 1 or (d > 1 and first.stride(0) != 1):
-        return None
-    storage, start = first.untyped_storage().data_ptr(), first.data_ptr()
-    for k, v in enumerate(vectors):
-        if (v.data_ptr() != start + k * step or v.dtype != first.dtype or v.shape != first.shape
-                or (d > 1 and v.stride(0) != 1) or v.untyped_storage().data_ptr() != storage):
-            return None
-    return first.as_strided((len(vectors), d), (d, 1))
 
 
 GP = TypeVar("GP", bound=GossipParams)

@@ -1,0 +1,54 @@
+"""Message sizes declared per message kind: what each protocol's messages carry, so that a program that never
+builds a payload (the tensor engine) counts the bytes the event kernel measures (``p2pfl.sim.cost.message_bytes``
+of the real payload; a test holds every message the kernel sends to its declared size).
+
+A message is the 64-byte header, its model states (``state_bytes`` each: the model's tensor bytes) and its
+8-byte scalars (``p2pfl.sim.cost``). The sizes are a static, lossless fleet's: under dynamics some carry a scalar
+more (DSGD's live degree), and IFCA's restarts a loss at a restart's end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from p2pfl.sim.cost import HEADER_BYTES, SCALAR_BYTES
+
+__all__ = ["Carries", "MESSAGES", "message_size"]
+
+
+@dataclass(frozen=True)
+class Carries:
+    """What one kind of message holds: ``models`` model states (``per_cluster``: that many a cluster, as IFCA's K
+    cluster models) and ``scalars`` 8-byte numbers (sample counts, cluster ids)."""
+
+    models: int = 0
+    scalars: int = 0
+    per_cluster: bool = False
+
+    def size(self, state_bytes: int, clusters: int = 1) -> int:
+        """Bytes on the wire for a model of ``state_bytes`` (``clusters``: K, where the models are one a cluster)."""
+        models = self.models * (clusters if self.per_cluster else 1)
+        return HEADER_BYTES + models * state_bytes + self.scalars * SCALAR_BYTES
+
+
+#: protocol -> message kind -> what it carries (the payloads ``p2pfl.protocols`` sends)
+MESSAGES: dict[str, dict[str, Carries]] = {
+    # push-pull gossip (Boyd et al. 2006): a model each way
+    "gossip": {"gossip_push": Carries(models=1), "gossip_reply": Carries(models=1)},
+    # D-PSGD (Lian et al. 2017): a model to each neighbour
+    "dsgd": {"dsgd_model": Carries(models=1)},
+    # FedAvg (McMahan et al. 2017, Alg. 1): the global model down, a model and its sample count up
+    "fedavg": {"model": Carries(models=1), "update": Carries(models=1, scalars=1)},
+    # IFCA (Ghosh et al. 2020, Alg. 2): K models down; a model, its sample count and cluster id up; the balanced
+    # initializer's probe (K models) and its reply (a cluster id)
+    "ifca": {"models": Carries(models=1, per_cluster=True), "update": Carries(models=1, scalars=2),
+             "probe": Carries(models=1, per_cluster=True), "probe_reply": Carries(scalars=1)},
+    # the federated Oracle: each device's cluster id once, then FedAvg within each cluster
+    "oracle": {"join": Carries(scalars=1), "model": Carries(models=1), "update": Carries(models=1, scalars=1)},
+    "local": {},
+}
+
+
+def message_size(protocol: str, kind: str, state_bytes: int, clusters: int = 1) -> int:
+    """Bytes of one ``kind`` message of ``protocol`` for a model of ``state_bytes`` (``clusters``: K)."""
+    return MESSAGES[protocol][kind].size(state_bytes, clusters)
