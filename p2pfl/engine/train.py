@@ -1,8 +1,8 @@
 """Local training and scoring of the fleet's rows, a chunk of devices at a time.
 
 Each device trains as the event kernel trains it (``train_local``: minibatch SGD, momentum from zero each
-job), its batch order drawn from its own generator (``torch_generator(seed, "node", i)``, one permutation
-an epoch, in the order of its jobs) so the orders are the kernel's. The orders of every job a run can give a
+job), its batch orders drawn from its own generator as the kernel's are (``p2pfl.learning.batches``: one
+permutation an epoch, in the order of its jobs). The orders of every job a run can give a
 device are drawn when the fleet is built and kept as small integers (``R x E x S`` of them a device: R jobs,
 E epochs, S samples), not as 5 kB of generator state a device. A chunk of k devices trains as one stacked
 model (``p2pfl.learning.stacked_sgd``, the batched executor's step), so a run's weights are within the
@@ -20,10 +20,10 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from p2pfl.engine.data import FleetData
+from p2pfl.learning.batches import batch_orders
 from p2pfl.learning.flat import Layout
 from p2pfl.learning.stacked_sgd import stacked_sgd
 from p2pfl.learning.train import TrainingSpec, task_loss
-from p2pfl.seeding import child_seeds
 
 __all__ = ["RowTrainer", "chunks"]
 
@@ -50,13 +50,7 @@ class RowTrainer:
         self.chunk = max(1, chunk)
         n, s = int(data.x.shape[0]), data.samples
         self.epochs = spec.epochs
-        self.orders = torch.empty((n, jobs * spec.epochs, s), dtype=_order_dtype(s))
-        g = torch.Generator()
-        seeds = child_seeds(seed, "node", np.arange(n)).tolist()
-        for i in range(n):  # the kernel's device generator (``torch_generator(seed, "node", i)``), drawn as its jobs draw it
-            g.manual_seed(seeds[i])
-            for t in range(jobs * spec.epochs):
-                self.orders[i, t] = torch.randperm(s, generator=g)
+        self.orders = batch_orders(seed, n, s, jobs * spec.epochs, _order_dtype(s))
         self.jobs_done = np.zeros(n, dtype=np.int64)
         self.train_wall_s = 0.0  # measured seconds in ``train`` (never steers the simulation)
         self._loss = vmap(self._one_loss)

@@ -49,6 +49,7 @@ from p2pfl.executors.base import Deferred, Executor, Future
 from p2pfl.executors.inline import InlineExecutor
 from p2pfl.executors.jobs import CallJob, Job, TrainJob, TrainOutcome, stacking_of
 from p2pfl.learning.aggregate import clone_state
+from p2pfl.learning.batches import batch_order
 from p2pfl.learning.clone import clone_module, is_plain
 from p2pfl.learning.flat import FlatState, Layout
 from p2pfl.learning.rows import ModelTable, RowModel
@@ -323,7 +324,7 @@ def _train_group(jobs: list[TrainJob], templates: dict[str, nn.Module]) -> list[
 
     batched_loss = vmap(loss_of, in_dims=(0, 0, 0, 0))
     totals, batches = stacked_sgd(lambda p, x, y: batched_loss(p, rest, x, y), parameters, X, Y,
-                                  lambda _: torch.stack([torch.randperm(n, generator=j.generator) for j in jobs]),
+                                  lambda _: torch.stack([batch_order(j.generator, n) for j in jobs]),
                                   epochs=epochs, batch_size=bs, lr=lr, momentum=momentum,
                                   weight_decay=spec.weight_decay, flat=flat)
     samples = n * epochs

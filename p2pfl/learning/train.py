@@ -15,6 +15,7 @@ from pydantic import Field
 from torch import nn
 from torch.nn import functional as F
 
+from p2pfl.learning.batches import batch_order
 from p2pfl.validation import Strict
 
 __all__ = ["TrainingSpec", "TrainResult", "train_local", "task_loss", "sgd_step", "evaluate_accuracy", "evaluate_rmse",
@@ -80,7 +81,7 @@ def train_local(
     model.train()
     total, batches = 0.0, 0
     for _ in range(epochs):
-        order = torch.randperm(n, generator=generator)
+        order = batch_order(generator, n)
         for start in range(0, n, spec.batch_size):
             idx = order[start : start + spec.batch_size]
             for p in params:

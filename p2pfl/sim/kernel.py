@@ -32,6 +32,7 @@ from p2pfl.errors import ConfigError, UserError
 from p2pfl.executors.base import Done, Executor, Future, Joined
 from p2pfl.executors.jobs import CallJob, EvalJob
 from p2pfl.executors.select import make_executor, resolve_kind
+from p2pfl.learning.batches import node_generator
 from p2pfl.learning.clone import clone_module
 from p2pfl.learning.flat import FlatState
 from p2pfl.learning.rows import ModelTable, RowModel, table_for
@@ -40,7 +41,7 @@ from p2pfl.learning.state import flatten_live_
 from p2pfl.metrics.energy import EnergyModel
 from p2pfl.metrics.recorder import Recorder
 from p2pfl.metrics.summary import build_summary, recorder_totals
-from p2pfl.seeding import child_seed, stream, torch_generator
+from p2pfl.seeding import child_seed, stream
 from p2pfl.sim import heap
 from p2pfl.sim.context import DeviceContext, ServerContext
 from p2pfl.sim.cost import forward_flops_per_sample, train_flops
@@ -434,10 +435,10 @@ class Simulation:
             for d in spec.attached:
                 attached[d].append(sid)
             servers.append(ServerContext(self, sid, spec.name, tuple(spec.attached), stream(self.seed, "node", sid),
-                                         torch_generator(self.seed, "node", sid)))
+                                         node_generator(self.seed, sid)))
         devices = [
             DeviceContext(self, i, tuple(sorted(g.neighbors(i))), stream(self.seed, "node", i),
-                          torch_generator(self.seed, "node", i), self.federation.shards[i], self.profiles[i],
+                          node_generator(self.seed, i), self.federation.shards[i], self.profiles[i],
                           tuple(attached[i]))
             for i in range(self.n_devices)
         ]
