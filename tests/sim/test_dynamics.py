@@ -13,8 +13,8 @@ from p2pfl.config import load_dict
 from p2pfl.errors import ConfigError
 from p2pfl.learning.aggregate import state_to_vector
 from p2pfl.learning.state import live_state
-from p2pfl.protocols.base import Process, Protocol
 from p2pfl.maths.consensus import consensus_distance
+from p2pfl.protocols.base import Process, Protocol
 from p2pfl.sim.dynamics import DynamicsSpec, Fleet
 from p2pfl.sim.dynamics.schedule import start_dynamics
 from p2pfl.sim.kernel import Simulation, SimulationStalled

@@ -13,8 +13,8 @@ import p2pfl
 import p2pfl.sim.kernel as kernel
 from p2pfl.api import resolve
 from p2pfl.learning.flat import FlatState, Layout
-from p2pfl.protocols.serverless.dsgd import DSGD
 from p2pfl.maths.consensus import consensus_distance, rows_of_one_table
+from p2pfl.protocols.serverless.dsgd import DSGD
 from p2pfl.protocols.serverless.gossip import Gossip
 from p2pfl.sim import heap
 from p2pfl.sim.kernel import Simulation
