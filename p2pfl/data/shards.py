@@ -12,7 +12,7 @@ test sets here; a plug-in's federation may score otherwise (robotics: rollouts).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 import torch
@@ -164,6 +164,11 @@ class Federation:
         ``forward_flops``: the model's forward FLOPs per sample (for jobs that size themselves)."""
         shard = self.shards[device]
         return TestSetEvaluation(shard.held("test_x"), shard.test_y, "rmse" if self.metric == "rmse" else "accuracy")
+
+    def validation_set(self) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        """Held-out samples (x, y) for choosing among a run's models (a checkpoint): never trained on and never
+        scored; None where the data hold none (here)."""
+        return None
 
     def score_fields(self, curve: list[dict[str, Any]]) -> dict[str, Any]:
         """Summary fields of the federation's own, read from the score curve (``<metric>_curve``: the mean

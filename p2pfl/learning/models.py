@@ -53,7 +53,8 @@ class ModelSpec(Strict):
 
     ``name: package.module:function`` builds a user model, and a plug-in's model name its function:
     ``function(input_shape, num_classes, **options)`` must return an ``nn.Module`` (its weights are
-    drawn under the run's seed).
+    drawn under the run's seed). A function with a ``check_options(options)`` attribute has ``options`` checked
+    when the scenario loads (it raises ``ValueError`` with a one-line reason).
     """
 
     name: str = "auto"
@@ -78,6 +79,11 @@ class ModelSpec(Strict):
         if self.options and self.name in BUILTIN_MODELS:
             raise ValueError(f"model.options is for user models ('package.module:function') and plug-in models; "
                              f"remove it for model {self.name!r}")
+        if self.options:  # a builder may check its options when the scenario loads: ``fn.check_options(options)``
+            fn = _user_builder(self.name if ":" in self.name else _plugin_target(self.name))
+            check = getattr(fn, "check_options", None)
+            if callable(check):
+                check(self.options)  # ValueError, one line
         return self
 
 

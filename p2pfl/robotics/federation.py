@@ -24,6 +24,8 @@ from torch import nn
 from p2pfl.data.evaluation import JobEvaluation, JobReport, KeptResult
 from p2pfl.data.shards import Federation, Shard
 from p2pfl.errors import ConfigError, DataError
+from p2pfl.learning.heldout import heldout_loss
+from p2pfl.robotics.demos import Demo
 from p2pfl.robotics.gl import require_gl
 from p2pfl.robotics.policy import ObsLayout, pack_samples, resize_frames
 from p2pfl.robotics.rollout import RolloutResult, combine_parts, rollout_parts, run_rollout_part, run_rollouts
@@ -84,6 +86,8 @@ class RobotFederation(Federation):
     make_env: Any = None
     best_of_last: int = 1  # k of the summary's success_best_of_last_k
     binarize_gripper: bool = False  # the gripper command sent as +1/-1 at rollout (LIBERO's policies)
+    #: held-out validation samples (x, y) of every task (``val_demos_per_task``): never trained on, never scored
+    validation: Optional[tuple[torch.Tensor, torch.Tensor]] = None
     renders: ClassVar[bool] = True  # rollouts render: workers are spawned, never forked
 
     @property
@@ -111,25 +115,17 @@ class RobotFederation(Federation):
                              kept=KeptResult(self.rollout_digest(model, key), RolloutResult.to_json,
                                              RolloutResult.from_json), parts=parts, combine=combine)
 
+    def validation_set(self) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        """The validation demos' samples of every task (``data.partition.val_demos_per_task``), or None."""
+        return self.validation
+
     def bc_test_loss(self, device: int, model: nn.Module, batch: int = 256) -> Optional[float]:
         """The behaviour-cloning loss of ``model`` (its ``loss``: the GMM negative log-likelihood of the expert
         actions, Eq. 4) on ``device``'s held-out demos, in eval mode: a reading for the experimenter beside the
         rollouts (logged with them; no protocol sees it, no compute charged). None where the device holds no
         test demos or the model has no ``loss``."""
         shard = self.shards[device]
-        n = int(shard.test_y.shape[0])
-        loss = getattr(model, "loss", None)
-        if n == 0 or not callable(loss):
-            return None
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                total = sum(float(loss(shard.test_x[a : a + batch], shard.test_y[a : a + batch])) * min(batch, n - a)
-                            for a in range(0, n, batch))
-        finally:
-            model.train(was_training)
-        return total / n
+        return heldout_loss(model, shard.test_x, shard.test_y, batch)
 
     def score_fields(self, curve: list[dict[str, Any]]) -> dict[str, Any]:
         """The success two ways, side by side: ``success_last_round`` (the curve's last point, the mean over
@@ -164,7 +160,8 @@ class RobotFederation(Federation):
                 "test_samples_per_device": [int(s.test_y.shape[0]) for s in self.shards],
                 "suite_per_device": list(self.device_suites),
                 "true_cluster_per_device": list(self.true_clusters), "n_clusters": self.n_clusters,
-                "tasks_per_suite": {k: list(v) for k, v in self.suite_tasks.items()}}
+                "tasks_per_suite": {k: list(v) for k, v in self.suite_tasks.items()},
+                **({"validation_samples": int(self.validation[1].shape[0])} if self.validation is not None else {})}
 
     def rollout_key(self, model: nn.Module, suite: str) -> tuple[str, str]:
         """What identifies a rollout: the suite and a hash of the model's weights."""
@@ -235,17 +232,28 @@ def check_render_lod(attrs: dict, want: float, path: Path) -> None:
                         f"python -m p2pfl.robotics.libero_demos --lod {want:g}")
 
 
-def _suite_demos(p: RobotSuitesPartition, suite: str, root: Optional[str]):
-    """[(task id, instruction, demos)] of a suite, from the generator's cache or LIBERO files."""
+def check_joint_noise(attrs: dict, want: float, path: Path) -> None:
+    """One-line error where a LIBERO demo file was recorded from other starting joints than the scenario says
+    (its ``data`` attribute ``joint_noise``, absent: 0, the arm's default pose)."""
+    have = float(attrs.get("joint_noise", 0.0))
+    if have != want:
+        raise DataError(f"{path}: demos recorded with joint_noise {have:g}, the scenario says "
+                        f"data.partition.joint_noise {want:g}; set joint_noise: {have:g}, or record demos with "
+                        f"python -m p2pfl.robotics.libero_demos --joint-noise {want:g} into another data.root")
+
+
+def _suite_demos(p: RobotSuitesPartition, suite: str, root: Optional[str]) -> list[tuple[str, str, list[Demo], list[Demo]]]:
+    """[(task id, instruction, demos, validation demos)] of a suite, from the generator's cache or LIBERO files
+    (validation demos: the ``val_demos_per_task`` after a file's first ``demos_per_task``; none when generated)."""
     from p2pfl.robotics.demos import read_demo_file, task_demos
 
     if p.source == "generated":
         from p2pfl.robotics.suites import SUITES  # suite names: checked by the schema
 
-        out = []
+        out: list[tuple[str, str, list[Demo], list[Demo]]] = []
         for t in SUITES[suite]:
             df = task_demos(t.id, p.demos_per_task, root)
-            out.append((t.id, df.instruction, df.demos))
+            out.append((t.id, df.instruction, df.demos, []))
         return out
     files = p.libero_tasks.get(suite)
     if not files:
@@ -260,9 +268,15 @@ def _suite_demos(p: RobotSuitesPartition, suite: str, root: Optional[str]):
     out = []
     for f in files:
         path = Path(f) if root is None else Path(root).expanduser() / f
-        df = read_demo_file(path, max_demos=p.demos_per_task, wrist=p.wrist)
+        want = p.demos_per_task + p.val_demos_per_task
+        df = read_demo_file(path, max_demos=want, wrist=p.wrist)
         check_render_lod(df.attrs, p.render_lod, path)
-        out.append((f"{suite}/{Path(f).stem.removesuffix('_demo')}", df.instruction, df.demos))
+        check_joint_noise(df.attrs, p.joint_noise, path)
+        if p.val_demos_per_task and len(df.demos) < want:
+            raise DataError(f"{path}: {len(df.demos)} demos, data.partition.demos_per_task + val_demos_per_task "
+                            f"= {want} needed; record more (libero_demos --demos {want}) or lower val_demos_per_task")
+        out.append((f"{suite}/{Path(f).stem.removesuffix('_demo')}", df.instruction, df.demos[:p.demos_per_task],
+                    df.demos[p.demos_per_task:]))
     return out
 
 
@@ -292,24 +306,26 @@ def build_robot_federation(spec: Any, n_devices: int, *, seed: int) -> RobotFede
     shards, suites, clusters, tasks_of, layout = [], [], [], {}, None
     instructions: dict[str, str] = {}  # task id -> the demo file's instruction (training and rollouts)
     make_env = None
+    val_x: list[np.ndarray] = []
+    val_y: list[np.ndarray] = []
     for c, suite in enumerate(p.suites):
         items = _suite_demos(p, suite, spec.root)
-        tasks_of[suite] = tuple(t for t, _, _ in items)
-        instructions.update((t, instr) for t, instr, _ in items)
+        tasks_of[suite] = tuple(t for t, _, _, _ in items)
+        instructions.update((t, instr) for t, instr, _, _ in items)
         d0 = items[0][2][0]
-        lay = ObsLayout(history=p.history, joint=d0.joint_states.shape[1], gripper=d0.gripper_states.shape[1],
-                        action=d0.actions.shape[1], wrist=p.wrist)
+        lay = ObsLayout(history=p.history, image=p.image_px, joint=d0.joint_states.shape[1],
+                        gripper=d0.gripper_states.shape[1], action=d0.actions.shape[1], wrist=p.wrist)
         if layout is not None and lay != layout:
             raise DataError(f"suite {suite!r} has observation layout {lay}, others {layout}; suites must share one robot")
         layout = lay
         demo_x, demo_y, demo_task = [], [], []
-        for ti, (_, instr, demos) in enumerate(items):
+        for ti, (_, instr, demos, val) in enumerate(items):
             for d in demos:
-                wrist = None if d.eye_in_hand_rgb is None else resize_frames(d.eye_in_hand_rgb, lay.image)
-                demo_x.append(pack_samples(lay, resize_frames(d.agentview_rgb, lay.image), d.joint_states, d.gripper_states,
-                                           instr, wrist))
+                demo_x.append(_packed(lay, d, instr))
                 demo_y.append(d.actions.astype(np.float32))
                 demo_task.append(ti)
+            val_x.extend(_packed(lay, d, instr) for d in val)
+            val_y.extend(d.actions.astype(np.float32) for d in val)
         # A stream keyed by the suite's name: a suite's shards are identical in Table I (alone) and
         # in every cross-suite setting, whatever its position in ``suites`` (the paper reuses the
         # 5-client shards), and suites draw independently: one stream shared by every suite gave
@@ -339,9 +355,17 @@ def build_robot_federation(spec: Any, n_devices: int, *, seed: int) -> RobotFede
         make_env = libero_env_factory(layout.image, instructions, wrist=layout.wrist, lod=p.render_lod)
         first = tasks_of[p.suites[0]][0]
         check_layout(make_env, first, layout.joint, layout.gripper, layout.action)
+    validation = (torch.from_numpy(np.concatenate(val_x)), torch.from_numpy(np.concatenate(val_y))) if val_x else None
     return RobotFederation(dataset="robotics", shards=tuple(shards), num_classes=0, input_shape=(layout.width,),
                            true_clusters=tuple(clusters), partition="robot_suites", task="robotics", layout=layout,
                            device_suites=tuple(suites), suite_tasks=tasks_of, eval_episodes=p.eval_episodes,
                            horizon=p.horizon, horizons=dict(p.horizons), seed=seed, make_env=make_env,
                            step_flops=_step_flops(p.source, layout.wrist), best_of_last=p.best_of_last,
-                           binarize_gripper=bool(p.binarize_gripper))
+                           binarize_gripper=bool(p.binarize_gripper), validation=validation)
+
+
+def _packed(layout: ObsLayout, d: Demo, instruction: str) -> np.ndarray:
+    """Demo ``d``'s packed samples (its frames resized to the layout's image size)."""
+    wrist = None if d.eye_in_hand_rgb is None else resize_frames(d.eye_in_hand_rgb, layout.image)
+    return pack_samples(layout, resize_frames(d.agentview_rgb, layout.image), d.joint_states, d.gripper_states,
+                        instruction, wrist)

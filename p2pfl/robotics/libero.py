@@ -25,13 +25,12 @@ from p2pfl.errors import DataError
 from p2pfl.robotics.cull import cull_robosuite_renders
 from p2pfl.robotics.gl import require_gl
 from p2pfl.robotics.lod import simplify_robosuite_renders
-from p2pfl.robotics.schema import LIBERO_HORIZONS
+from p2pfl.robotics.schema import CAMERA_PX, LIBERO_HORIZONS
 
 __all__ = ["libero_available", "require_libero", "libero_benchmark", "bddl_path", "libero_env_factory",
            "libero_task_names", "check_layout", "prepare_renders", "LiberoEnv", "LiberoEnvFactory", "CAMERA_PX",
            "object_of", "holds", "renew_robots"]
 
-CAMERA_PX = 128  # LIBERO's camera size; images are resized to the policy's layout
 _SETTLE_STEPS = 5  # LIBERO's evaluations idle 5 steps after placing the objects
 
 

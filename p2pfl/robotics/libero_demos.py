@@ -19,7 +19,8 @@ such states in the demos, labelled with the expert's correction. Training reads 
 where a file has them.
 
 Files carry what LIBERO's dataset files carry: ``data`` attributes ``problem_info``, ``env_args``, ``bddl_file_name``, ``bddl_file_content``, ``macros_image_convention``, ``num_demos``
-and ``total``; per demo ``num_samples``, ``model_file`` and ``init_state`` and the datasets
+and ``total`` (and ours: ``render_lod``, ``joint_noise`` and ``noise``, how the file was recorded; a scenario's
+``data.partition.render_lod`` and ``joint_noise`` must match them); per demo ``num_samples``, ``model_file`` and ``init_state`` and the datasets
 ``actions``, ``expert_actions``, ``states``, ``robot_states``, ``rewards``, ``dones`` and ``obs/{agentview_rgb,
 eye_in_hand_rgb, joint_states, gripper_states, ee_pos, ee_ori, ee_states}``.
 """
@@ -233,6 +234,8 @@ def record_task(suite: str, task_index: int, n: int, out: Path, *, camera_px: in
             g.attrs["num_demos"] = kept
             g.attrs["total"] = total
             g.attrs["render_lod"] = float(lod)  # ours: the meshes the images were drawn with (0: LIBERO's whole)
+            g.attrs["joint_noise"] = float(joint_noise)  # ours: the arm's start perturbed (data.partition.joint_noise)
+            g.attrs["noise"] = float(noise)  # ours: DART's noise on the executed translation
         if kept == 0:
             raise DataError(f"{suite}/{task.name}: the scripted expert failed all {attempts} attempts")
         os.replace(tmp, path)  # with fewer than n demos where the attempts ran out (the result says so)

@@ -15,19 +15,23 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
+from pydantic import ValidationError
 from torch import nn
 from torch.nn import functional as F
 
 from p2pfl.errors import ConfigError
 from p2pfl.robotics.gmm import GMM, GMMHead, gmm_nll
+from p2pfl.robotics.schema import PolicyOptions
+from p2pfl.validation import format_validation_error
 
 __all__ = ["ObsLayout", "tokenize", "pack_samples", "ResNetTPolicy", "MODALITIES", "VOCAB", "Packed", "resize_frames",
-           "robot_policy"]
+           "robot_policy", "policy_options"]
 
 VOCAB = 512
 #: The paper's modalities (Sec. III-B); "wrist" only where the layout has the eye-in-hand camera.
@@ -132,19 +136,22 @@ class SpatialSoftmax(nn.Module):
 
 
 class FiLMConvEncoder(nn.Module):
-    """conv(3->16, s2) - FiLM - conv(16->32, s2) - FiLM - conv(32->32) - spatial softmax (8x8 maps) - linear."""
+    """conv(3->c, s2) - FiLM - conv(c->2c, s2) - FiLM - conv(2c->2c) - spatial softmax (image/4 px maps: 8x8 at
+    32 px) - linear; ``c`` = ``channels`` (16 by default)."""
 
-    def __init__(self, d: int, image: int) -> None:
+    def __init__(self, d: int, image: int, channels: int = 16) -> None:
         super().__init__()
-        self.c1 = nn.Conv2d(3, 16, 4, stride=2, padding=1)
-        self.c2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
-        self.c3 = nn.Conv2d(32, 32, 3, padding=1)
-        self.film = nn.Linear(d, 2 * (16 + 32) + 64)
+        c = channels
+        self.c1 = nn.Conv2d(3, c, 4, stride=2, padding=1)
+        self.c2 = nn.Conv2d(c, 2 * c, 3, stride=2, padding=1)
+        self.c3 = nn.Conv2d(2 * c, 2 * c, 3, padding=1)
+        self.film = nn.Linear(d, 2 * (c + 2 * c) + 4 * c)
         self.keypoints = SpatialSoftmax()
-        self.proj = nn.Linear(64, d)
+        self.proj = nn.Linear(4 * c, d)
+        self.film_split = [c, c, 2 * c, 2 * c, 4 * c]  # FiLM's gains and biases of conv 1 and 2, the keypoints' gates
 
     def forward(self, img: torch.Tensor, lang: torch.Tensor) -> torch.Tensor:
-        g1, b1, g2, b2, gk = torch.split(self.film(lang), [16, 16, 32, 32, 64], dim=-1)
+        g1, b1, g2, b2, gk = torch.split(self.film(lang), self.film_split, dim=-1)
         x = F.relu(self.c1(img) * (1 + g1[:, :, None, None]) + b1[:, :, None, None])
         x = F.relu(self.c2(x) * (1 + g2[:, :, None, None]) + b2[:, :, None, None])
         # language gates the keypoints too: a multiplicative selection of which object to track
@@ -199,21 +206,30 @@ class TemporalBlock(nn.Module):
 
 
 class ResNetTPolicy(nn.Module):
-    """Language-conditioned visuomotor policy with a GMM action head (about 100k parameters)."""
+    """Language-conditioned visuomotor policy with a GMM action head (0.14 M parameters with both cameras at the
+    defaults).
 
-    def __init__(self, layout: ObsLayout, d: int = 64, modes: int = 5) -> None:
+    ``width``: the token width d (the transformer's feed-forward is 3d wide); ``depth``: transformer blocks;
+    ``channels``: the first conv layer's channels c of each image encoder (then 2c, 2c). The defaults (64, 1, 16)
+    build the policy as it always was, the same weights from the same seed (``model.options`` of
+    ``robot_policy``, validated by ``p2pfl.robotics.schema.PolicyOptions``).
+    """
+
+    def __init__(self, layout: ObsLayout, d: int = 64, modes: int = 5, *, depth: int = 1, channels: int = 16) -> None:
         super().__init__()
         self.layout = layout
         self.embed = nn.Embedding(VOCAB, 32, padding_idx=0)
         self.text = nn.Linear(32, d)
-        self.agent = FiLMConvEncoder(d, layout.image)
+        self.agent = FiLMConvEncoder(d, layout.image, channels)
         if layout.wrist:
-            self.wrist = FiLMConvEncoder(d, layout.image)
+            self.wrist = FiLMConvEncoder(d, layout.image, channels)
         self.joint = nn.Linear(layout.joint, d)
         self.gripper = nn.Linear(layout.gripper, d)
         self.joint_norm, self.gripper_norm = RunningNorm(layout.joint), RunningNorm(layout.gripper)
         self.pos = nn.Parameter(torch.zeros(1, 1 + self.tokens_per_step * layout.history, d))
-        self.temporal = TemporalBlock(d)
+        self.temporal = TemporalBlock(d, ff=3 * d)
+        # blocks after the first (none at depth 1: the state dict and the seeded weights stay as they were)
+        self.more = nn.ModuleList(TemporalBlock(d, ff=3 * d) for _ in range(depth - 1))
         self.head = GMMHead(d, layout.action, modes)
 
     @property
@@ -236,6 +252,8 @@ class ResNetTPolicy(nn.Module):
         m = self.tokens_per_step
         steps = torch.stack([feats[k] for k in MODALITIES[1:] if k in feats], 1).reshape(b, m * h, -1)
         z = self.temporal(torch.cat([lang[:, None], steps], 1) + self.pos)
+        for block in self.more:
+            z = block(z)
         return z[:, -m], feats
 
     def distribution(self, x: torch.Tensor) -> GMM:
@@ -256,9 +274,28 @@ class ResNetTPolicy(nn.Module):
 
 def robot_policy(input_shape: tuple[int, ...], num_classes: int, *, hint: object = None, **options: object) -> ResNetTPolicy:
     """The ``robot_policy`` model (a plug-in model, ``p2pfl.plugins``): the policy for the robot data's
-    observation layout (``hint``, the robot federation's ``model_hint``)."""
+    observation layout (``hint``, the robot federation's ``model_hint``); ``options`` (``model.options``):
+    ``width``, ``depth`` and ``channels`` (``p2pfl.robotics.schema.PolicyOptions``)."""
     if not isinstance(hint, ObsLayout):
         raise ConfigError("model.name 'robot_policy' needs robot data (data.dataset: robotics)")
-    if options:
-        raise ConfigError(f"model.options: robot_policy takes none; remove {', '.join(sorted(options))}")
-    return ResNetTPolicy(hint)
+    o = policy_options(options)
+    return ResNetTPolicy(hint, o.width, depth=o.depth, channels=o.channels)
+
+
+def policy_options(options: Mapping[str, object]) -> PolicyOptions:
+    """``model.options`` of ``robot_policy`` validated; a one-line ``ConfigError`` naming the first bad one."""
+    try:
+        return PolicyOptions.model_validate(dict(options))
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, "robot_policy", "model.options", dict(options))) from None
+
+
+def _check_options(options: Mapping[str, object]) -> None:
+    """``ModelSpec``'s load-time check of ``model.options`` (ValueError, one line)."""
+    try:
+        policy_options(options)
+    except ConfigError as err:
+        raise ValueError(str(err)) from None
+
+
+robot_policy.check_options = _check_options  # type: ignore[attr-defined]

@@ -14,8 +14,9 @@ from pydantic import Field, field_validator, model_validator
 
 from p2pfl.data.datasets import DatasetInfo
 from p2pfl.data.schema import DataSpec, PluginPartition
+from p2pfl.validation import Strict
 
-__all__ = ["ROBOTICS", "RobotSuitesPartition", "SUITE_NAMES", "LIBERO_HORIZONS"]
+__all__ = ["ROBOTICS", "RobotSuitesPartition", "SUITE_NAMES", "LIBERO_HORIZONS", "PolicyOptions", "CAMERA_PX"]
 
 #: The ``robotics`` dataset: packed observations (``p2pfl.robotics.policy.ObsLayout``, 6170 wide for the
 #: default layout) and expert actions, built by its partition kind; ``model: auto`` is the robot policy.
@@ -29,6 +30,21 @@ SUITE_NAMES = ("spatial", "object", "goal")
 #: evaluation (OpenVLA's ``max_steps``, sized to the longest human demonstration of each suite).
 LIBERO_HORIZONS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520,
                    "libero_90": 400}
+#: The px of LIBERO's camera renders (demos and rollouts); the policy sees them resized to ``image_px``.
+CAMERA_PX = 128
+
+
+class PolicyOptions(Strict):
+    """``model.options`` of ``robot_policy`` (``p2pfl.robotics.policy.ResNetTPolicy``); the defaults build the
+    0.14 M-parameter policy (both cameras) as it always was. Parameters grow about as width^2 x depth (the
+    transformer) and channels^2 (the image encoders)."""
+
+    width: int = Field(64, ge=16, le=1024, multiple_of=4,
+                       description="token width d of every modality encoder and the transformer (its feed-forward "
+                                   "3d wide; a multiple of its 4 attention heads)")
+    depth: int = Field(1, ge=1, le=8, description="transformer blocks over the text and modality tokens")
+    channels: int = Field(16, ge=4, le=256, description="channels c of each image encoder's first conv layer (then "
+                                                        "2c and 2c; 2c spatial-softmax keypoints)")
 
 
 class RobotSuitesPartition(PluginPartition):
@@ -66,6 +82,20 @@ class RobotSuitesPartition(PluginPartition):
                                                description="libero source: suite -> demo files (relative to data.root)")
     wrist: bool = Field(False, description="the eye-in-hand camera as a second image modality (the paper's wrist "
                                            "RGB; libero source: the demos' obs/eye_in_hand_rgb)")
+    image_px: int = Field(32, ge=8, le=CAMERA_PX,
+                          description="the policy's image size: the cameras' renders (libero source: 128 px) resized "
+                                      "to image_px by area averaging, in training and rollouts alike; other than 32 "
+                                      "needs source: libero (the generated suites render 32 px)")
+    joint_noise: float = Field(0.0, ge=0.0, le=0.2,
+                               description="libero source: the std (rad) of the noise on the arm's starting joints "
+                                           "the demo files were recorded with (libero_demos --joint-noise; LIBERO's "
+                                           "fixed initial states, where rollouts start, carry about 0.02); checked "
+                                           "against each file's joint_noise (absent: 0)")
+    val_demos_per_task: int = Field(0, ge=0, le=1000,
+                                    description="libero source: the demos of each task file after its first "
+                                                "demos_per_task held out as validation samples (never trained on, "
+                                                "never scored; protocol.checkpoint: best_val_nll of centralized "
+                                                "selects by them); the files must hold that many more")
     render_lod: float = Field(0.0, ge=0.0, le=0.01,
                               description="libero source: rollouts draw the visual meshes simplified within this "
                                           "many metres (p2pfl.robotics.lod; 0: LIBERO's meshes whole); the demo "
@@ -91,6 +121,13 @@ class RobotSuitesPartition(PluginPartition):
             raise ValueError("render_lod needs source: libero (the generated suites' meshes are simple already)")
         if self.wrist and self.source != "libero":
             raise ValueError("wrist: true needs source: libero (the generated suites render the agent view only)")
+        if self.image_px != 32 and self.source != "libero":
+            raise ValueError(f"image_px: {self.image_px} needs source: libero (the generated suites' demos are "
+                             "rendered at 32 px); remove it")
+        if self.joint_noise > 0 and self.source != "libero":
+            raise ValueError("joint_noise needs source: libero (it names how LIBERO demo files were recorded)")
+        if self.val_demos_per_task and self.source != "libero":
+            raise ValueError("val_demos_per_task needs source: libero (demos read from files); remove it")
         if self.source == "libero":
             object.__setattr__(self, "horizons", {s: self.horizons.get(s, LIBERO_HORIZONS[s]) for s in self.suites})
         if self.binarize_gripper is None:

@@ -459,6 +459,11 @@ class DeviceContext(NodeContext):
         ``pooled`` mode), which model a data centre holding all data; they account its upload themselves."""
         return self._sim.federation.shards
 
+    def pooled_validation(self) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        """The data's held-out validation samples (``Federation.validation_set``), for the pooled references'
+        choice of a checkpoint (``centralized``'s ``checkpoint: best_val_nll``); None where the data hold none."""
+        return self._sim.federation.validation_set()
+
     def work(self, fn: Callable[..., T], *args: Any, flops: int, what: str) -> Generator[Any, Any, T]:
         """Run ``fn(*args)`` as a job and charge ``flops`` of modelled compute; its value at completion.
 

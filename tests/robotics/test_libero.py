@@ -283,6 +283,7 @@ def test_a_recorded_expert_demo_is_in_liberos_format_and_replays_to_success(tmp_
     with h5py.File(res.path) as f:
         g = f["data"]
         assert {"problem_info", "env_args", "bddl_file_name", "bddl_file_content", "num_demos", "total"} <= set(g.attrs)
+        assert (g.attrs["joint_noise"], g.attrs["noise"], g.attrs["render_lod"]) == (0.02, 0.2, 0.0)  # how it was recorded
         d = g["demo_0"]
         assert {"num_samples", "model_file", "init_state"} <= set(d.attrs)
         assert {"actions", "expert_actions", "states", "robot_states", "rewards", "dones"} <= set(d)
