@@ -106,7 +106,9 @@ def test_the_regeneration_commands_are_built_from_the_sweeps(capsys):
     assert main(["--list", "rnd_recovery"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert listed[0] == "rnd_recovery (studies)"
-    assert "  archive  analysis/cells/rnd_authors_skew_calibration (planned)" in listed
+    assert "  archive  analysis/cells/rnd_authors_skew_calibration" in listed
+    assert main(["--list", "headline_v3_pilot"]) == 0
+    assert "  archive  analysis/cells/headline_v3/pilot (planned)" in capsys.readouterr().out.splitlines()
 
 
 def _raw() -> dict[str, Any]:

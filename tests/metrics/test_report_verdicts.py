@@ -197,3 +197,15 @@ def test_rnd_gap_is_calibrated_on_its_own_cells_ties_to_the_median_threshold():
     chosen, exact = rep.calibrate_gap([(U, truth), (U, truth)])
     assert [g for g, k in exact.items() if k == 2] == [0.2, 0.3, 0.4, 0.5, 0.75]  # 1.0 merges the groups
     assert chosen == 0.4 and exact[0.1] == 0 and exact[1.0] == 0
+
+
+def test_headline_v3_pilot_round_budget_reads_the_gain_over_the_last_fifth():
+    rep = analysis_module("headline_v3_pilot")
+    curve = [(4 * k, 0.5 + 0.1 * (1 - 0.9 ** k)) for k in range(1, 61)]  # rises ever more slowly to round 240
+    r = rep.round_budget(curve)
+    before = max(q for q, _ in curve if q <= 0.8 * r)
+    acc = dict(curve)
+    assert acc[r] - acc[before] < 0.003
+    earlier = [q for q, _ in curve if q < r and [p for p, _ in curve if p <= 0.8 * q]]
+    assert all(acc[q] - acc[max(p for p, _ in curve if p <= 0.8 * q)] >= 0.003 for q in earlier)
+    assert rep.round_budget([(4 * k, 0.01 * k) for k in range(1, 61)]) is None  # still rising 1 point a step
