@@ -46,6 +46,7 @@ from p2pfl.sim import heap
 from p2pfl.sim.context import DeviceContext, ServerContext
 from p2pfl.sim.cost import forward_flops_per_sample, train_flops
 from p2pfl.sim.dynamics import Fleet
+from p2pfl.sim.dynamics.draws import dynamics_seed
 from p2pfl.sim.dynamics.mobility import Mover
 from p2pfl.sim.dynamics.schedule import start_dynamics
 from p2pfl.sim.evaluations import EvaluationStore
@@ -241,9 +242,7 @@ class Simulation:
     def dynamics_seed(self) -> int:
         """The seed of the dynamics' streams: ``dynamics.seed``, else one derived from the scenario's."""
         dyn = self.scenario.dynamics
-        if dyn is not None and dyn.seed is not None:
-            return child_seed(dyn.seed, "dynamics")
-        return child_seed(self.seed, "dynamics")
+        return dynamics_seed(self.seed, None if dyn is None else dyn.seed)
 
     # --- services for contexts and protocols -------------------------------------------------
 

@@ -26,7 +26,7 @@ import simpy
 
 from p2pfl.errors import ConfigError
 from p2pfl.seeding import stream
-from p2pfl.sim.dynamics.draws import affected, draw_period
+from p2pfl.sim.dynamics.draws import affected, renewal
 from p2pfl.sim.dynamics.fleet import Fleet, edge
 from p2pfl.sim.dynamics.mobility import Mover, build_mover
 from p2pfl.sim.dynamics.schema import DynamicsSpec, EventSpec, HalfPlane, StragglerSpec, _Durations
@@ -37,14 +37,14 @@ __all__ = ["start_dynamics", "half_plane_groups"]
 
 def _renewal(env: simpy.Environment, rng: np.random.Generator, law: _Durations,
              switch: Callable[[bool], None]) -> Generator[simpy.Event, Any, None]:
-    """Up and down periods forever, from the stationary state."""
-    up_mean, down_mean = law.means()
-    up = bool(rng.random() >= down_mean / (up_mean + down_mean))
+    """Up and down periods forever, from the stationary state (``draws.renewal``)."""
+    periods = renewal(rng, law)
+    up, length = next(periods)
     if not up:
         switch(False)
     while True:
-        yield env.timeout(draw_period(rng, law, up_mean if up else down_mean))
-        up = not up
+        yield env.timeout(length)
+        up, length = next(periods)
         switch(up)
 
 
