@@ -4,5 +4,6 @@ programs (``p2pfl.engine.rounds``) run one algorithm two ways, and what a round 
 ``mixing`` (Metropolis-Hastings weights from degrees), ``consensus`` (the fleet's consensus distance),
 ``clusters`` (cluster choice by argmin, clusters from an assignment), ``messages`` (message sizes declared per
 message kind), ``dac`` (DAC cosine's round over the fleet's rows: cosines over CSR pairs, top-k, uniform averaging
-in bounded memory), ``churn`` (the kernel's churn draws replayed as online masks and states at arrival times). Transfer time is ``p2pfl.sim.cost.tx_time_s``; a device's batch orders ``p2pfl.learning.batches``.
+in bounded memory), ``churn`` (the kernel's churn draws replayed as online masks and states at arrival times).
+Transfer time is ``p2pfl.sim.cost.tx_time_s``; a device's batch orders ``p2pfl.learning.batches``.
 """
