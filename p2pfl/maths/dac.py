@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["all_candidates", "pair_cosines", "top_k", "uniform_average_", "mixing_order", "pending_rows", "selection_components",
-           "Selection"]
+__all__ = ["all_candidates", "pair_cosines", "top_k", "uniform_average_", "mixing_order", "pending_rows",
+           "selection_components", "Selection"]
 
 #: Bytes of widened (float64) rows :func:`pair_cosines` gathers at once.
 BLOCK_BYTES = 1 << 26

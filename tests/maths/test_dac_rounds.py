@@ -42,7 +42,8 @@ def kernel_round(x: torch.Tensor, indptr: np.ndarray, indices: np.ndarray, k: in
     out = torch.empty_like(x)
     for i in range(x.shape[0]):
         peers = indices[indptr[i] : indptr[i + 1]].tolist()
-        mixed = DACCosine.mix(proto, SimpleNamespace(id=i), states[i], {j: states[j] for j in peers}, {})  # type: ignore[arg-type]
+        device = SimpleNamespace(id=i)
+        mixed = DACCosine.mix(proto, device, states[i], {j: states[j] for j in peers}, {})  # type: ignore[arg-type]
         out[i] = state_to_vector(mixed).float()
     return out, proto.chosen
 
