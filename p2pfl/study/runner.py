@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -94,6 +94,23 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
             proc.terminate()
 
 
+@contextlib.contextmanager
+def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """``workers`` spawned processes that run cells (each ignores Ctrl-C: the parent decides); on any error or
+    Ctrl-C in the body they are stopped at once, and shut down when it ends. The sweep and ``archive verify`` use it."""
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_worker_init, initargs=(os.getpid(),))
+    try:
+        yield pool
+    except BaseException:  # Ctrl-C (or a broken stdout): stop the workers now
+        with no_interrupt():
+            _terminate(pool)
+            pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
@@ -114,11 +131,9 @@ def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, cor
     waiting = list(pending)
     measured = times if times is not None else CellTimes()
     share = max(1, cores // workers)
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_init, initargs=(os.getpid(),))
     futures: dict[Future[float], Cell] = {}
 
-    def feed() -> None:
+    def feed(pool: ProcessPoolExecutor) -> None:
         while len(futures) < workers and waiting:
             i = 0 if budget is None else budget.first_fitting([c.variant for c in waiting], measured)
             if i is None:
@@ -135,37 +150,32 @@ def _execute(study: Study, pending: Sequence[Cell], out: Path, workers: int, cor
                 display.failed(cell, failed[cell.id])
 
     try:
-        feed()
-        while futures:
-            finished, _ = wait(futures, timeout=display.poll_s, return_when=FIRST_COMPLETED)
-            if not finished:
-                display.running([(c, read_status(progress_path(out, c.id), time.time()))
-                                 for c in futures.values()])
-            for fut in finished:
-                cell = futures.pop(fut)
-                progress_path(out, cell.id).unlink(missing_ok=True)
-                try:
-                    wall = fut.result()
-                except UserError as err:
-                    failed[cell.id] = _one_line(err)
-                    display.failed(cell, failed[cell.id])
-                except BrokenProcessPool:
-                    failed[cell.id] = "its worker process died (killed, or out of memory)"
-                    display.failed(cell, failed[cell.id])
-                except Exception as err:  # a bug: report it with the worker's traceback, go on with the others
-                    failed[cell.id] = f"{type(err).__name__}: {_one_line(err)}"
-                    display.failed(cell, failed[cell.id], str(err.__cause__ or ""))
-                else:
-                    ran.append(cell.id)
-                    done(cell, wall)
-            feed()
-    except BaseException:  # Ctrl-C (or a broken stdout): stop the workers now
-        with no_interrupt():
-            _terminate(pool)
-            pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        with worker_pool(workers) as pool:
+            feed(pool)
+            while futures:
+                finished, _ = wait(futures, timeout=display.poll_s, return_when=FIRST_COMPLETED)
+                if not finished:
+                    display.running([(c, read_status(progress_path(out, c.id), time.time()))
+                                     for c in futures.values()])
+                for fut in finished:
+                    cell = futures.pop(fut)
+                    progress_path(out, cell.id).unlink(missing_ok=True)
+                    try:
+                        wall = fut.result()
+                    except UserError as err:
+                        failed[cell.id] = _one_line(err)
+                        display.failed(cell, failed[cell.id])
+                    except BrokenProcessPool:
+                        failed[cell.id] = "its worker process died (killed, or out of memory)"
+                        display.failed(cell, failed[cell.id])
+                    except Exception as err:  # a bug: report it with the worker's traceback, go on with the others
+                        failed[cell.id] = f"{type(err).__name__}: {_one_line(err)}"
+                        display.failed(cell, failed[cell.id], str(err.__cause__ or ""))
+                    else:
+                        ran.append(cell.id)
+                        done(cell, wall)
+                feed(pool)
+    finally:  # after the workers stopped (worker_pool): their temporary folders
         remove_temps(out, study)
     return ran, failed, [c.id for c in waiting]
 
@@ -177,7 +187,7 @@ def _build_all(cells: Sequence[Cell], progress: bool = False, every_s: float = 5
     """Build each cell as ``p2pfl validate`` does (topology, data, protocol; no run, no executor workers):
     {id: error} of those that fail. ``progress``: a line on stderr at most every ``every_s`` seconds (building
     a study of 1,000-device cells takes minutes)."""
-    from p2pfl.engine.select import build_only
+    from p2pfl.engines import build_only
 
     failed = {}
     t0 = last = time.perf_counter()

@@ -32,7 +32,6 @@ import datetime
 import hashlib
 import json
 import math
-import multiprocessing
 import os
 import re
 import shutil
@@ -41,8 +40,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -426,24 +425,6 @@ def _cell_json(cell_dir: Path) -> bytes:
         return b"{}\n"
 
 
-@contextlib.contextmanager
-def _pool(workers: int) -> Iterator[ProcessPoolExecutor]:
-    from p2pfl.study.resume import no_interrupt
-    from p2pfl.study.runner import _terminate, _worker_init
-
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_init, initargs=(os.getpid(),))
-    try:
-        yield pool
-    except BaseException:  # Ctrl-C: stop the workers now
-        with no_interrupt():
-            _terminate(pool)
-            pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
 def _load_all(archive: Path, cells: Sequence[str], on_result: Callable[[CellResult], None],
               stream: Optional[TextIO]) -> list[tuple[str, Scenario, list[str]]]:
     """(id, scenario, notes) of each of ``cells`` whose archived scenario loads at the current code; a cell whose
@@ -505,12 +486,14 @@ def _rerun_all(archive: Path, loaded: Sequence[tuple[str, Scenario, list[str]]],
             on_result(compared(cid, notes, time.perf_counter() - t0))
         return
 
+    from p2pfl.study.runner import worker_pool
+
     workers = min(jobs, len(loaded))
     share = max(1, cores // workers)
     waiting = list(loaded)
     futures: dict[Future[float], tuple[str, list[str]]] = {}
     shown = time.monotonic()
-    with _pool(workers) as pool:
+    with worker_pool(workers) as pool:
         while waiting or futures:
             while waiting and len(futures) < workers:
                 cid, sc, notes = waiting.pop(0)
