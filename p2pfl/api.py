@@ -106,7 +106,7 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, seed: Optional[i
     A ``KeyboardInterrupt`` (Ctrl-C) propagates; the run directory is then written
     whole or not at all (``write_run_dir`` removes its temporary directory).
     """
-    from p2pfl.engine.select import make_simulation
+    from p2pfl.engines import make_simulation
 
     t0 = time.perf_counter()
     extra_files = dict(extra_files or {})

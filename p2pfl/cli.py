@@ -206,8 +206,8 @@ def _cmd_archive_verify(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from p2pfl.api import resolve
-    from p2pfl.engine.select import build_only
-    from p2pfl.engine.simulation import TensorSimulation
+    from p2pfl.engines import build_only
+    from p2pfl.tensor.simulation import TensorSimulation
 
     sc = resolve(args.scenario, seed=args.seed, overrides=args.overrides, unset=args.unset)
     sim = build_only(sc)  # builds what a run builds (topology, data, network and protocol): every check, no run
@@ -345,7 +345,8 @@ def _cmd_list(what: str, name: Optional[str] = None) -> int:
         from p2pfl.registry import all_protocols
 
         kind = lambda c: "server|none" if c.needs_server and c.serverless_option else "server" if c.needs_server else "serverless"
-        rows = [(name, kind(cls), cls.summary) for name, cls in sorted(all_protocols().items())]
+        engines = lambda c: "events|tensor" if c.tensor_program is not None else "events"
+        rows = [(name, kind(cls), engines(cls), cls.summary) for name, cls in sorted(all_protocols().items())]
     elif what == "datasets":
         from p2pfl.data import DATASETS
 

@@ -11,7 +11,7 @@ Scale table: ``scenarios/bench/scale.yaml`` (gossip), ``scale_dsgd.yaml``, ``sca
 build and run seconds (``timing.json``), peak PSS of the process tree, the time per device-round outside
 training, ``(run_wall_s - train_wall_s) / (N rounds)``, SimPy events per device-round (``timing.json``'s
 ``sim_events``; absent before it was recorded), and peak PSS per device. ``--engine tensor``: the rows under
-``engine: tensor`` (``p2pfl.engine``; the executor does not apply there).
+``engine: tensor`` (``p2pfl.tensor``; the executor does not apply there).
 
 ``--dynamics N``: gossip at N devices, 5 rounds, inline, with each kind of dynamics (a reply timeout set, as
 dynamics require): none, an empty churn block, 30% churn, link failures, random-waypoint mobility.
@@ -182,7 +182,7 @@ def tensor_budget_child(n: int) -> None:
     import numpy as np
 
     from p2pfl.api import resolve
-    from p2pfl.engine.simulation import TensorSimulation
+    from p2pfl.tensor.simulation import TensorSimulation
 
     def scenario(n: int) -> Any:
         return resolve(ROOT / "scenarios" / "bench" / "scale.yaml", overrides=[

@@ -49,7 +49,7 @@ class Scenario(Strict):
     engine: Literal["events", "tensor"] = Field(
         "events", description="events: SimPy processes and messages per device (every protocol, dynamics); "
                               "tensor: the fleet as tensors, rounds as array programs (gossip, dsgd, fedavg, ifca, "
-                              "oracle, local on a static lossless fleet; 10^6 devices on one machine; p2pfl.engine)")
+                              "oracle, local on a static lossless fleet; 10^6 devices on one machine; p2pfl.tensor)")
     events: Literal["all", "no_messages"] = Field(
         "all", description="what events.jsonl holds: every event, or all but each message hop's send, deliver "
                            "and drop (counted all the same: the summary is unchanged; for fleets of 10^5 devices "

@@ -1,5 +1,5 @@
-"""The round maths both engines call: the event kernel's protocols (``p2pfl.protocols``) and the tensor engine's
-programs (``p2pfl.engine.rounds``) run one algorithm two ways, and what a round computes is written here once.
+"""The round maths both engines call: the event kernel's protocols (``p2pfl.protocols``) and their tensor programs
+(``p2pfl/protocols/*/<name>_tensor.py``) run one algorithm two ways, and what a round computes is written here once.
 
 ``mixing`` (Metropolis-Hastings weights from degrees), ``consensus`` (the fleet's consensus distance),
 ``clusters`` (cluster choice by argmin, clusters from an assignment), ``messages`` (message sizes declared per

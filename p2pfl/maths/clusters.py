@@ -1,6 +1,6 @@
 """Cluster choice and clusters from an assignment (IFCA, Ghosh et al. 2020, Alg. 2: each device's E-step, the
 server's clusters): the event kernel's IFCA (``p2pfl.protocols.server.ifca``) and the tensor engine's
-(``p2pfl.engine.rounds.IFCARounds``) call these."""
+(``p2pfl.protocols.server.ifca_tensor.IFCARounds``) call these."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """summary.json: the deterministic figures of one run, built from its totals (:class:`RunTotals`), which the
-event kernel's Recorder (:func:`recorder_totals`) and the tensor engine (``p2pfl.engine.simulation``) both fill:
+event kernel's Recorder (:func:`recorder_totals`) and the tensor engine (``p2pfl.tensor.simulation``) both fill:
 one builder, so both engines write the same fields with the same meaning.
 
 The score is metric-aware: ``metric`` is ``accuracy`` (classification), ``rmse``

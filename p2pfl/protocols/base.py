@@ -1,7 +1,9 @@
 """The protocol interface (design guide, "the heart").
 
 A protocol is one class: its ``Params`` (validated YAML), and generators
-``device(ctx)`` / ``server(ctx)`` that read as the algorithm. It is built from
+``device(ctx)`` / ``server(ctx)`` that read as the algorithm (the event kernel's
+execution); where the algorithm is a round over arrays, it also names its tensor
+program (``tensor_program``), the same algorithm run by the tensor engine. It is built from
 its params and a read-only :class:`~p2pfl.sim.runinfo.RunInfo`, never from the
 Simulation; at run time everything goes through the node's context. Decisions
 (peer choice, aggregation, cluster assignment) are pure methods the loops call,
@@ -63,6 +65,17 @@ class Protocol(ABC, Generic[P]):
     #: Its models may be rows of one table (``p2pfl.learning.rows``): it uses a model only through
     #: ``live_state``, the state maths, ``ctx.train`` and ``ctx.evaluate``, and calls it, nothing else.
     model_rows: ClassVar[bool] = False
+    #: Its tensor program (``engine: tensor``): ``"package.module:Class"`` of a ``p2pfl.tensor.program.RoundProgram``
+    #: kept beside this protocol's module (``gossip_tensor.py`` beside ``gossip.py``), which says what it cannot
+    #: express (``RoundProgram.unsupported``); None: the tensor engine refuses the protocol in one line. Never
+    #: inherited (``__init_subclass__``): a subclass changes the algorithm, so it names its own program or has none.
+    tensor_program: ClassVar[Optional[str]] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass runs its own algorithm: it has no tensor program unless it names one itself."""
+        super().__init_subclass__(**kwargs)
+        if "tensor_program" not in vars(cls):
+            cls.tensor_program = None
 
     def __init__(self, params: P, run: RunInfo) -> None:
         self.params = params

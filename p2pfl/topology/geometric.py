@@ -44,7 +44,7 @@ def random_geometric(n: int, radius: float, *, seed: int, tries: int = 100, conn
 
 def geometric_pairs(n: int, radius: float, draw_seed: int, placement: str = "scattered") -> tuple[np.ndarray, np.ndarray]:
     """One draw: positions ``(n, 2)`` from ``draw_seed`` and the pairs ``(u, v)``, u < v, within ``radius``,
-    sorted (the edges of ``random_geometric``'s graph; ``p2pfl.engine.graph`` builds its arrays from them)."""
+    sorted (the edges of ``random_geometric``'s graph; ``p2pfl.tensor.graph`` builds its arrays from them)."""
     from scipy.spatial import cKDTree  # here, not at the top: scipy.spatial costs a fresh process 0.5 s
 
     xy = np.random.default_rng(draw_seed).random((n, 2))

@@ -37,9 +37,10 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
                 "p2pfl.validation")),
     ("ingredients", ("p2pfl.data", "p2pfl.learning", "p2pfl.topology", "p2pfl.metrics", "p2pfl.conditioning",
                      "p2pfl.robotics")),
-    ("runtime: what a protocol is handed", ("p2pfl.executors", "p2pfl.sim", "p2pfl.clustering", "p2pfl.maths")),
-    ("protocols", ("p2pfl.protocols", "p2pfl.registry")),
-    ("scenario and kernel", ("p2pfl.config", "p2pfl.sim.kernel", "p2pfl.engine")),
+    ("runtime: what a protocol is handed", ("p2pfl.executors", "p2pfl.sim", "p2pfl.clustering", "p2pfl.maths",
+                                            "p2pfl.tensor")),
+    ("protocols and their tensor programs", ("p2pfl.protocols", "p2pfl.registry")),
+    ("scenario and engines", ("p2pfl.config", "p2pfl.sim.kernel", "p2pfl.tensor.simulation", "p2pfl.engines")),
     ("entry points", ("p2pfl.api", "p2pfl.study", "p2pfl.progress")),
     ("command line", ("p2pfl.cli", "p2pfl.__main__", "p2pfl")),
 ]
@@ -201,8 +202,10 @@ def test_the_floor_check_sees_an_upward_import(graph: nx.DiGraph) -> None:
     g.add_edge("p2pfl.sim.context", "p2pfl.protocols.base",
                imports=[Import("p2pfl.sim.context", "p2pfl.protocols.base", ROOT / "p2pfl/sim/context.py", 1, "lazy")])
     assert imports_upward(g) == ["p2pfl.sim.context -> p2pfl.protocols.base (context.py:1, lazy) "
-                                 "(runtime: what a protocol is handed imports from protocols)"]
+                                 "(runtime: what a protocol is handed imports from protocols and their tensor programs)"]
     assert floor_of("p2pfl.sim.kernel") > floor_of("p2pfl.protocols.gossip") > floor_of("p2pfl.sim.context")
+    assert floor_of("p2pfl.tensor.simulation") > floor_of("p2pfl.protocols.serverless.gossip_tensor") > \
+        floor_of("p2pfl.tensor.program")
     with pytest.raises(KeyError, match="on no floor"):
         floor_of("elsewhere.module")
 
@@ -240,3 +243,16 @@ def test_the_checker_sees_every_kind_of_import(tmp_path: Path) -> None:
                     ("pkg.sub.d", "pkg.e"): "top", ("pkg.e", "pkg.a"): "lazy", ("pkg.leaf", "pkg.a"): "top"}
     (found,) = circles(g)
     assert set(found) == {"pkg.a", "pkg.b", "pkg.c", "pkg.sub.d", "pkg.e"} and found[0] == found[-1]
+
+
+def test_a_tensor_program_stands_beside_its_protocol_on_the_protocols_floor(graph: nx.DiGraph) -> None:
+    """A program imports the tensor engine's runtime (the fleet, the trainer, the timing) as a protocol imports the
+    kernel's context; the engine's driver reaches the programs only through ``Protocol.tensor_program``."""
+    programs = sorted(m for m in graph if m.startswith("p2pfl.protocols.") and m.endswith("_tensor"))
+    assert len(programs) >= 6
+    for program in programs:
+        assert floor_of(program) == floor_of("p2pfl.protocols.base"), program
+        assert graph.has_edge(program, "p2pfl.tensor.program"), program
+        assert not graph.has_edge("p2pfl.tensor.simulation", program)
+    runtime = [m for m in graph if m.startswith("p2pfl.tensor.") and m != "p2pfl.tensor.simulation"]
+    assert not [m for m in runtime for p in programs if nx.has_path(graph, m, p)]

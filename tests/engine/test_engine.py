@@ -13,17 +13,17 @@ import pytest
 import torch
 
 from p2pfl import api
-from p2pfl.engine.data import fleet_data
-from p2pfl.engine.graph import Adjacency, adjacency
-from p2pfl.engine.rounds import GossipRounds
-from p2pfl.engine.simulation import TensorSimulation, check
-from p2pfl.engine.timing import SHORT, fifo
 from p2pfl.errors import ConfigError
 from p2pfl.executors.batched import ATOL, RTOL
 from p2pfl.learning.state import live_state
 from p2pfl.metrics.runs import load_curves
+from p2pfl.protocols.serverless.gossip_tensor import GossipRounds
 from p2pfl.sim.kernel import Simulation
 from p2pfl.sim.world import build_any_federation
+from p2pfl.tensor.data import fleet_data
+from p2pfl.tensor.graph import Adjacency, adjacency
+from p2pfl.tensor.simulation import TensorSimulation, check
+from p2pfl.tensor.timing import SHORT, fifo
 from p2pfl.topology.build import build_topology
 
 SCALE = {"gossip": "scenarios/bench/scale.yaml", "dsgd": "scenarios/bench/scale_dsgd.yaml",
@@ -292,7 +292,7 @@ def test_a_model_that_cannot_be_rows_is_refused() -> None:
 
 def test_data_scored_by_jobs_of_its_own_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """A federation that scores devices its own way (robot rollouts) cannot be stacked test sets."""
-    import p2pfl.engine.data as engine_data
+    import p2pfl.tensor.data as engine_data
     from p2pfl.data.shards import Federation
 
     class ByRollouts(Federation):

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from p2pfl import api
-from p2pfl.engine.rounds import PROGRAMS
-from p2pfl.engine.simulation import TensorSimulation
 from p2pfl.metrics.rundir import dumps_json
+from p2pfl.registry import get_protocol
 from p2pfl.sim.kernel import Simulation
-from tests.engine.programs import BASE, PROGRAM_SETS, overrides
+from p2pfl.tensor.program import RoundProgram
+from p2pfl.tensor.simulation import TensorSimulation, program_of
+from tests.engine.programs import BASE, PROGRAM_SETS, declared_programs, overrides
 
 #: summary fields one engine writes and the other does not, and why
 ENGINE_ONLY: dict[str, set[str]] = {
@@ -41,7 +42,17 @@ def summary(program: str, engine: str, extra: tuple[str, ...] = ()) -> dict[str,
 
 
 def test_every_tensor_program_is_in_the_contract() -> None:
-    assert set(PROGRAM_SETS) == set(PROGRAMS)
+    """Every protocol that names a tensor program runs in this contract and the agreement tests
+    (``tests/engine/programs.py``), and every entry there is a protocol with a program."""
+    declared = declared_programs()
+    assert set(PROGRAM_SETS) == set(declared)
+    for name, targets in declared.items():
+        for target in targets:  # each beside its protocol: <package>/<name>_tensor.py
+            module = target.partition(":")[0]
+            assert module.endswith("_tensor") and module.startswith(get_protocol(name).__module__.rpartition(".")[0])
+        sets, unset = overrides(name, "tensor")
+        program = program_of(api.resolve(BASE, overrides=sets, unset=unset).protocol)
+        assert issubclass(program, RoundProgram) and f"{program.__module__}:{program.__name__}" in targets
 
 
 @pytest.mark.parametrize("engine", ["events", "tensor"])

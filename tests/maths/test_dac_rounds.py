@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from p2pfl.engine.graph import Adjacency
 from p2pfl.learning.aggregate import state_to_vector
 from p2pfl.learning.flat import FlatState, Layout
 from p2pfl.maths.dac import (
@@ -25,6 +24,7 @@ from p2pfl.maths.dac import (
 )
 from p2pfl.protocols.serverless import dac as kernel_dac
 from p2pfl.protocols.serverless.dac import COSINE_ATOL, DACCosine, cosine_similarities
+from p2pfl.tensor.graph import Adjacency
 
 
 def fleet(n: int, p: int, groups: int, seed: int) -> torch.Tensor:

@@ -8,10 +8,10 @@ import contextlib
 import pytest
 
 from p2pfl import api
-from p2pfl.engine.simulation import TensorSimulation
 from p2pfl.maths.messages import MESSAGES, Carries, message_size
 from p2pfl.sim.cost import HEADER_BYTES, SCALAR_BYTES
 from p2pfl.sim.kernel import Simulation
+from p2pfl.tensor.simulation import TensorSimulation
 from tests.engine.programs import BASE, PROGRAM_SETS, overrides
 
 

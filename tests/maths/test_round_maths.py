@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from p2pfl.engine.graph import Adjacency
 from p2pfl.maths.clusters import choose_cluster, choose_clusters, clusters_from_assignment
 from p2pfl.maths.consensus import MIN_COLS, consensus_distance
 from p2pfl.maths.mixing import metropolis_edge_weights, metropolis_self_weights
 from p2pfl.protocols.serverless.dsgd import live_metropolis_row, metropolis_weights
 from p2pfl.sim.cost import tx_time_s
+from p2pfl.tensor.graph import Adjacency
 
 
 def test_the_fleets_metropolis_weights_are_each_devices_row_bit_for_bit() -> None:

@@ -9,7 +9,6 @@ import pytest
 import p2pfl
 from p2pfl import api
 from p2pfl.clustering.scores import merged_groups
-from p2pfl.engine.simulation import check
 from p2pfl.errors import ConfigError
 from p2pfl.learning.models import ModelSpec, build_model
 from p2pfl.learning.state import load_state_
@@ -17,6 +16,7 @@ from p2pfl.learning.train import average_loss
 from p2pfl.protocols.server import ifca as ifca_module
 from p2pfl.protocols.server.ifca import choose_cluster, clusters_from_assignment, is_balanced, kept_restart
 from p2pfl.sim.cost import HEADER_BYTES, SCALAR_BYTES, payload_bytes
+from p2pfl.tensor.simulation import check
 from tests.helpers import digits_scenario
 
 MODEL = payload_bytes(dict(build_model(ModelSpec(name="mlp", hidden=16), (1, 8, 8), 10, seed=0).state_dict()))

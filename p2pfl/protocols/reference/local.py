@@ -20,6 +20,7 @@ class Local(Protocol[ProtocolParams]):
     name = "local"
     Params = ProtocolParams
     summary = "local training only, no communication (lower bound)"
+    tensor_program = "p2pfl.protocols.reference.local_tensor:LocalRounds"
     supports_dynamics = True
 
     def device(self, ctx: DeviceContext) -> Process:

@@ -51,6 +51,7 @@ class Oracle(FedAvgBase[OracleParams]):
     needs_server = True
     serverless_option = True
     summary = "reference: one model per ground-truth cluster, FedAvg within it or pooled (knows the clusters)"
+    tensor_program = "p2pfl.protocols.reference.oracle_tensor:OracleRounds"
 
     def __init__(self, params: OracleParams, run: RunInfo) -> None:
         super().__init__(params, run)

@@ -142,3 +142,4 @@ class FedAvg(FedAvgBase[FedAvgParams]):
     name = "fedavg"
     Params = FedAvgParams
     summary = "FedAvg through a server, sample-size weighted, optional client fraction"
+    tensor_program = "p2pfl.protocols.server.fedavg_tensor:FedAvgRounds"

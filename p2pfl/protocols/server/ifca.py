@@ -90,6 +90,7 @@ class IFCA(Protocol[IFCAParams]):
     needs_server = True
     supports_dynamics = True
     summary = "IFCA: K cluster models broadcast, devices pick the lowest-loss one (K x download)"
+    tensor_program = "p2pfl.protocols.server.ifca_tensor:IFCARounds"
 
     def __init__(self, params: IFCAParams, run: RunInfo) -> None:
         super().__init__(params, run)

@@ -84,6 +84,7 @@ class DSGD(NeighbourAveraging[DSGDParams]):
     name = "dsgd"
     Params = DSGDParams
     summary = "decentralized SGD: train, exchange with all neighbours, Metropolis-Hastings mixing (synchronous)"
+    tensor_program = "p2pfl.protocols.serverless.dsgd_tensor:DSGDRounds"
     message_kind = "dsgd_model"
 
     def __init__(self, params: DSGDParams, run: RunInfo) -> None:

@@ -80,6 +80,7 @@ class Gossip(Protocol[GP]):
     #: Relay pushes and replies over shortest paths (for candidate peers that are not neighbours).
     routed: ClassVar[bool] = False
     summary = "serverless randomized gossip: pairwise push-pull (or push) averaging, sync or async"
+    tensor_program = "p2pfl.protocols.serverless.gossip_tensor:GossipRounds"
     supports_dynamics = True
 
     def __init__(self, params: GP, run: RunInfo) -> None:

@@ -19,11 +19,11 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from p2pfl.engine.data import FleetData
 from p2pfl.learning.batches import batch_orders
 from p2pfl.learning.flat import Layout
 from p2pfl.learning.stacked_sgd import stacked_sgd
 from p2pfl.learning.train import TrainingSpec, task_loss
+from p2pfl.tensor.data import FleetData
 
 __all__ = ["RowTrainer", "chunks"]
 

@@ -1,14 +1,15 @@
-"""``engine: tensor``: a scenario's fleet as tensors, its rounds as array programs (``p2pfl.engine.rounds``).
+"""``engine: tensor``: a scenario's fleet as tensors, its rounds as its protocol's tensor program.
 
 The event kernel (``p2pfl.sim.kernel``) gives every device SimPy processes, a context, message objects and
 events; at 10^4-10^5 devices that Python is most of a run (``analysis/results/bench_scale.md``). Here the
 fleet is a handful of arrays: the models as rows of one ``(N, P)`` tensor (a server's protocols: one row a
 server model), the data as ``(N, S, ...)`` tensors, the graph as CSR arrays, the profiles as columns. A round
+is the protocol's program (``Protocol.tensor_program``, beside the protocol: ``p2pfl.tensor.program``): it
 trains every device a chunk of rows at a time and combines the rows as the protocol's messages say; bytes,
-FLOPs and simulated time are the kernel's arithmetic over arrays. It runs what the arrays can express: gossip
-(``mode: sync``, ``push_pull``), DSGD, FedAvg, IFCA, the Oracle (``mode: federated``) and Local, on a static,
-lossless fleet with one kind of link, plain models (float parameters only) trained by SGD. :func:`check` names
-what a scenario asks beyond that.
+FLOPs and simulated time are the kernel's arithmetic over arrays. It runs what the arrays can express: a
+protocol with a program, on a static, lossless fleet with one kind of link, plain models (float parameters
+only) trained by SGD. :func:`check` names what a scenario asks beyond that (the program says what it cannot
+express: ``RoundProgram.unsupported``).
 
 The summary is built by the kernel's builder from the run's totals (``p2pfl.metrics.summary.RunTotals``), so
 it has the kernel's fields with the same meaning and reports read both; ``engine: tensor`` in it says which
@@ -22,72 +23,84 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import torch
 
 from p2pfl.clustering.scores import adjusted_rand_index, clustering_scores
-from p2pfl.config.scenario import Scenario
 from p2pfl.data.datasets import dataset_info
-from p2pfl.engine.data import fleet_data
-from p2pfl.engine.graph import adjacency
-from p2pfl.engine.rounds import PROGRAMS, FedAvgRounds, Fleet, IFCARounds, OracleRounds, Round, RoundProgram
-from p2pfl.engine.train import RowTrainer
 from p2pfl.errors import ConfigError
 from p2pfl.executors.batched import model_stacks
 from p2pfl.learning.models import build_model
 from p2pfl.learning.rows import table_for
 from p2pfl.metrics.energy import EnergyModel
 from p2pfl.metrics.summary import RunTotals, build_summary, finite_scores
+from p2pfl.plugins import import_object
+from p2pfl.registry import BUILTIN, get_protocol
 from p2pfl.seeding import child_seed, stream
 from p2pfl.sim.cost import forward_flops_per_sample, train_flops
 from p2pfl.sim.kernel import resolve_torch_device, torch_threads
 from p2pfl.sim.profiles import profile_columns
+from p2pfl.tensor.data import fleet_data
+from p2pfl.tensor.graph import adjacency
+from p2pfl.tensor.program import Fleet, Logs, Round, RoundProgram
+from p2pfl.tensor.train import RowTrainer
 from p2pfl.topology.build import ServerNode, link_of
 
-__all__ = ["TensorSimulation", "check", "CHUNK_FLOATS"]
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.config.scenario import Scenario
+    from p2pfl.protocols.base import ProtocolParams
+
+__all__ = ["TensorSimulation", "check", "program_of", "CHUNK_FLOATS"]
 
 #: A chunk of rows trained or mixed at once holds about this many parameters (16 MB of float32).
 CHUNK_FLOATS = 1 << 22
 
 
-def check(sc: Scenario) -> None:
-    """Raise ConfigError naming the first field that ``engine: tensor`` cannot run, and the fix."""
-    p, topo = sc.protocol, sc.topology
+def _refusal(reason: str) -> ConfigError:
+    """``reason`` ("field: why") as the one line a user reads."""
+    return ConfigError(f"{reason} under engine: tensor; change it, or set engine: events")
 
-    def no(field: str, why: str) -> ConfigError:
-        return ConfigError(f"{field}: {why} under engine: tensor; change it, or set engine: events")
 
-    if p.name not in PROGRAMS:
-        raise no("protocol.name", f"{p.name!r} does not run (gossip, dsgd, fedavg, ifca, oracle and local do)")
-    if p.name == "gossip" and (p.mode != "sync" or p.exchange != "push_pull"):  # type: ignore[attr-defined]
-        raise no("protocol.mode", "gossip runs with mode: sync and exchange: push_pull only")
+def program_of(params: ProtocolParams) -> type[RoundProgram]:
+    """The tensor program of the protocol that runs ``params`` (``Protocol.tensor_program``, imported on first
+    use); ConfigError naming ``protocol.name`` where the protocol has none, or names one that is not a program."""
+    name = params.name
+    target = get_protocol(name).implementation(params).tensor_program
+    if target is None:
+        have = [n for n in BUILTIN if get_protocol(n).tensor_program is not None]
+        raise _refusal(f"protocol.name: {name!r} has no tensor program (of the built-in protocols, "
+                       f"{', '.join(have[:-1])} and {have[-1]} have one)")
+    try:
+        program = import_object(target)
+    except ValueError as err:
+        raise ConfigError(f"protocol.name: {name!r} names the tensor program {target!r}: {err}") from None
+    if not (isinstance(program, type) and issubclass(program, RoundProgram)):
+        raise ConfigError(f"protocol.name: {name!r} names the tensor program {target!r}, which is not a "
+                          "p2pfl.tensor.program.RoundProgram subclass; fix Protocol.tensor_program")
+    return program
+
+
+def check(sc: Scenario) -> type[RoundProgram]:
+    """The program that runs ``sc`` under ``engine: tensor``; ConfigError naming the first field it cannot run
+    (the program's own limits, ``RoundProgram.unsupported``, then the engine's), and the fix."""
+    program = program_of(sc.protocol)
+    if (why := program.unsupported(sc)) is not None:
+        raise _refusal(why)
+    topo = sc.topology
     if sc.dynamics is not None:
-        raise no("dynamics", "the fleet is static")
+        raise _refusal("dynamics: the fleet is static")
     if topo.edges:
-        raise no("topology.edges", "every link is the topology's link (no per-edge overrides)")
+        raise _refusal("topology.edges: every link is the topology's link (no per-edge overrides)")
     if topo.link.loss or any(s.link.loss for s in topo.servers):
-        raise no("topology.link.loss", "links are lossless")
-    if p.name == "oracle" and p.mode != "federated":  # type: ignore[attr-defined]
-        raise no("protocol.mode", "the Oracle runs with mode: federated (FedAvg within each true cluster)")
-    if p.name == "ifca" and p.restarts > 1:  # type: ignore[attr-defined]
-        raise no("protocol.restarts", "IFCA runs one initialisation (restarts: 1)")
-    if p.name in ("fedavg", "ifca", "oracle"):
-        if len(topo.servers) != 1 or topo.servers[0].attach != "all":
-            raise no("topology.servers", f"{p.name} needs one server attached to all devices")
-        if topo.servers[0].ingress_bps is not None:
-            raise no("topology.servers[0].ingress_bps", "a server receives in parallel or one upload at a time "
-                                                        "(topology.ingress), not at a capacity")
-    elif topo.servers:
-        raise no("topology.servers", f"{p.name} runs without servers")
-    elif topo.ingress == "serialized":
-        raise no("topology.ingress", "devices receive in parallel (serialized ingress is for a server's uploads)")
+        raise _refusal("topology.link.loss: links are lossless")
     t = sc.training
     if t.optimizer != "sgd" or t.grad_clip is not None:
-        raise no("training.optimizer", "training is SGD without gradient clipping")
+        raise _refusal("training.optimizer: training is SGD without gradient clipping")
     if resolve_torch_device(sc.torch_device).type != "cpu":
-        raise no("torch_device", "rows live on the CPU")
+        raise _refusal("torch_device: rows live on the CPU")
+    return program
 
 
 class TensorSimulation:
@@ -96,7 +109,7 @@ class TensorSimulation:
     def __init__(self, scenario: Scenario, *, on_round: Optional[Callable[[], None]] = None,
                  on_setup: Optional[Callable[[str], None]] = None, events_path: Optional[Path] = None) -> None:
         t0 = time.perf_counter()
-        check(scenario)
+        program = check(scenario)
         setup = on_setup or (lambda step: None)
         self.scenario = sc = scenario
         self.seed = seed = sc.seed
@@ -128,38 +141,20 @@ class TensorSimulation:
                                       j_per_flop=tuple(j_flop.tolist()))
             forward = forward_flops_per_sample(common, data.input_shape)
             self.job_flops = int(train_flops(forward, data.samples * sc.training.epochs))
-            fleet = Fleet(trainer=trainer, adjacency=self.adjacency, flops_per_s=flops, uplink_bps=up,
-                          downlink_bps=down, link=link_of(sc.topology.link), state_bytes=width * layout.dtype.itemsize,
-                          job_flops=float(self.job_flops), forward_flops=float(forward), seed=seed, chunk=chunk)
             first = layout.pack(common.state_dict())
 
-            def weights(purpose: str, *ids: int) -> torch.Tensor:
+            def drawn(purpose: str, *ids: int) -> torch.Tensor:
                 model = build_model(spec, data.input_shape, data.num_classes, seed=child_seed(seed, purpose, *ids))
                 return layout.pack(model.state_dict())
 
-            self.program: RoundProgram
             servers = sc.topology.servers
             server = None if not servers else ServerNode(name=servers[0].name, attached=(), link=link_of(servers[0].link),
                                                          egress_bps=servers[0].egress_bps)
-            serialized = sc.topology.ingress == "serialized"
-            if sc.protocol.name == "fedavg":
-                self.program = FedAvgRounds(sc.protocol, fleet, None, global_row=first, server=server,
-                                            serialized=serialized)
-            elif sc.protocol.name == "oracle":
-                self.program = OracleRounds(sc.protocol, fleet, None, server=server, first=first,
-                                            true_clusters=data.true_clusters, serialized=serialized)
-            elif sc.protocol.name == "ifca":
-                k = sc.protocol.n_clusters  # type: ignore[attr-defined]
-                self.program = IFCARounds(sc.protocol, fleet, None, server=server, serialized=serialized,
-                                          init=lambda draw: torch.stack([weights("ifca.init", draw, q) for q in range(k)]))
-            else:
-                rows = torch.empty((n, width), dtype=layout.dtype)
-                if getattr(sc.protocol, "init", "common") == "independent":
-                    for i in range(n):
-                        rows[i] = weights("init", i)
-                else:
-                    rows[:] = first
-                self.program = PROGRAMS[sc.protocol.name](sc.protocol, fleet, rows)
+            fleet = Fleet(trainer=trainer, adjacency=self.adjacency, flops_per_s=flops, uplink_bps=up,
+                          downlink_bps=down, link=link_of(sc.topology.link), state_bytes=width * layout.dtype.itemsize,
+                          job_flops=float(self.job_flops), forward_flops=float(forward), seed=seed, chunk=chunk,
+                          first=first, drawn=drawn, server=server, serialized=sc.topology.ingress == "serialized")
+            self.program: RoundProgram = program(sc.protocol, fleet)
         self.n = n
         self._events = None if events_path is None else open(events_path, "w", encoding="utf-8")  # noqa: SIM115
         self.n_events = 0
@@ -195,12 +190,13 @@ class TensorSimulation:
         metric = self.data.metric
         values = np.full(n, np.nan)
         extra = np.zeros(n)  # modelled FLOPs besides the training jobs (IFCA's E-steps)
-        logged: dict[str, list[dict[str, Any]]] = {}
+        logged: Logs = {}
         with torch_threads(sc.threads):
             if (cd := prog.consensus_distance()) is not None:
                 logs.append({"t": 0.0, "value": cd, "round": 0})
             for r in range(1, sc.protocol.rounds + 1):
                 step: Round = prog.round(r)
+                start = now
                 now += step.duration_s
                 durations.append(step.duration_s)
                 sent += step.sent
@@ -213,12 +209,10 @@ class TensorSimulation:
                     by_kind[kind] = by_kind.get(kind, 0) + b
                 if (cd := prog.consensus_distance()) is not None:
                     logs.append({"t": now, "value": cd if np.isfinite(cd) else None, "round": r})
-                if isinstance(prog, IFCARounds):  # IFCA reports each round's clusters (the kernel logs their ARI)
-                    ari = adjusted_rand_index(self.data.true_clusters, prog.clusters())
-                    if r == 1 and prog.init_balanced:
-                        logged["ifca_init_balanced"] = [{"t": at, "value": ok, "draw": d}
-                                                        for d, (ok, at) in enumerate(prog.init_balanced)]
-                    logged.setdefault("assignment", []).append({"t": now, "value": prog.assignment.tolist(), "round": r})
+                for name, entries in step.logs.items():  # the protocol's metrics (``ctx.log``), at their times
+                    logged.setdefault(name, []).extend({**e, "t": start + e["t"]} for e in entries)
+                if step.reported is not None:  # clusters reported (``ctx.report_clusters``): the kernel logs their ARI
+                    ari = adjusted_rand_index(self.data.true_clusters, step.reported)
                     logged.setdefault("ari", []).append({"t": now, "value": ari, "round": r})
                 point: dict[str, Any] = {"round": r, "t": now}
                 if r == sc.protocol.rounds or (sc.protocol.eval_every is not None and r % sc.protocol.eval_every == 0):

@@ -1,15 +1,18 @@
-"""Which engine runs a scenario (``engine:``): the event kernel, or the fleet as tensors."""
+"""Which engine runs a scenario (``engine:``): the event kernel (``p2pfl.sim``: SimPy processes and messages per
+device) or the tensor engine (``p2pfl.tensor``: the fleet as arrays, each round its protocol's tensor program)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
-from p2pfl.config.scenario import Scenario
-from p2pfl.engine.simulation import TensorSimulation
 from p2pfl.sim.kernel import Simulation
 from p2pfl.sim.kernel import build_only as build_events
+from p2pfl.tensor.simulation import TensorSimulation
+
+if TYPE_CHECKING:  # pragma: no cover
+    from p2pfl.config.scenario import Scenario
 
 __all__ = ["make_simulation", "build_only", "AnySimulation"]
 
