@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 from p2pfl.metrics.claims import device_percentile, fmt_ci, fmt_diff, mean_curve, paired
 from p2pfl.metrics.runs import load_curves, load_nodes, load_runs
 from p2pfl.metrics.tables import markdown_table, report_main
+from p2pfl.study.verify import provenance_lines
 
 COMMAND = ("p2pfl sweep scenarios/studies/headline_pilot.yaml --jobs 2 --out runs/headline_pilot "
            "--archive analysis/cells/headline_pilot\npython analysis/reports/headline_pilot.py analysis/cells/headline_pilot")
@@ -171,7 +172,7 @@ def write(dirs: list[Path], md: Path) -> None:
     rows = load(dirs)
     png = md.with_suffix(".png")
     figure(rows, png)
-    md.write_text(report(rows, png))
+    md.write_text(report(rows, png) + "\n".join(["", "## Provenance", "", "Each archive's cells by the revision that made them, and the last `p2pfl archive verify` of a sample of them at a later revision:", "", *provenance_lines(dirs), ""]))
     print(f"wrote {md} and {png}")
 
 

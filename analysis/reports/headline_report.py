@@ -63,6 +63,7 @@ from p2pfl.metrics.claims import (
 from p2pfl.metrics.curves import at_time, at_traffic, first_reaching, pareto
 from p2pfl.metrics.runs import load_curves, load_nodes, load_runs
 from p2pfl.metrics.tables import fmt_bytes, fmt_num, fmt_s, markdown_table, report_main
+from p2pfl.study.verify import provenance_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND = ("for n in 100 1000; do p2pfl sweep scenarios/studies/headline_n$n.yaml --jobs 2 --out runs/headline/n$n "
@@ -605,6 +606,7 @@ def write(dirs: list[Path], report: Path) -> None:
         "score, over the devices scored so far); runs archived before that field (the server arms' here) keep their round curve. "
         + (f"Group mobility: mean radio degree {np.mean(degrees):.1f} (static fleets {np.mean(static_deg):.1f})."
            if degrees and static_deg else ""), "",
+        "## Provenance", "", "Each archive's cells by the revision that made them, and the last `p2pfl archive verify` of a sample of them at a later revision:", "", *provenance_lines(dirs), "",
         "## Decision table", "", *decision_table(table, verdict),
         "'Drop the server': a serverless arm matches IFCA at IFCA's traffic and ends with >= 10% fewer bytes or "
         "sooner than IFCA at each server egress run; 'drop a 50 Mbit/s server': it matches with about IFCA's bytes "
