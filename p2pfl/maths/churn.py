@@ -109,6 +109,39 @@ class ChurnReplay:
         out[queries[ok]] = self._queue_up[order[src[ok]]]
         return out
 
+    def next_switch(self) -> float:
+        """When the next switch after ``now`` happens (inf: none ever does)."""
+        if len(self._queue_t):
+            return float(self._queue_t[0])
+        if self._trace is not None:
+            tt = self._trace[0]
+            k = int(np.searchsorted(tt, self._drawn_to, side="right"))
+            return float(tt[k]) if k < len(tt) else np.inf
+        return float(self._next.min(initial=np.inf))
+
+    def availability(self) -> np.ndarray:
+        """Each device's share of ``[0, now]`` online (the kernel fleet's ``availability`` at the run's end)."""
+        if self.now <= 0:
+            return np.ones(self.n)
+        off = np.zeros(self.n)
+        since = np.full(self.n, np.nan)  # when each device went offline, while it is
+        for t, d, up in self.log():
+            if not up and np.isnan(since[d]):
+                since[d] = t
+            elif up and not np.isnan(since[d]):
+                off[d] += t - since[d]
+                since[d] = np.nan
+        still = ~np.isnan(since)
+        off[still] += self.now - since[still]
+        return 1.0 - off / self.now
+
+    def offline_periods(self) -> np.ndarray:
+        """How many times each device went offline up to ``now`` (the kernel fleet's ``offline_periods``)."""
+        out = np.zeros(self.n, dtype=np.int64)
+        for _, d, up in self._log:
+            np.add.at(out, d[~up], 1)
+        return out
+
     def log(self) -> list[tuple[float, int, bool]]:
         """Every switch applied so far: ``(t, device, online)``, in time order."""
         out: list[tuple[float, int, bool]] = []

@@ -130,44 +130,58 @@ def mixing_order(sel: Selection) -> np.ndarray:
 
 
 def _release_chunks(sel: Selection, order: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each device's chunk (in ``order``) and the last chunk that reads its row (its own or a chooser's)."""
+    """Each mixed device's chunk (in ``order``, the devices mixed) and the last chunk that reads its row (its own
+    or a chooser's); -1 for a device not mixed."""
     n = sel.n
-    pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n)
-    own = pos // chunk
+    own = np.full(n, -1, dtype=np.int64)
+    own[order] = np.arange(len(order)) // chunk
     last = own.copy()
-    np.maximum.at(last, sel.indices.astype(np.int64), own[_rows_of(sel.indptr)])
+    readers = own[_rows_of(sel.indptr)]
+    np.maximum.at(last, sel.indices.astype(np.int64), readers)
+    last[own < 0] = -1  # a row not mixed is never pending
     return own, last
 
 
-def pending_rows(sel: Selection, chunk: int, order: np.ndarray | None = None) -> int:
-    """The most rows :func:`uniform_average_` holds mixed but not yet written back, at ``chunk`` rows a chunk."""
+def _mixed_order(sel: Selection, order: np.ndarray | None, mixed: np.ndarray | None) -> np.ndarray:
+    """The devices to mix, in mixing order: ``order`` (default :func:`mixing_order`) less those not ``mixed``."""
     order = mixing_order(sel) if order is None else order
+    return order if mixed is None else order[np.asarray(mixed, dtype=bool)[order]]
+
+
+def pending_rows(sel: Selection, chunk: int, order: np.ndarray | None = None,
+                 mixed: np.ndarray | None = None) -> int:
+    """The most rows :func:`uniform_average_` holds mixed but not yet written back, at ``chunk`` rows a chunk."""
+    order = _mixed_order(sel, order, mixed)
     own, last = _release_chunks(sel, order, chunk)
-    chunks = (sel.n + chunk - 1) // chunk
-    made = np.cumsum(np.bincount(own, minlength=chunks))
-    freed = np.cumsum(np.bincount(last, minlength=chunks))
+    chunks = (len(order) + chunk - 1) // chunk
+    made = np.cumsum(np.bincount(own[own >= 0], minlength=chunks))
+    freed = np.cumsum(np.bincount(last[last >= 0], minlength=chunks))
     return int((made - np.r_[0, freed[:-1]]).max(initial=0))
 
 
 @torch.no_grad()
-def uniform_average_(x: torch.Tensor, sel: Selection, *, chunk: int, order: np.ndarray | None = None) -> int:
+def uniform_average_(x: torch.Tensor, sel: Selection, *, chunk: int, order: np.ndarray | None = None,
+                     mixed: np.ndarray | None = None) -> int:
     """Every device's model becomes the uniform average of itself and its chosen peers' (``sel``), all from the
-    models as they were: ``weighted_average([(x_i, 1)] + [(x_j, 1) for j in sel(i)])``'s bits, in place.
+    models as they were: ``weighted_average([(x_i, 1)] + [(x_j, 1) for j in sel(i)])``'s bits, in place
+    (``mixed``: only the devices it marks, as a bool mask; the others keep their rows untouched, and choose no one).
 
     A chunk of ``chunk`` devices (in ``order``, default :func:`mixing_order`) is mixed at once into pending
     rows; a pending row is written back once every chunk that reads its old value is done. Returns the most
     rows held pending (module docstring: the memory bound)."""
-    n = sel.n
-    order = mixing_order(sel) if order is None else order
+    order = _mixed_order(sel, order, mixed)
+    n = len(order)
+    if mixed is not None and int(sel.counts[~np.asarray(mixed, dtype=bool)].sum()):
+        raise ValueError("a device that is not mixed chose peers")
     _, last = _release_chunks(sel, order, chunk)
     size = pending_rows(sel, chunk, order)
     pool = torch.empty((size, int(x.shape[1])), dtype=x.dtype)
     free = list(range(size - 1, -1, -1))  # a stack of free slots
-    slot = np.full(n, -1, dtype=np.int64)
+    slot = np.full(sel.n, -1, dtype=np.int64)
     counts = sel.counts
     weight = 1.0 / (counts + 1.0)  # weighted_average: w / sum(w) with every w = 1
-    release = np.argsort(last, kind="stable")
+    pend = np.flatnonzero(last >= 0)
+    release = pend[np.argsort(last[pend], kind="stable")]
     bounds = np.searchsorted(last[release], np.arange((n + chunk - 1) // chunk + 1))
     for c, start in enumerate(range(0, n, chunk)):
         devs = order[start : start + chunk]

@@ -3,8 +3,8 @@ builds a payload (the tensor engine) counts the bytes the event kernel measures 
 of the real payload; a test holds every message the kernel sends to its declared size).
 
 A message is the 64-byte header, its model states (``state_bytes`` each: the model's tensor bytes) and its
-8-byte scalars (``p2pfl.sim.cost``). The sizes are a static, lossless fleet's: under dynamics some carry a scalar
-more (DSGD's live degree), and IFCA's restarts a loss at a restart's end.
+8-byte scalars (``p2pfl.sim.cost``). Under dynamics some carry a scalar more (``dynamic_scalars``: DSGD's live
+degree); IFCA's restarts add a loss at a restart's end.
 """
 
 from __future__ import annotations
@@ -24,19 +24,24 @@ class Carries:
     models: int = 0
     scalars: int = 0
     per_cluster: bool = False
+    dynamic_scalars: int = 0  # scalars it carries more under dynamics
 
-    def size(self, state_bytes: int, clusters: int = 1) -> int:
-        """Bytes on the wire for a model of ``state_bytes`` (``clusters``: K, where the models are one a cluster)."""
+    def size(self, state_bytes: int, clusters: int = 1, dynamic: bool = False) -> int:
+        """Bytes on the wire for a model of ``state_bytes`` (``clusters``: K, where the models are one a cluster;
+        ``dynamic``: the scenario has a ``dynamics:`` block)."""
         models = self.models * (clusters if self.per_cluster else 1)
-        return HEADER_BYTES + models * state_bytes + self.scalars * SCALAR_BYTES
+        scalars = self.scalars + (self.dynamic_scalars if dynamic else 0)
+        return HEADER_BYTES + models * state_bytes + scalars * SCALAR_BYTES
 
 
 #: protocol -> message kind -> what it carries (the payloads ``p2pfl.protocols`` sends)
 MESSAGES: dict[str, dict[str, Carries]] = {
     # push-pull gossip (Boyd et al. 2006): a model each way
     "gossip": {"gossip_push": Carries(models=1), "gossip_reply": Carries(models=1)},
-    # D-PSGD (Lian et al. 2017): a model to each neighbour
-    "dsgd": {"dsgd_model": Carries(models=1)},
+    # D-PSGD (Lian et al. 2017): a model to each neighbour (under dynamics with the sender's live degree)
+    "dsgd": {"dsgd_model": Carries(models=1, dynamic_scalars=1)},
+    # DAC, cosine variant (Conditional paper App. K-C): a model to each candidate (the variant with a program)
+    "dac": {"dac_model": Carries(models=1)},
     # FedAvg (McMahan et al. 2017, Alg. 1): the global model down, a model and its sample count up
     "fedavg": {"model": Carries(models=1), "update": Carries(models=1, scalars=1)},
     # IFCA (Ghosh et al. 2020, Alg. 2): K models down; a model, its sample count and cluster id up; the balanced
@@ -49,6 +54,7 @@ MESSAGES: dict[str, dict[str, Carries]] = {
 }
 
 
-def message_size(protocol: str, kind: str, state_bytes: int, clusters: int = 1) -> int:
-    """Bytes of one ``kind`` message of ``protocol`` for a model of ``state_bytes`` (``clusters``: K)."""
-    return MESSAGES[protocol][kind].size(state_bytes, clusters)
+def message_size(protocol: str, kind: str, state_bytes: int, clusters: int = 1, dynamic: bool = False) -> int:
+    """Bytes of one ``kind`` message of ``protocol`` for a model of ``state_bytes`` (``clusters``: K;
+    ``dynamic``: under a ``dynamics:`` block)."""
+    return MESSAGES[protocol][kind].size(state_bytes, clusters, dynamic)

@@ -83,6 +83,9 @@ class Protocol(ABC, Generic[P]):
         #: True when the run has a ``dynamics:`` block (set by ``check_dynamics``).
         self.dynamic = False
 
+    #: The params field by which ``implementation`` chooses between algorithms (None: it does not choose).
+    implementation_field: ClassVar[Optional[str]] = None
+
     @classmethod
     def implementation(cls, params: ProtocolParams) -> type[Protocol[Any]]:
         """The class that runs ``params`` (a YAML name may choose between algorithms by a field)."""

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from p2pfl.learning.train import TrainingSpec
+from p2pfl.maths.churn import ChurnReplay
 from p2pfl.maths.consensus import consensus_distance
 from p2pfl.sim.dynamics.schema import DynamicsSpec
 from p2pfl.tensor.graph import Adjacency
@@ -73,6 +74,14 @@ class Fleet:
     drawn: Callable[..., torch.Tensor]  # drawn(purpose, *ids): a model row from a seed of its own (``RunInfo.seed_for``)
     server: Optional[ServerNode] = None  # the one server attached to every device (a server's programs)
     serialized: bool = False  # ``topology.ingress: serialized``: the server receives one upload at a time
+    #: the kernel's churn replayed (``p2pfl.maths.churn``) where the scenario has a ``dynamics:`` block (its
+    #: protocols then run as the kernel runs them under dynamics: deadlines, live peers, a DSGD degree), else None
+    churn: Optional[ChurnReplay] = None
+
+    @property
+    def dynamic(self) -> bool:
+        """Does the scenario have a ``dynamics:`` block (the kernel's ``Protocol.dynamic``)?"""
+        return self.churn is not None
 
     @property
     def n(self) -> int:
@@ -96,6 +105,8 @@ class Round:
     flops: Optional[np.ndarray] = None  # modelled FLOPs each device computed besides its training job
     logs: Logs = field(default_factory=dict)  # the protocol's metrics (``t``: from the round's start)
     reported: Optional[list[list[int]]] = None  # the clusters found this round (the kernel's ``ctx.report_clusters``)
+    dropped: dict[str, int] = field(default_factory=dict)  # messages dropped, by reason (``offline``)
+    bytes_dropped: dict[str, int] = field(default_factory=dict)  # their bytes, by reason
 
     def then(self, nxt: Round) -> Round:
         """This round's traffic and time followed by ``nxt``'s (the trained devices, FLOPs and logs: both; the
@@ -107,19 +118,28 @@ class Round:
         logs = {name: list(entries) for name, entries in self.logs.items()}
         for name, entries in nxt.logs.items():
             logs.setdefault(name, []).extend({**e, "t": self.duration_s + e["t"]} for e in entries)
+        dropped, bytes_dropped = dict(self.dropped), dict(self.bytes_dropped)
+        for why, count in nxt.dropped.items():
+            dropped[why] = dropped.get(why, 0) + count
+        for why, b in nxt.bytes_dropped.items():
+            bytes_dropped[why] = bytes_dropped.get(why, 0) + b
         return Round(self.duration_s + nxt.duration_s, self.sent + nxt.sent, self.received + nxt.received,
                      self.messages + nxt.messages, kinds, np.concatenate([self.trained, nxt.trained]), flops, logs,
-                     self.reported if nxt.reported is None else nxt.reported)
+                     self.reported if nxt.reported is None else nxt.reported, dropped, bytes_dropped)
 
 
 class RoundProgram(ABC):
     """One protocol as a tensor program: built from its params and the fleet, ``round(r)`` runs round r."""
 
     servers: tuple[str, ...] = ()
+    #: It runs under churn (``dynamics.churn``, replayed at round barriers: ``Fleet.churn``).
+    supports_churn: bool = False
 
     def __init__(self, params: Any, fleet: Fleet) -> None:
         self.params = params
         self.fleet = fleet
+        #: simulated time at the start of the round ``round`` runs (the driver sets it before each round)
+        self.now = 0.0
 
     @classmethod
     def unsupported(cls, scenario: ScenarioView) -> Optional[str]:
@@ -141,6 +161,23 @@ class RoundProgram(ABC):
     def clusters(self) -> Optional[list[list[int]]]:
         """The federations the protocol found (None: it does not cluster)."""
         return None
+
+    def result(self) -> dict[str, Any]:
+        """The protocol's own summary fields (the kernel's ``Protocol.result``: e.g. ``models_missing`` under
+        dynamics)."""
+        return {}
+
+    def online(self) -> np.ndarray:
+        """Who is online at the round's start (all devices without churn): the kernel's churn at ``now``."""
+        churn = self.fleet.churn
+        return np.ones(self.fleet.n, dtype=bool) if churn is None else churn.online_at(self.now)
+
+    def idle_until_back(self) -> float:
+        """Seconds from ``now`` until the next device switch (a round that found every device offline waits for
+        one to come back, as the kernel's devices wait); 0 where nothing ever switches again."""
+        churn = self.fleet.churn
+        nxt = np.inf if churn is None else churn.next_switch()
+        return float(nxt - self.now) if np.isfinite(nxt) else 0.0
 
 
 class DeviceRounds(RoundProgram):
@@ -174,6 +211,18 @@ class DeviceRounds(RoundProgram):
         trainer = self.fleet.trainer
         for part in chunks(self.fleet.n, self.fleet.chunk):
             trainer.train(self.rows[part], torch.arange(part.start, part.stop))
+
+    def train_some(self, devices: np.ndarray) -> None:
+        """Train the rows of ``devices`` (ascending ids; under churn, those online), one job each."""
+        if len(devices) == self.fleet.n:
+            self.train_all()
+            return
+        trainer = self.fleet.trainer
+        for part in chunks(len(devices), self.fleet.chunk):
+            ids = torch.from_numpy(devices[part])
+            rows = self.rows[ids]
+            trainer.train(rows, ids)
+            self.rows[ids] = rows
 
     def scores(self) -> np.ndarray:
         out = np.empty(self.fleet.n)

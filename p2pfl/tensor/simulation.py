@@ -34,12 +34,14 @@ from p2pfl.errors import ConfigError
 from p2pfl.executors.batched import model_stacks
 from p2pfl.learning.models import build_model
 from p2pfl.learning.rows import table_for
+from p2pfl.maths.churn import ChurnReplay
 from p2pfl.metrics.energy import EnergyModel
 from p2pfl.metrics.summary import RunTotals, build_summary, finite_scores
 from p2pfl.plugins import import_object
 from p2pfl.registry import BUILTIN, get_protocol
 from p2pfl.seeding import child_seed, stream
 from p2pfl.sim.cost import forward_flops_per_sample, train_flops
+from p2pfl.sim.dynamics.draws import dynamics_seed
 from p2pfl.sim.kernel import resolve_torch_device, torch_threads
 from p2pfl.sim.profiles import profile_columns
 from p2pfl.tensor.data import fleet_data
@@ -51,8 +53,9 @@ from p2pfl.topology.build import ServerNode, link_of
 if TYPE_CHECKING:  # pragma: no cover
     from p2pfl.config.scenario import Scenario
     from p2pfl.protocols.base import ProtocolParams
+    from p2pfl.sim.dynamics.schema import DynamicsSpec
 
-__all__ = ["TensorSimulation", "check", "program_of", "CHUNK_FLOATS"]
+__all__ = ["TensorSimulation", "check", "program_of", "dynamics_unsupported", "CHUNK_FLOATS"]
 
 #: A chunk of rows trained or mixed at once holds about this many parameters (16 MB of float32).
 CHUNK_FLOATS = 1 << 22
@@ -67,7 +70,12 @@ def program_of(params: ProtocolParams) -> type[RoundProgram]:
     """The tensor program of the protocol that runs ``params`` (``Protocol.tensor_program``, imported on first
     use); ConfigError naming ``protocol.name`` where the protocol has none, or names one that is not a program."""
     name = params.name
-    target = get_protocol(name).implementation(params).tensor_program
+    registered = get_protocol(name)
+    target = registered.implementation(params).tensor_program
+    field = registered.implementation_field
+    if target is None and field is not None and registered.tensor_program is not None:
+        raise _refusal(f"protocol.{field}: {name!r} has a tensor program for {field} "
+                       f"{getattr(registered, field, None)!r} only, not {getattr(params, field, None)!r}")
     if target is None:
         have = [n for n in BUILTIN if get_protocol(n).tensor_program is not None]
         raise _refusal(f"protocol.name: {name!r} has no tensor program (of the built-in protocols, "
@@ -89,8 +97,8 @@ def check(sc: Scenario) -> type[RoundProgram]:
     if (why := program.unsupported(sc)) is not None:
         raise _refusal(why)
     topo = sc.topology
-    if sc.dynamics is not None:
-        raise _refusal("dynamics: the fleet is static")
+    if sc.dynamics is not None and (why := dynamics_unsupported(sc.dynamics, program)) is not None:
+        raise _refusal(why)
     if topo.edges:
         raise _refusal("topology.edges: every link is the topology's link (no per-edge overrides)")
     if topo.link.loss or any(s.link.loss for s in topo.servers):
@@ -101,6 +109,25 @@ def check(sc: Scenario) -> type[RoundProgram]:
     if resolve_torch_device(sc.torch_device).type != "cpu":
         raise _refusal("torch_device: rows live on the CPU")
     return program
+
+
+def dynamics_unsupported(dyn: DynamicsSpec, program: type[RoundProgram]) -> Optional[str]:
+    """Why the tensor engine cannot run ``dyn`` with ``program`` ("field: why"), or None: it replays churn (the
+    kernel's draws, at round barriers) for the programs that support it, and nothing else of the dynamics."""
+    for name in ("link_failures", "mobility"):
+        if getattr(dyn, name) is not None:
+            return f"dynamics.{name}: the tensor engine's dynamics are churn only"
+    for name in ("events", "stragglers"):
+        if getattr(dyn, name):
+            return f"dynamics.{name}: the tensor engine's dynamics are churn only"
+    if dyn.interrupted_training == "lost":
+        return ("dynamics.interrupted_training: a device online at a round's start trains to the end of its job "
+                "(churn applies at round barriers), so training is never lost")
+    churns = dyn.churn is not None and (dyn.churn.trace is not None or not dyn.churn.inert)
+    if churns and not program.supports_churn:
+        return (f"dynamics.churn: {program.__name__} runs on a static fleet (gossip, DSGD, DAC cosine and FedAvg "
+                "run churn)")
+    return None
 
 
 class TensorSimulation:
@@ -150,10 +177,13 @@ class TensorSimulation:
             servers = sc.topology.servers
             server = None if not servers else ServerNode(name=servers[0].name, attached=(), link=link_of(servers[0].link),
                                                          egress_bps=servers[0].egress_bps)
+            dyn = sc.dynamics
+            churn = None if dyn is None else ChurnReplay(dyn.churn, n, dynamics_seed(seed, dyn.seed))
             fleet = Fleet(trainer=trainer, adjacency=self.adjacency, flops_per_s=flops, uplink_bps=up,
                           downlink_bps=down, link=link_of(sc.topology.link), state_bytes=width * layout.dtype.itemsize,
                           job_flops=float(self.job_flops), forward_flops=float(forward), seed=seed, chunk=chunk,
-                          first=first, drawn=drawn, server=server, serialized=sc.topology.ingress == "serialized")
+                          first=first, drawn=drawn, server=server, serialized=sc.topology.ingress == "serialized",
+                          churn=churn)
             self.program: RoundProgram = program(sc.protocol, fleet)
         self.n = n
         self._events = None if events_path is None else open(events_path, "w", encoding="utf-8")  # noqa: SIM115
@@ -184,6 +214,8 @@ class TensorSimulation:
         jobs = np.zeros(n, dtype=np.int64)
         by_kind: dict[str, int] = {}
         messages, now = 0, 0.0
+        dropped: dict[str, int] = {}
+        bytes_dropped: dict[str, int] = {}
         curve: list[dict[str, Any]] = []
         durations: list[float] = []
         logs: list[dict[str, Any]] = []
@@ -195,6 +227,7 @@ class TensorSimulation:
             if (cd := prog.consensus_distance()) is not None:
                 logs.append({"t": 0.0, "value": cd, "round": 0})
             for r in range(1, sc.protocol.rounds + 1):
+                prog.now = now
                 step: Round = prog.round(r)
                 start = now
                 now += step.duration_s
@@ -207,6 +240,10 @@ class TensorSimulation:
                 messages += step.messages
                 for kind, b in step.by_kind.items():
                     by_kind[kind] = by_kind.get(kind, 0) + b
+                for why, k in step.dropped.items():
+                    dropped[why] = dropped.get(why, 0) + k
+                for why, b in step.bytes_dropped.items():
+                    bytes_dropped[why] = bytes_dropped.get(why, 0) + b
                 if (cd := prog.consensus_distance()) is not None:
                     logs.append({"t": now, "value": cd if np.isfinite(cd) else None, "round": r})
                 for name, entries in step.logs.items():  # the protocol's metrics (``ctx.log``), at their times
@@ -238,14 +275,34 @@ class TensorSimulation:
             diverged=diverged, curve=curve,
             over_time=[{k: v for k, v in p.items() if k != "round"} | {"devices_scored": n} for p in curve],
             round_s=durations, rounds_of="fleet",
-            logs={**({"consensus_distance": logs} if logs else {}), **logged})
+            logs={**({"consensus_distance": logs} if logs else {}), **logged},
+            messages_dropped=sum(dropped.values()), dropped_by_reason=dropped, bytes_dropped_by_reason=bytes_dropped)
         tail: dict[str, Any] = {"true_clusters": self.data.true_clusters.tolist(), "partition": self.data.stats(),
-                                "messages_in_flight": 0}
+                                "messages_in_flight": 0, **self.dynamics_summary(now)}
         if (found := prog.clusters()) is not None:  # the protocol's clustering fields (``Protocol.cluster_fields``)
             scored = clustering_scores(tuple(self.data.true_clusters.tolist()), found)
-            tail.update(clusters=scored["clusters"], ari=scored["ari"])
+            fields = get_protocol(sc.protocol.name).implementation(sc.protocol).cluster_fields
+            tail.update({k: scored[k] for k in fields})
+        tail.update(prog.result())
         self._summary = build_summary(totals, metric=metric, head=head, sim_time_s=now, tail=tail, energy=self.energy)
         return self._summary
+
+    def dynamics_summary(self, end: float) -> dict[str, Any]:
+        """The kernel's ``dynamics`` block (``Simulation.dynamics_summary``) at the run's end ``end``: each device's
+        share of the run online and its offline periods, from the churn replayed; no link failures, no device
+        leaves for good (every device runs every round it is online for). Empty without a ``dynamics:`` block."""
+        churn = self.program.fleet.churn
+        if churn is None:
+            return {}
+        churn.online_at(end)
+        avail = churn.availability()
+        return {"dynamics": {
+            "availability_mean": float(avail.mean()),
+            "availability_per_node": [float(a) for a in avail],
+            "offline_periods_per_node": [int(k) for k in churn.offline_periods()],
+            "link_down_events": 0,
+            "left_fleet": [],
+        }}
 
     def close(self) -> None:
         if self._events is not None:

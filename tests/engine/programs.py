@@ -28,6 +28,8 @@ PROGRAM_SETS: dict[str, tuple[list[str], list[str]]] = {
     "oracle": (["protocol.name=oracle", "data.partition={kind: parameter_shift, n_clusters: 2, n_features: 10}",
                 *SERVER], NO_GOSSIP),
     "local": (["protocol.name=local"], NO_GOSSIP),
+    "dac": (["protocol.name=dac", "protocol.top_k=2",
+             "data.partition={kind: parameter_shift, n_clusters: 2, n_features: 10}"], NO_GOSSIP),
 }
 
 

@@ -162,6 +162,7 @@ class _DACBase(Protocol[DACParams]):
     summary = "DAC: similarity-weighted decentralized collaboration (cosine top-k, or original loss-based priors)"
     #: The ``variant`` this class runs.
     variant: ClassVar[str]
+    implementation_field = "variant"
     supports_dynamics = True
     cluster_fields = ("clusters", "ari", "misclassification_rate", "n_federations")
 
@@ -217,6 +218,7 @@ class DACCosine(NeighbourAveraging[DACParams], _DACBase):
 
     variant = "cosine"
     message_kind = "dac_model"
+    tensor_program = "p2pfl.protocols.serverless.dac_tensor:DACCosineRounds"
 
     def peers(self, ctx: DeviceContext) -> tuple[int, ...]:
         return self.candidates(ctx)
