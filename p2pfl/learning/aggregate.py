@@ -1,15 +1,21 @@
-"""Aggregation maths on state dicts: pure functions, no time, no I/O (Flower's aggregate.py)."""
+"""Aggregation maths on state dicts: pure functions, no time, no I/O (Flower's aggregate.py).
+
+:func:`add_weighted_` is the float64 weighted sum both engines call: the event kernel's ``weighted_sum`` and
+``weighted_average`` (DSGD's mix, every server's average) and the tensor engine's server averages
+(``p2pfl.tensor.server``, FedAvg's), so one arithmetic gives both their bits.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import cast
+from typing import Union, cast
 
 import torch
 
 from p2pfl.learning.flat import FlatState, as_flat
 
-__all__ = ["State", "weighted_sum", "weighted_average", "clone_state", "add_scaled", "sub", "squared_distance", "state_to_vector"]
+__all__ = ["State", "add_weighted_", "weighted_sum", "weighted_average", "clone_state", "add_scaled", "sub",
+           "squared_distance", "state_to_vector"]
 
 #: A model state: a state dict, or a FlatState (read-only views of one vector).
 State = Mapping[str, torch.Tensor]
@@ -22,20 +28,46 @@ def clone_state(state: Mapping[str, torch.Tensor]) -> State:
     return {k: v.detach().clone() for k, v in state.items()}
 
 
+def add_weighted_(acc: torch.Tensor, rows: Union[torch.Tensor, Sequence[torch.Tensor]],
+                  weights: Union[float, Sequence[float]], block_bytes: int = 1 << 24) -> torch.Tensor:
+    """acc += sum_k w_k x_k in float64, the terms added one after another in the order given: ((acc + w_1 x_1) +
+    w_2 x_2) + ... (in place; ``acc``: float64, as many elements as each row; ``weights``: one a row, or one for all).
+
+    Each term is ``x_k`` in float64 times ``w_k``; a block of rows (``block_bytes`` of terms) is added by a
+    running sum (``cumsum``, sequential in the order of the rows, where ``torch.sum`` reduces more than 16 rows in
+    another order), so a table of rows gives the bits of adding them one by one (tested)."""
+    n = len(rows)
+    flat = acc.view(-1) if acc.is_contiguous() else acc.reshape(-1)  # the elements in row-major order
+    d = flat.numel()
+    each = torch.as_tensor(weights, dtype=torch.float64)
+    step = max(1, block_bytes // (8 * max(d, 1)))
+    for a in range(0, n, step):
+        part = rows[a : a + step]
+        block = part.reshape(len(part), d) if isinstance(part, torch.Tensor) else torch.stack([r.reshape(d) for r in part])
+        terms = torch.empty((len(part) + 1, d), dtype=torch.float64)
+        terms[0] = flat
+        w = each if each.dim() == 0 else each[a : a + len(part)].unsqueeze(1)
+        torch.mul(block.to(torch.float64), w, out=terms[1:])
+        flat.copy_(terms.cumsum_(0)[-1])
+    if flat.data_ptr() != acc.data_ptr():
+        acc.copy_(flat.view(acc.shape))
+    return acc
+
+
 def weighted_sum(items: Sequence[tuple[Mapping[str, torch.Tensor], float]]) -> State:
     """sum_k w_k x_k over ``[(state, weight)]``, in the order given (DSGD's mixing, FedAvg's numerator).
 
-    Floating-point entries accumulate in float64 and are cast back to their dtype;
+    Floating-point entries accumulate in float64 (:func:`add_weighted_`) and are cast back to their dtype;
     integer buffers (e.g. BatchNorm counters) are kept from the first state.
     Raises ValueError on an empty list or mismatched keys.
     """
     if not items:
         raise ValueError("weighted_sum needs at least one (state, weight) pair")
     first = items[0][0]
+    weights = [w for _, w in items]
     if isinstance(first, FlatState) and all(as_flat(first, s) for s, _ in items[1:]):
         acc = torch.zeros_like(first.vector, dtype=torch.float64)  # the same sums, one vector at a time
-        for state, w in items:
-            acc += cast(FlatState, state).vector.to(torch.float64) * w
+        add_weighted_(acc, [cast(FlatState, s).vector for s, _ in items], weights)
         return FlatState(acc.to(first.layout.dtype), first.layout)
     keys = list(first.keys())
     for state, _ in items[1:]:
@@ -48,8 +80,7 @@ def weighted_sum(items: Sequence[tuple[Mapping[str, torch.Tensor], float]]) -> S
             out[k] = ref.clone()  # integer buffers (e.g. BN counters): keep the first
             continue
         acc = torch.zeros_like(ref, dtype=torch.float64)
-        for state, w in items:
-            acc += state[k].to(torch.float64) * w
+        add_weighted_(acc, [state[k] for state, _ in items], weights)
         out[k] = acc.to(ref.dtype)
     return out
 

@@ -5,5 +5,8 @@
 ``clusters`` (cluster choice by argmin, clusters from an assignment), ``messages`` (message sizes declared per
 message kind), ``dac`` (DAC cosine's round over the fleet's rows: cosines over CSR pairs, top-k, uniform averaging
 in bounded memory), ``churn`` (the kernel's churn draws replayed as online masks and states at arrival times).
-Transfer time is ``p2pfl.sim.cost.tx_time_s``; a device's batch orders ``p2pfl.learning.batches``.
+Below this floor, so that both reach them: transfer time is ``p2pfl.sim.cost.tx_time_s``; a device's batch orders
+``p2pfl.learning.batches``; the float64 weighted sum of every average ``p2pfl.learning.aggregate.add_weighted_``;
+the synthetic data ``p2pfl.data.synthetic.synthetic_fleet``; the random geometric graph and its connectivity
+retries ``p2pfl.topology.geometric.random_geometric_pairs``.
 """

@@ -3,9 +3,9 @@
 Devices whose shards hold rows of a shared pool (a transform's images, ``p2pfl.data.PoolRows``) keep them as
 row numbers into one pool (:class:`Inputs`), as the event kernel's shards do.
 
-Synthetic tasks (``synthetic_linear``, ``synthetic_logistic``) are drawn device by device straight into
-preallocated arrays: the same values ``p2pfl.data.synthetic`` puts in its shards (the same draws), without
-a shard object a device. Every other dataset is built by ``p2pfl.data`` and its shards stacked, which
+Synthetic tasks (``synthetic_linear``, ``synthetic_logistic``) are the fleet's arrays of
+``p2pfl.data.synthetic.synthetic_fleet`` as they are: the one draw whose rows are the event kernel's shards,
+without a shard object a device. Every other dataset is built by ``p2pfl.data`` and its shards stacked, which
 needs every device to hold as many samples as every other.
 """
 
@@ -20,9 +20,8 @@ import torch
 from p2pfl.data.datasets import dataset_info
 from p2pfl.data.schema import DataSpec, ParameterShiftPartition
 from p2pfl.data.shards import Federation, PoolRows, as_tensor
-from p2pfl.data.synthetic import cluster_parameters, synthetic_task
+from p2pfl.data.synthetic import synthetic_fleet
 from p2pfl.errors import ConfigError
-from p2pfl.seeding import stream
 from p2pfl.sim.world import build_any_federation
 
 __all__ = ["FleetData", "Inputs", "fleet_data"]
@@ -125,36 +124,10 @@ def _inputs(held: list[torch.Tensor | PoolRows]) -> Inputs:
 
 
 def _synthetic(spec: DataSpec, n: int, seed: int) -> FleetData:
-    """``synthetic_draws``'s values: each device's normals drawn from its own stream in one call (the same
-    numbers as its four draws in turn), the arithmetic done per cluster over all its devices at once."""
+    """The synthetic task's fleet arrays (``synthetic_fleet``: the kernel's shards are their rows)."""
     p = spec.partition_as(ParameterShiftPartition)
-    logistic = spec.dataset == "synthetic_logistic"
-    clusters, n_train, n_test = synthetic_task(spec, n)
-    d = p.n_features
-    z = np.empty((n, (n_train + n_test) * (d + 1)))
-    for i in range(n):
-        z[i] = stream(seed, "data.synthetic.samples", i).standard_normal(z.shape[1])
-    x = np.empty((n, n_train, d), dtype=np.float32)
-    y = np.empty((n, n_train), dtype=np.int64 if logistic else np.float32)
-    tx = np.empty((n, n_test, d), dtype=np.float32)
-    ty = np.empty((n, n_test), dtype=y.dtype)
-    at = 0
-    for size, xs, ys in ((n_train, x, y), (n_test, tx, ty)):
-        for k in range(p.n_clusters):
-            rows = np.flatnonzero(clusters == k)
-            if not len(rows):
-                continue
-            c = cluster_parameters(seed, k, d)
-            inputs = z[rows, at : at + size * d].reshape(-1, d) @ c["A"].T + c["mu"]  # one row a sample
-            eps = p.noise_std * z[rows, at + size * d : at + size * (d + 1)].reshape(-1)
-            if logistic:
-                target = ((inputs - c["mu"]) @ c["w"] + eps > 0).astype(np.int64)
-            else:
-                target = (inputs @ c["w"] + c["b"] + eps).astype(np.float32)
-            xs[rows] = inputs.astype(np.float32).reshape(len(rows), size, d)
-            ys[rows] = target.reshape(len(rows), size)
-        at += size * (d + 1)
-    return FleetData(x=Inputs(torch.from_numpy(x)), y=torch.from_numpy(y), test_x=Inputs(torch.from_numpy(tx)),
-                     test_y=torch.from_numpy(ty), true_clusters=np.asarray(clusters, dtype=np.int64),
-                     dataset=spec.dataset, num_classes=2 if logistic else 0, input_shape=(p.n_features,),
-                     task="classification" if logistic else "regression", partition=p.kind)
+    f = synthetic_fleet(spec, n, seed=seed)
+    return FleetData(x=Inputs(torch.from_numpy(f.x)), y=torch.from_numpy(f.y), test_x=Inputs(torch.from_numpy(f.test_x)),
+                     test_y=torch.from_numpy(f.test_y), true_clusters=f.clusters, dataset=spec.dataset,
+                     num_classes=2 if f.logistic else 0, input_shape=(p.n_features,),
+                     task="classification" if f.logistic else "regression", partition=p.kind)

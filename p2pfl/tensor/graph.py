@@ -4,9 +4,9 @@ A networkx graph holds a dict per node and per edge: about 3.9 kB a device at me
 (``analysis/results/bench_scale.md``). :class:`Adjacency` holds the same edges in ``indptr`` (int64,
 n + 1) and ``indices`` (int32, both directions, each row sorted): 8 bytes a device plus 4 an edge end.
 
-``random_geometric`` is drawn here without a networkx graph: the same seeds, the same positions and
-pairs (``p2pfl.topology.geometric.geometric_pairs``) and the same connectivity retries, so the edges
-are the event kernel's (tested). Every other kind is built by ``p2pfl.topology`` and converted.
+``random_geometric`` is made from the draw the event kernel makes its networkx graph from
+(``p2pfl.topology.geometric.random_geometric_pairs``: the same seed, positions, pairs and connectivity retries),
+without a networkx graph. Every other kind is built by ``p2pfl.topology`` and converted.
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from p2pfl.errors import TopologyError
-from p2pfl.seeding import stream
-from p2pfl.topology.build import build_topology
-from p2pfl.topology.geometric import geometric_pairs
+from p2pfl.topology.build import build_topology, graph_seed
+from p2pfl.topology.geometric import random_geometric_pairs
 from p2pfl.topology.schema import TopologySpec
 
 __all__ = ["Adjacency", "adjacency"]
@@ -48,15 +46,6 @@ class Adjacency:
     def neighbors(self, i: int) -> tuple[int, ...]:
         return tuple(int(j) for j in self.indices[self.indptr[i] : self.indptr[i + 1]])
 
-    def components(self) -> int:
-        from scipy.sparse import csr_matrix
-        from scipy.sparse.csgraph import connected_components
-
-        ones = np.ones(len(self.indices), dtype=np.int8)
-        count, _ = connected_components(csr_matrix((ones, self.indices, self.indptr), shape=(self.n, self.n)),
-                                        directed=False)
-        return int(count)
-
     @classmethod
     def from_pairs(cls, n: int, pairs: np.ndarray) -> Adjacency:
         """From undirected pairs ``(k, 2)`` (each once, no self-loops)."""
@@ -78,13 +67,6 @@ def adjacency(spec: TopologySpec, seed: int) -> Adjacency:
     if spec.kind != "random_geometric":
         return Adjacency.from_graph(build_topology(spec, seed=seed).graph)
     assert spec.n is not None and spec.radius is not None  # the schema requires them for this kind
-    root = seed if spec.seed is None else spec.seed
-    rng = np.random.default_rng(int(stream(root, "topology").integers(2**63)))  # as retry_connected draws
-    connected = not spec.allow_disconnected
-    for _ in range(spec.tries if connected else 1):
-        _, pairs = geometric_pairs(spec.n, spec.radius, int(rng.integers(2**32)), spec.placement)
-        adj = Adjacency.from_pairs(spec.n, pairs)
-        if not connected or (parts := adj.components()) == 1:
-            return adj
-    raise TopologyError(f"random_geometric graph is disconnected ({parts} components) in all {spec.tries} tries; "
-                        "set allow_disconnected: true or change the parameters")
+    _, pairs = random_geometric_pairs(spec.n, spec.radius, seed=graph_seed(spec, seed), tries=spec.tries,
+                                      connected=not spec.allow_disconnected, placement=spec.placement)
+    return Adjacency.from_pairs(spec.n, pairs)

@@ -8,6 +8,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from p2pfl.learning.aggregate import add_weighted_
 from p2pfl.seeding import stream
 from p2pfl.sim.cost import tx_time_s
 from p2pfl.tensor.program import Fleet, RoundProgram, ScenarioView
@@ -79,16 +80,18 @@ class ServerRounds(RoundProgram):
         return ready + upload
 
     def train_clusters(self, models: torch.Tensor, chosen: np.ndarray, cluster: np.ndarray) -> None:
-        """Each of ``chosen`` trains a copy of its ``cluster``'s row of ``models``; each row then becomes the
-        sample-weighted average of its members' (float64), a row no one trained stays (in place)."""
+        """Each of ``chosen`` (ascending) trains a copy of its ``cluster``'s row of ``models``; each row then
+        becomes the sample-weighted average of its members' (``weighted_average``'s float64 sum,
+        ``add_weighted_``, in id order), a row no one trained stays (in place)."""
         f = self.fleet
         weight = float(f.trainer.data.samples)
-        acc = torch.zeros((models.shape[0], models.shape[1]), dtype=torch.float64)
         counts = np.bincount(cluster, minlength=models.shape[0])
+        acc = torch.zeros((models.shape[0], models.shape[1]), dtype=torch.float64)
         for part in chunks(len(chosen), f.chunk):
-            q = torch.from_numpy(cluster[part])
-            rows = models[q].clone()
+            q = cluster[part]
+            rows = models[torch.from_numpy(q)].clone()
             f.trainer.train(rows, torch.from_numpy(chosen[part]))
-            acc.index_add_(0, q, rows.double() * weight)
+            for c in np.unique(q):
+                add_weighted_(acc[c], rows[torch.from_numpy(np.flatnonzero(q == c))], weight / (weight * counts[c]))
         for c in np.flatnonzero(counts):
-            models[c] = (acc[c] / (weight * counts[c])).to(models.dtype)
+            models[c] = acc[c].to(models.dtype)

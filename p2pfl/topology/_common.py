@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
+from typing import TypeVar
 
 import networkx as nx
 import numpy as np
@@ -10,6 +11,8 @@ import numpy as np
 from p2pfl.errors import TopologyError
 
 __all__ = ["fresh_graph", "relabelled", "retry_connected", "check_tries"]
+
+G = TypeVar("G")
 
 
 def fresh_graph(n: int, edges: Iterable[tuple[int, int]]) -> nx.Graph:
@@ -36,21 +39,20 @@ def check_tries(tries: int) -> None:
         raise TopologyError(f"tries must be >= 1; got tries={tries}")
 
 
-def retry_connected(
-    make: Callable[[int], nx.Graph], *, name: str, seed: int, tries: int, connected: bool
-) -> nx.Graph:
+def retry_connected(make: Callable[[int], G], *, name: str, seed: int, tries: int, connected: bool,
+                    components: Callable[[G], int] = nx.number_connected_components) -> G:
     """Call ``make(int_seed)`` with a new derived seed until the graph is connected.
 
-    With ``connected=False`` the first graph is returned. Raises TopologyError
-    if no connected graph is found in ``tries`` attempts.
+    With ``connected=False`` the first graph is returned. ``components`` counts a graph's connected components
+    (a networkx graph's by default; the tensor engine passes arrays of pairs and counts theirs). Raises
+    TopologyError if no connected graph is found in ``tries`` attempts.
     """
     check_tries(tries)
     rng = np.random.default_rng(seed)
     for _ in range(tries if connected else 1):
         g = make(int(rng.integers(2**32)))
-        if not connected or nx.is_connected(g):
+        if not connected or (parts := components(g)) == 1:
             return g
-    parts = nx.number_connected_components(g)
     raise TopologyError(
         f"{name} graph is disconnected ({parts} components) in all {tries} tries; "
         "set allow_disconnected: true or change the parameters"

@@ -16,7 +16,7 @@ from p2pfl.topology import classic, files, geometric, random_graphs
 from p2pfl.topology.schema import LinkSpec, TopologySpec
 from p2pfl.validation import parse_model, read_yaml, require_mapping
 
-__all__ = ["Link", "ServerNode", "Topology", "BUILDERS", "build_topology", "link_of", "load_topology_file"]
+__all__ = ["Link", "ServerNode", "Topology", "BUILDERS", "build_topology", "graph_seed", "link_of", "load_topology_file"]
 
 _T = TypeVar("_T")
 
@@ -160,6 +160,12 @@ def _servers(spec: TopologySpec, n: int) -> tuple[ServerNode, ...]:
     return tuple(servers)
 
 
+def graph_seed(spec: TopologySpec, seed: int) -> int:
+    """The seed a random kind draws its graph from: of ``stream(seed, "topology")``, or of ``spec.seed`` when set."""
+    root = seed if spec.seed is None else spec.seed
+    return int(stream(root, "topology").integers(2**63))
+
+
 def build_topology(spec: TopologySpec, *, seed: int, base_dir: str | Path | None = None) -> Topology:
     """Build the devices' graph, links and servers for ``spec``; same spec and seed give the same topology.
 
@@ -169,9 +175,7 @@ def build_topology(spec: TopologySpec, *, seed: int, base_dir: str | Path | None
     Raises TopologyError if the graph cannot be built or is disconnected without
     ``allow_disconnected``, and ConfigError for overrides or servers naming missing devices.
     """
-    root = seed if spec.seed is None else spec.seed
-    graph_seed = int(stream(root, "topology").integers(2**63))
-    graph = _generate(spec, graph_seed, base_dir)
+    graph = _generate(spec, graph_seed(spec, seed), base_dir)
     if graph.number_of_nodes() > MAX_DEVICES:  # file kinds: the spec could not tell before reading the file
         raise TopologyError(f"{spec.path}: {graph.number_of_nodes():,} devices; at most {MAX_DEVICES:,} "
                             "(p2pfl.limits.MAX_DEVICES); use a smaller graph")

@@ -15,7 +15,7 @@ import numpy as np
 from p2pfl.errors import TopologyError
 from p2pfl.topology._common import fresh_graph, retry_connected
 
-__all__ = ["random_geometric", "geometric_pairs"]
+__all__ = ["random_geometric", "random_geometric_pairs", "geometric_pairs", "pair_components"]
 
 
 def random_geometric(n: int, radius: float, *, seed: int, tries: int = 100, connected: bool = True,
@@ -26,20 +26,36 @@ def random_geometric(n: int, radius: float, *, seed: int, tries: int = 100, conn
     are redrawn up to ``tries`` times until the graph is connected. ``placement``:
     ``scattered`` (ids in drawing order) or ``strips`` (ids by increasing x).
     """
+    xy, close = random_geometric_pairs(n, radius, seed=seed, tries=tries, connected=connected, placement=placement)
+    g = fresh_graph(n, ((int(u), int(v)) for u, v in close))
+    nx.set_node_attributes(g, {i: (float(x), float(y)) for i, (x, y) in enumerate(xy)}, "pos")
+    return g
+
+
+def random_geometric_pairs(n: int, radius: float, *, seed: int, tries: int = 100, connected: bool = True,
+                           placement: str = "scattered") -> tuple[np.ndarray, np.ndarray]:
+    """The draw :func:`random_geometric` keeps, as arrays: positions ``(n, 2)`` and the pairs within ``radius``
+    (``geometric_pairs``), redrawn up to ``tries`` times until they connect the devices (``connected``). Both
+    engines draw their graph here: the event kernel makes it a networkx graph, the tensor engine CSR arrays."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise TopologyError(f"random_geometric needs n to be an integer >= 1; got n={n!r}")
     if not radius > 0:
         raise TopologyError(f"random_geometric needs radius > 0; got radius={radius!r}")
     if placement not in ("scattered", "strips"):
         raise TopologyError(f"random_geometric placement must be 'scattered' or 'strips'; got {placement!r}")
+    return retry_connected(lambda s: geometric_pairs(n, radius, s, placement), name="random_geometric", seed=seed,
+                           tries=tries, connected=connected, components=lambda draw: pair_components(n, draw[1]))
 
-    def make(s: int) -> nx.Graph:
-        xy, close = geometric_pairs(n, radius, s, placement)
-        g = fresh_graph(n, ((int(u), int(v)) for u, v in close))
-        nx.set_node_attributes(g, {i: (float(x), float(y)) for i, (x, y) in enumerate(xy)}, "pos")
-        return g
 
-    return retry_connected(make, name="random_geometric", seed=seed, tries=tries, connected=connected)
+def pair_components(n: int, pairs: np.ndarray) -> int:
+    """Connected components of the graph on ``n`` nodes with the undirected ``pairs`` ``(k, 2)``."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    ones = np.ones(len(pairs), dtype=np.int8)
+    graph = coo_matrix((ones, (pairs[:, 0], pairs[:, 1])), shape=(n, n)) if len(pairs) else coo_matrix((n, n))
+    count, _ = connected_components(graph, directed=False)
+    return int(count)
 
 
 def geometric_pairs(n: int, radius: float, draw_seed: int, placement: str = "scattered") -> tuple[np.ndarray, np.ndarray]:

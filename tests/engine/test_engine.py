@@ -13,8 +13,10 @@ import pytest
 import torch
 
 from p2pfl import api
-from p2pfl.errors import ConfigError
+from p2pfl.errors import ConfigError, TopologyError
 from p2pfl.executors.batched import ATOL, RTOL
+from p2pfl.learning.aggregate import weighted_average
+from p2pfl.learning.flat import FlatState
 from p2pfl.learning.state import live_state
 from p2pfl.metrics.runs import load_curves
 from p2pfl.protocols.serverless.gossip_tensor import GossipRounds
@@ -24,7 +26,9 @@ from p2pfl.tensor.data import fleet_data
 from p2pfl.tensor.graph import Adjacency, adjacency
 from p2pfl.tensor.simulation import TensorSimulation, check
 from p2pfl.tensor.timing import SHORT, fifo
-from p2pfl.topology.build import build_topology
+from p2pfl.topology.build import build_topology, graph_seed
+from p2pfl.topology.geometric import geometric_pairs, pair_components
+from tests.engine.programs import BASE, overrides
 
 SCALE = {"gossip": "scenarios/bench/scale.yaml", "dsgd": "scenarios/bench/scale_dsgd.yaml",
          "fedavg": "scenarios/bench/scale_fedavg.yaml"}
@@ -58,9 +62,28 @@ def test_geometric_adjacency_is_the_kernels_graph(placement: str) -> None:
 def test_adjacency_of_other_kinds_and_components() -> None:
     ring = Adjacency.from_graph(nx.cycle_graph(5))
     assert ring.indptr.tolist() == [0, 2, 4, 6, 8, 10]
-    assert ring.neighbors(0) == (1, 4) and ring.components() == 1
+    assert ring.neighbors(0) == (1, 4) and pair_components(5, np.array(list(nx.cycle_graph(5).edges()))) == 1
     two = Adjacency.from_pairs(4, np.array([[0, 1], [2, 3]]))
-    assert two.components() == 2 and two.sources.tolist() == [0, 1, 2, 3]
+    assert pair_components(4, np.array([[0, 1], [2, 3]])) == 2 and two.sources.tolist() == [0, 1, 2, 3]
+    assert pair_components(3, np.zeros((0, 2), dtype=np.int64)) == 3
+
+
+def test_both_engines_retry_one_geometric_draw_and_refuse_alike() -> None:
+    """One retry loop (``topology._common.retry_connected``) draws both engines' graphs: the draw a retry keeps is
+    the same, and a fleet that never connects is refused with the same line."""
+    sets = ["topology.n=40", "topology.radius=0.22", "topology.tries=50"]
+    sc = api.resolve(SCALE["gossip"], overrides=sets)
+    graph, adj = build_topology(sc.topology, seed=1).graph, adjacency(sc.topology, seed=1)
+    first = geometric_pairs(40, 0.22, int(np.random.default_rng(graph_seed(sc.topology, 1)).integers(2**32)))[1]
+    assert pair_components(40, first) > 1  # the first draw is disconnected: a retry was needed
+    assert sorted(map(tuple, np.asarray(list(graph.edges())).tolist())) == \
+        sorted((i, j) for i in range(40) for j in adj.neighbors(i) if i < j)
+    never = api.resolve(SCALE["gossip"], overrides=["topology.n=40", "topology.radius=0.05", "topology.tries=3"])
+    with pytest.raises(TopologyError) as kernel:
+        build_topology(never.topology, seed=1)
+    with pytest.raises(TopologyError) as tensor:
+        adjacency(never.topology, seed=1)
+    assert str(kernel.value) == str(tensor.value) and "in all 3 tries" in str(kernel.value)
 
 
 @pytest.mark.parametrize(("dataset", "n"), [("synthetic_logistic", 400), ("synthetic_linear", 30)])
@@ -252,7 +275,7 @@ def test_run_directory_holds_a_line_a_round(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("setting", "field"), [
-    ("protocol.name=dac", "protocol.name"),
+    ("protocol.name=fedprox", "protocol.name"),  # a built-in protocol without a tensor program
     ("protocol.mode=async", "protocol.mode"),
     ("topology.link.loss=0.1", "topology.link.loss"),
     ("training.optimizer=adamw", "training.optimizer"),
@@ -268,6 +291,30 @@ def test_what_the_engine_cannot_run_is_named(setting: str, field: str) -> None:
     sc = api.resolve(SCALE["gossip"], overrides=[*sets, setting, "engine=tensor"])
     with pytest.raises(ConfigError, match=f"^{field}: .*set engine: events$"):
         check(sc)
+
+
+def test_a_plug_in_protocol_without_a_program_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A third-party protocol (``module:Class``) names no tensor program: ``engine: tensor`` refuses it with one line
+    naming the field (exit status 2 from the command line), and nothing is written; so does a subclass of a
+    protocol that has one (``RNDGossip`` is not gossip: a program is never inherited)."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "custom_protocol"
+    monkeypatch.syspath_prepend(str(example))
+    from fanout_gossip import FanoutGossip  # type: ignore[import-not-found]
+
+    from p2pfl.cli import main
+    from p2pfl.protocols.serverless.gossip import Gossip
+    from p2pfl.protocols.serverless.rnd_gossip import RNDGossip
+
+    assert FanoutGossip.tensor_program is None and Gossip.tensor_program is not None
+    assert RNDGossip.tensor_program is None
+    out = tmp_path / "run"
+    code = main(["run", str(example / "scenario.yaml"), "--set", "engine=tensor", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and not out.exists()
+    assert len(err.splitlines()) == 1 and "protocol.name: 'fanout_gossip:FanoutGossip' has no tensor program" in err
+    assert err.endswith("set engine: events")
 
 
 def test_an_ingress_capacity_is_refused_and_nothing_written(tmp_path: Path) -> None:
@@ -306,3 +353,34 @@ def test_data_scored_by_jobs_of_its_own_is_refused(monkeypatch: pytest.MonkeyPat
                             "dataset", "shards", "num_classes", "input_shape", "true_clusters", "partition", "task")}))
     with pytest.raises(ConfigError, match=r"^data: .*set engine: events$"):
         engine_data.fleet_data(sc.data, 4, 0)
+
+
+@pytest.mark.parametrize("program", ["fedavg", "ifca", "oracle"])
+def test_a_servers_average_is_weighted_average_of_the_uploads_bit_for_bit(program: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tensor engine's server averages are the kernel's ``weighted_average`` (one float64 sum, in id order) of
+    the rows its devices trained: at 40 devices, where summing a block of rows at once would add in another order."""
+    sets, unset = overrides(program, "tensor", ("topology.n=40", "topology.radius=0.3", "protocol.rounds=1"))
+    sc = api.resolve(BASE, overrides=sets, unset=unset)
+    sim = TensorSimulation(sc)
+    trainer = sim.program.fleet.trainer
+    uploads: dict[int, torch.Tensor] = {}
+    train = trainer.train
+
+    def kept(rows: torch.Tensor, devices: torch.Tensor) -> torch.Tensor:
+        out = train(rows, devices)
+        uploads.update({int(d): r.clone() for d, r in zip(devices, rows)})
+        return out
+
+    monkeypatch.setattr(trainer, "train", kept)
+    sim.run()
+    prog, weight = sim.program, float(trainer.data.samples)
+    groups = {0: sorted(uploads)} if program == "fedavg" else \
+        {c: [d for d in sorted(uploads) if int(prog.cluster_of[d] if program == "oracle" else prog.assignment[d]) == c]
+         for c in range(len(prog.models))}  # type: ignore[attr-defined]
+    models = prog.global_row.unsqueeze(0) if program == "fedavg" else prog.models  # type: ignore[attr-defined]
+    assert len(uploads) == 40 and max(len(g) for g in groups.values()) > 16
+    for c, members in groups.items():
+        if members:
+            mean = weighted_average([(FlatState(uploads[d], trainer.layout), weight) for d in members])
+            assert torch.equal(models[c], mean.vector), c  # type: ignore[union-attr]

@@ -8,7 +8,8 @@ import networkx as nx
 import pytest
 import torch
 
-from p2pfl.learning.aggregate import State, weighted_average, weighted_sum
+from p2pfl.learning.aggregate import State, add_weighted_, weighted_average, weighted_sum
+from p2pfl.learning.flat import FlatState, Layout
 from p2pfl.protocols.serverless.dsgd import metropolis_mix, metropolis_weights
 
 # --------------------------------------------------------------------------- the code before the refactor, verbatim
@@ -101,3 +102,26 @@ def test_dsgd_mixing_keeps_the_integer_buffer_of_the_lowest_id():
     states = {i: _state(20 + i) for i in g}
     out = metropolis_mix({2: states[2], 1: states[1], 0: states[0]}, metropolis_weights(g, 1))
     assert int(out["n"]) == 20
+
+
+@pytest.mark.parametrize(("rows", "width"), [(3000, 1), (300, 2), (40, 834), (17, 5000)])
+def test_add_weighted_of_a_table_is_the_one_by_one_sum(rows: int, width: int) -> None:
+    """The tensor engine's averages (a table of rows) and the kernel's (a list of states) are one arithmetic: the
+    terms added in order, however many rows a block holds (torch.sum of more than 16 rows adds in another order)."""
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, width, generator=g)
+    w = (torch.rand(rows, generator=g, dtype=torch.float64) + 0.5).tolist()
+    by_hand = torch.zeros(width, dtype=torch.float64)
+    for i in range(rows):
+        by_hand += x[i].to(torch.float64) * w[i]
+    for block_bytes in (1 << 24, 8 * width * 5, 1):
+        assert torch.equal(add_weighted_(torch.zeros(width, dtype=torch.float64), x, w, block_bytes), by_hand)
+        assert torch.equal(add_weighted_(torch.zeros(width, dtype=torch.float64), list(x), w, block_bytes), by_hand)
+    half = add_weighted_(torch.zeros(width, dtype=torch.float64), x[: rows // 2], w[: rows // 2])
+    assert torch.equal(add_weighted_(half, x[rows // 2 :], w[rows // 2 :]), by_hand)  # a run goes on across chunks
+    if rows > 16:
+        assert not torch.equal((x.double() * torch.tensor(w, dtype=torch.float64).unsqueeze(1)).sum(dim=0), by_hand)
+    layout = Layout(("w",), ((width,),), (0, width), torch.float32)
+    states = [(FlatState(x[i].clone(), layout), w[i]) for i in range(min(rows, 50))]
+    assert torch.equal(weighted_sum(states).vector, add_weighted_(torch.zeros(width, dtype=torch.float64),
+                                                                  x[:50], w[:50]).to(torch.float32))

@@ -2,7 +2,8 @@
 
 McMahan et al. 2017, Alg. 1, through one server attached to every device: the global model is one row; each
 selected device (``select_clients``, the kernel's draw from the server's stream) trains a copy of it, a chunk at
-a time (never N rows at once), and the server averages them weighted by samples (float64).
+a time (never N rows at once), and the server averages them weighted by samples: ``weighted_average``'s float64
+sum (``add_weighted_``), in id order where the kernel adds the uploads in arrival order.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from p2pfl.learning.aggregate import add_weighted_
 from p2pfl.maths.messages import message_size
 from p2pfl.protocols.server.fedavg import FedAvgParams, select_clients
 from p2pfl.tensor.program import Fleet, Round
@@ -39,7 +41,7 @@ class FedAvgRounds(ServerRounds):
             devices = torch.from_numpy(chosen[part])
             rows = self.global_row.expand(len(devices), -1).clone()
             f.trainer.train(rows, devices)
-            acc += (rows.double() * (weight / total)).sum(dim=0)
+            add_weighted_(acc, rows, weight / total)  # ``weighted_average``'s sum, in id order
         self.global_row = acc.to(self.global_row.dtype)
         down = message_size("fedavg", "model", f.state_bytes)  # the global model
         up = message_size("fedavg", "update", f.state_bytes)  # a model and its sample count
