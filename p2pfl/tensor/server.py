@@ -46,13 +46,8 @@ class ServerRounds(RoundProgram):
         min(link, egress, the device's downlink); slots taken in turn, the kernel's order when the devices'
         downlinks are equal); each device computes for ``compute_s`` and uploads ``up`` bytes (a server
         receives in parallel). The round's end and the bytes each node sent and received."""
-        f, n, link = self.fleet, self.fleet.n, self.server.link
-        egress = self.server.egress_bps
-        slots = 1 if egress is None else max(1, int(egress // link.bandwidth_bps))
-        server_up = np.inf if egress is None else egress
-        bw = np.minimum(np.minimum(link.bandwidth_bps, server_up), f.downlink_bps[chosen])
-        got = fifo(np.zeros(len(chosen)), tx_time_s(down, bw), np.arange(len(chosen)) % slots, slots) + link.latency_s
-        ready = got + compute_s
+        n, link = self.fleet.n, self.server.link
+        ready = self.broadcast(chosen, down) + compute_s
         end = float((self.uploads(chosen, up, ready) + link.latency_s).max(initial=0.0))
         sent = np.zeros(n + 1, dtype=np.int64)
         received = np.zeros(n + 1, dtype=np.int64)
@@ -61,6 +56,16 @@ class ServerRounds(RoundProgram):
         sent[n] = down * len(chosen)
         received[n] = up * len(chosen)
         return end, sent, received
+
+    def broadcast(self, chosen: np.ndarray, down: int) -> np.ndarray:
+        """When the server's ``down``-byte message, sent to each of ``chosen`` in id order over its egress slots,
+        reaches each (from the round's start; ``exchange``)."""
+        f, link = self.fleet, self.server.link
+        egress = self.server.egress_bps
+        slots = 1 if egress is None else max(1, int(egress // link.bandwidth_bps))
+        server_up = np.inf if egress is None else egress
+        bw = np.minimum(np.minimum(link.bandwidth_bps, server_up), f.downlink_bps[chosen])
+        return fifo(np.zeros(len(chosen)), tx_time_s(down, bw), np.arange(len(chosen)) % slots, slots) + link.latency_s
 
     def scores_of(self, models: torch.Tensor, model_of: np.ndarray) -> np.ndarray:
         """Each device's score of the server's model ``models[model_of[i]]`` on its test set."""

@@ -6,7 +6,8 @@
   dynamics (a DSGD message carries its live degree; deadlines; ``models_missing``; the ``dynamics`` block).
 - Churn (``offline: 0.3``): a device trains in exactly the rounds it is online at the round's start (the kernel's
   draws, replayed), every message is counted once (sent, received or dropped offline), and the fleet's accuracy is
-  the kernel's within 0.1 (the semantics differ: docs/engines.md, "What the tensor engine runs").
+  the kernel's within 0.1 (the semantics differ: docs/engines.md, "What the tensor engine runs"). FedAvg's rounds
+  are its server's in both engines: under churn every device's accuracy, bytes and drops are the kernel's.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ def sets(protocol: str, n: int, rounds: int, *extra: str) -> tuple[list[str], li
         return [*out, "protocol.reply_timeout_s=auto", *extra], []
     if protocol == "dac":
         out += ["protocol.name=dac", "protocol.top_k=1", "protocol.round_timeout_s=0.05"]
+    elif protocol == "fedavg":
+        out += ["protocol.name=fedavg", "protocol.round_timeout_s=0.2", "protocol.client_fraction=0.5",
+                "topology.servers=[{attach: all, egress_bps: 1.0e9}]"]
     else:
         out += [f"protocol.name={protocol}", "protocol.round_timeout_s=0.05"]
     return [*out, *extra], NO_GOSSIP
@@ -106,6 +110,19 @@ def test_churn_applies_at_round_barriers_from_the_kernels_draws(protocol: str) -
     assert abs(te["accuracy_mean"] - ev["accuracy_mean"]) <= 0.1
     missing = "exchanges_failed" if protocol == "gossip" else "models_missing"
     assert te[missing] > 0 and ev[missing] > 0
+
+
+def test_fedavg_under_churn_is_the_kernels_fedavg() -> None:
+    """FedAvg's rounds are the server's in both engines: the same live devices drawn from, the same models lost
+    to offline devices, the same updates in time; every device's accuracy, bytes and drops are the kernel's."""
+    churn = "dynamics={churn: {offline: 0.5, cycle_s: 0.05}}"
+    ev, te = summary("fedavg", "events", 16, 4, churn), summary("fedavg", "tensor", 16, 4, churn)
+    for key in ("accuracy_per_node", "bytes_per_node", "bytes_received_per_node", "bytes_per_server",
+                "messages_total", "messages_dropped_by_reason", "bytes_dropped_by_reason", "compute_flops_per_node",
+                "updates_missing", "dynamics"):
+        assert te[key] == ev[key], key
+    assert te["messages_dropped"] > 0 and te["updates_missing"] > 0
+    assert te["sim_time_s"] == pytest.approx(ev["sim_time_s"], rel=1e-12)
 
 
 @pytest.mark.parametrize(("extra", "field"), [
