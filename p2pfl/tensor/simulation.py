@@ -7,9 +7,10 @@ server model), the data as ``(N, S, ...)`` tensors, the graph as CSR arrays, the
 is the protocol's program (``Protocol.tensor_program``, beside the protocol: ``p2pfl.tensor.program``): it
 trains every device a chunk of rows at a time and combines the rows as the protocol's messages say; bytes,
 FLOPs and simulated time are the kernel's arithmetic over arrays. It runs what the arrays can express: a
-protocol with a program, on a static, lossless fleet with one kind of link, plain models (float parameters
-only) trained by SGD. :func:`check` names what a scenario asks beyond that (the program says what it cannot
-express: ``RoundProgram.unsupported``).
+protocol with a program, on a lossless fleet with one kind of link, static or with churn (``dynamics.churn``,
+the kernel's draws replayed at round barriers: ``p2pfl.maths.churn``, for the programs that support it), plain
+models (float parameters only) trained by SGD. :func:`check` names what a scenario asks beyond that (the program
+says what it cannot express: ``RoundProgram.unsupported``; :func:`dynamics_unsupported` the dynamics).
 
 The summary is built by the kernel's builder from the run's totals (``p2pfl.metrics.summary.RunTotals``), so
 it has the kernel's fields with the same meaning and reports read both; ``engine: tensor`` in it says which
