@@ -96,7 +96,8 @@ def pair_cosines(x: torch.Tensor, indptr: np.ndarray, indices: np.ndarray, *,
     for s in range(0, len(pairs), step):
         ia = torch.from_numpy(a[s : s + step])
         ib = torch.from_numpy(b[s : s + step])
-        dots[s : s + step] = (x[ia].to(torch.float64) * x[ib].to(torch.float64)).sum(dim=1)
+        prod = x[ia].to(torch.float64).mul_(x[ib])  # float32 x float32 is exact in float64
+        torch.sum(prod, dim=1, out=dots[s : s + step])
     cos = dots / (norms[torch.from_numpy(b)] * norms[torch.from_numpy(a)]).clamp_min(1e-300)
     return cos.numpy()[back]
 
@@ -183,16 +184,24 @@ def uniform_average_(x: torch.Tensor, sel: Selection, *, chunk: int, order: np.n
     pend = np.flatnonzero(last >= 0)
     release = pend[np.argsort(last[pend], kind="stable")]
     bounds = np.searchsorted(last[release], np.arange((n + chunk - 1) // chunk + 1))
+    width = int(x.shape[1])
+    acc_buf = torch.empty((min(chunk, n), width), dtype=torch.float64)
+    term_buf = torch.empty_like(acc_buf)
     for c, start in enumerate(range(0, n, chunk)):
         devs = order[start : start + chunk]
         m = counts[devs]
         w = torch.from_numpy(weight[devs]).unsqueeze(1)
-        acc = torch.zeros((len(devs), int(x.shape[1])), dtype=torch.float64)
-        acc += x[torch.from_numpy(devs)].to(torch.float64) * w
+        acc, term = acc_buf[: len(devs)], term_buf[: len(devs)]
+        acc.zero_()  # weighted_sum's accumulator: 0 + w x_i first (a -0.0 becomes +0.0, as there)
+        acc.add_(torch.mul(x[torch.from_numpy(devs)], w, out=term))  # float32 x float64: the float64 product
         for s in range(int(m.max(initial=0))):
             has = np.flatnonzero(m > s)
-            peers = sel.indices[sel.indptr[devs[has]] + s].astype(np.int64)
-            acc[torch.from_numpy(has)] += x[torch.from_numpy(peers)].to(torch.float64) * w[torch.from_numpy(has)]
+            peers = torch.from_numpy(sel.indices[sel.indptr[devs[has]] + s].astype(np.int64))
+            if len(has) == len(devs):
+                acc.add_(torch.mul(x[peers], w, out=term))
+            else:
+                at = torch.from_numpy(has)
+                acc[at] += torch.mul(x[peers], w[at], out=term[: len(has)])
         slots = [free.pop() for _ in range(len(devs))]
         slot[devs] = slots
         pool[torch.tensor(slots, dtype=torch.int64)] = acc.to(x.dtype)
