@@ -100,6 +100,7 @@ __all__ = [
     "novelty_row",
     "novelty_matrix",
     "rnd_flops",
+    "predictor_state_bytes",
 ]
 
 #: Size of the RND embedding (authors' ``RND_EMBEDDING_DIM``).
@@ -680,6 +681,12 @@ def rnd_flops(in_shape: Sequence[int], n_samples: int, *, embed: bool = False, e
     k = _check_nonneg_int(n_scored, "n_scored")
     fp, ft = _forward_flops(shape)
     return int((n * ft if embed else 0) + train_flops(fp, n * ep) + n * k * fp)
+
+
+def predictor_state_bytes(in_shape: Sequence[int]) -> int:
+    """Tensor bytes of a predictor's state for inputs of ``in_shape``: what an ``rnd_predictor`` message carries
+    besides its header (``p2pfl.maths.messages``)."""
+    return sum(t.numel() * t.element_size() for t in make_predictor(_full_shape(in_shape), seed=0).state_dict().values())
 
 
 def _check_nonneg_int(value: object, name: str) -> int:

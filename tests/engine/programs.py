@@ -30,6 +30,8 @@ PROGRAM_SETS: dict[str, tuple[list[str], list[str]]] = {
     "local": (["protocol.name=local"], NO_GOSSIP),
     "dac": (["protocol.name=dac", "protocol.top_k=2",
              "data.partition={kind: parameter_shift, n_clusters: 2, n_features: 10}"], NO_GOSSIP),
+    "rnd_gossip": (["protocol.name=rnd_gossip", "protocol.alpha=0.05",
+                    "data.partition={kind: parameter_shift, n_clusters: 2, n_features: 10}"], []),
 }
 
 

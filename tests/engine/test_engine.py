@@ -297,8 +297,8 @@ def test_a_plug_in_protocol_without_a_program_is_refused_in_one_line(monkeypatch
                                                                     tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """A third-party protocol (``module:Class``) names no tensor program: ``engine: tensor`` refuses it with one line
-    naming the field (exit status 2 from the command line), and nothing is written; so does a subclass of a
-    protocol that has one (``RNDGossip`` is not gossip: a program is never inherited)."""
+    naming the field (exit status 2 from the command line), and nothing is written. A program is never inherited:
+    ``RNDGossip`` is not gossip, it names its own."""
     example = Path(__file__).resolve().parents[2] / "examples" / "custom_protocol"
     monkeypatch.syspath_prepend(str(example))
     from fanout_gossip import FanoutGossip  # type: ignore[import-not-found]
@@ -308,7 +308,7 @@ def test_a_plug_in_protocol_without_a_program_is_refused_in_one_line(monkeypatch
     from p2pfl.protocols.serverless.rnd_gossip import RNDGossip
 
     assert FanoutGossip.tensor_program is None and Gossip.tensor_program is not None
-    assert RNDGossip.tensor_program is None
+    assert RNDGossip.tensor_program == "p2pfl.protocols.serverless.rnd_gossip_tensor:RNDGossipRounds"
     out = tmp_path / "run"
     code = main(["run", str(example / "scenario.yaml"), "--set", "engine=tensor", "--out", str(out)])
     err = capsys.readouterr().err.strip()

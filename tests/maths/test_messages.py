@@ -8,6 +8,7 @@ import contextlib
 import pytest
 
 from p2pfl import api
+from p2pfl.clustering.rnd import predictor_state_bytes
 from p2pfl.maths.messages import MESSAGES, Carries, message_size
 from p2pfl.sim.cost import HEADER_BYTES, SCALAR_BYTES
 from p2pfl.sim.kernel import Simulation
@@ -32,11 +33,13 @@ def test_a_message_is_its_header_models_and_scalars() -> None:
 def test_every_message_the_kernel_sends_is_its_declared_size(program: str) -> None:
     sets, unset = overrides(program, "events")
     sc = api.resolve(BASE, overrides=sets, unset=unset)
-    state_bytes = TensorSimulation(sc.model_copy(update={"engine": "tensor"})).program.fleet.state_bytes
+    fleet = TensorSimulation(sc.model_copy(update={"engine": "tensor"})).program.fleet
+    state_bytes, predictor_bytes = fleet.state_bytes, predictor_state_bytes(fleet.trainer.data.input_shape)
     kernel = Simulation(sc)
     kernel.run()
     sent = [e for e in kernel.recorder.events if e["kind"] == "send"]
     clusters = getattr(sc.protocol, "n_clusters", 1)
     assert {e["msg"] for e in sent} == set(MESSAGES[program])  # every kind declared, every declared kind sent
     measured = {(e["msg"], e["bytes"]) for e in sent}
-    assert measured == {(kind, message_size(program, kind, state_bytes, clusters)) for kind in MESSAGES[program]}
+    assert measured == {(kind, message_size(program, kind, state_bytes, clusters, predictor_bytes=predictor_bytes))
+                        for kind in MESSAGES[program]}

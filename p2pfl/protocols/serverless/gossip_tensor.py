@@ -61,18 +61,25 @@ class GossipRounds(DeviceRounds):
         return {"exchanges_failed": self.exchanges_failed, "exchanges_without_peer": self.exchanges_without_peer}
 
     def round(self, r: int) -> Round:
-        f, adj, n = self.fleet, self.fleet.adjacency, self.fleet.n
+        f, adj = self.fleet, self.fleet.adjacency
         if f.dynamic:
             return self._dynamic_round()
         self.train_all()
-        deg = adj.degree
+        return self.exchange(adj.indptr, adj.indices)
+
+    def exchange(self, indptr: np.ndarray, indices: np.ndarray, start: Optional[np.ndarray] = None) -> Round:
+        """The static round's exchanges after training, each device picking among its peers in the CSR
+        ``indptr``/``indices`` (the topology's neighbours; ``rnd_gossip``: its mutually compatible peers); a
+        device's training starts ``start`` seconds into the round (default 0)."""
+        f, n = self.fleet, self.fleet.n
+        deg = np.diff(indptr)
         src = np.flatnonzero(deg > 0)
-        pick = adj.indptr[src] + np.minimum((self.rng.random(len(src)) * deg[src]).astype(np.int64), deg[src] - 1)
-        dst = adj.indices[pick].astype(np.int64)
+        pick = indptr[src] + np.minimum((self.rng.random(len(src)) * deg[src]).astype(np.int64), deg[src] - 1)
+        dst = indices[pick].astype(np.int64)
         self._mix(src, dst)
         size = message_size("gossip", "gossip_push", f.state_bytes)  # a reply is as big
         # time: each device pushes when its training ends; its replies leave after its push, in arrival order
-        c = f.compute_s()
+        c = f.compute_s() if start is None else start + f.compute_s()
         bw = np.minimum(np.minimum(f.link.bandwidth_bps, f.uplink_bps[src]), f.downlink_bps[dst])
         push_done = c[src] + tx_time_s(size, bw)
         push_free = np.zeros(n)
@@ -88,8 +95,7 @@ class GossipRounds(DeviceRounds):
         np.add.at(received, dst, size)
         np.add.at(received, src, size)
         k = len(src)
-        return Round(end, sent, received, 2 * k, {"gossip_push": k * size, "gossip_reply": k * size},
-                     np.arange(n))
+        return Round(end, sent, received, 2 * k, {"gossip_push": k * size, "gossip_reply": k * size}, np.arange(n))
 
     def _dynamic_round(self) -> Round:
         """A round under dynamics (module docstring)."""

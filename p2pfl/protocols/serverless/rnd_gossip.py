@@ -126,6 +126,7 @@ class RNDGossip(Gossip[RNDGossipParams]):
     summary = "serverless RND clustering within h hops + label propagation + gossip among compatible peers"
     routed = True
     cluster_fields = ("clusters", "ari", "misclassification_rate", "n_federations")
+    tensor_program = "p2pfl.protocols.serverless.rnd_gossip_tensor:RNDGossipRounds"
 
     def __init__(self, params: RNDGossipParams, run: RunInfo) -> None:
         super().__init__(params, run)
