@@ -24,6 +24,7 @@ from p2pfl.learning.models import ModelSpec
 from p2pfl.learning.train import TrainingSpec
 from p2pfl.protocols.base import ProtocolParams
 from p2pfl.sim.dynamics.schema import DynamicsSpec
+from p2pfl.sim.grid import EvaluationSpec
 from p2pfl.sim.profiles import DeviceProfilesSpec
 from p2pfl.topology import TopologySpec
 from p2pfl.validation import Strict
@@ -56,6 +57,9 @@ class Scenario(Strict):
                            "and more, where those lines are most of the file and of the kernel's time)")
     dynamics: Optional[DynamicsSpec] = Field(None, description="churn, link failures, partitions, mobility, "
                                                                 "stragglers (absent: a static fleet)")
+    evaluation: Optional[EvaluationSpec] = Field(
+        None, description="every_s: also score every device's current model on a simulated-time grid from t = 0 "
+                          "(engine: events; p2pfl.sim.grid), so <metric>_over_time has points from the start")
     save_models: Literal["none", "final"] = Field(
         "none", description="final: models.npz in the run directory, each device's model as last scored "
                             "(equal states once; p2pfl.learning.saved), to score them again without training")
@@ -65,6 +69,9 @@ class Scenario(Strict):
         if self.save_models != "none" and self.engine != "events":
             raise ValueError(f"save_models: {self.save_models} needs engine: events (the tensor engine keeps "
                              "no model per device); remove save_models or use engine: events")
+        if self.evaluation is not None and self.engine != "events":
+            raise ValueError("evaluation.every_s needs engine: events (the tensor engine scores at its rounds only); "
+                             "remove evaluation or use engine: events")
         dyn = self.dynamics
         if dyn is not None and dyn.mobility is not None and self.topology.kind != "random_geometric":
             raise ValueError(f"dynamics.mobility needs topology kind random_geometric (devices with positions "

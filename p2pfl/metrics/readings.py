@@ -120,8 +120,9 @@ def _constant(value: Any) -> float:
 
 def cost_curve(summary: Mapping[str, Any], curve: Literal["curve", "over_time"] = "curve") -> CostCurve:
     """A run's ``CostCurve`` from its summary.json: the points of its ``<metric>_curve`` (``over_time``: of its
-    ``<metric>_over_time``, the reading for churned fleets, whose round points all come late) that have a score,
-    then its end. The costs of each point are those of the module docstring."""
+    ``<metric>_over_time``, the reading for churned fleets, whose round points all come late; from t = 0 and at
+    fixed times where the run had an evaluation grid, ``p2pfl.sim.grid``) that have a score, then its end. The
+    costs of each point are those of the module docstring."""
     metric = summary.get("metric", "accuracy")
     points = [p for p in summary.get(f"{metric}_{curve}") or [] if p.get(f"{metric}_mean") is not None]
     final = summary.get(f"{metric}_mean")

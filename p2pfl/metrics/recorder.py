@@ -12,9 +12,10 @@ import math
 from array import array
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Optional, TextIO
 
-__all__ = ["Recorder", "event_line"]
+__all__ = ["GridTime", "Recorder", "event_line"]
 
 
 _ENCODE = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode  # one encoder, not one per line
@@ -23,6 +24,17 @@ _ENCODE = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode  # one
 def event_line(event: Mapping[str, Any]) -> str:
     """One line of events.jsonl."""
     return _ENCODE(event) + "\n"
+
+
+@dataclass
+class GridTime:
+    """One time of the evaluation grid (``p2pfl.sim.grid``): ``t``, the bytes sent by all devices and by all servers
+    by then, and its evaluations (``grid_eval`` events, completed as their scores come back)."""
+
+    t: float
+    device_bytes: int
+    server_bytes: int
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Recorder:
@@ -78,6 +90,10 @@ class Recorder:
         self.round_s: dict[str, array[float]] = {"device": array("d"), "server": array("d")}
         self._round_end: dict[int, float] = {}
         self._on_round = on_round
+        #: the evaluation grid's times, each with its evaluations (``p2pfl.sim.grid``): measurements apart from the
+        #: protocol's evaluations (they set no final score); and how many events they wrote (no protocol activity)
+        self.grid: list[GridTime] = []
+        self.grid_events = 0
 
     def event(self, t: float, kind: str, **fields: Any) -> None:
         """Append one event (``t``, ``kind`` and its fields) to the log."""
@@ -212,6 +228,26 @@ class Recorder:
             value, entry["diverged"] = None, True
             self.diverged.add(node)
         self.scores[node] = value
+        self.fill_event(entry, **{self.metric: value})
+
+    def grid_time(self, t: float) -> None:
+        """A time of the evaluation grid: the grid evaluations recorded next (``grid_evaluation_later``) are its."""
+        self.grid.append(GridTime(t, self.device_bytes, self.server_bytes))
+
+    def grid_evaluation_later(self, t: float, node: int) -> dict[str, Any]:
+        """A grid evaluation of ``node`` (a ``grid_eval`` event) whose score is not known yet
+        (``fill_grid_evaluation``); it is the latest grid time's."""
+        entry = self.event_later(t, "grid_eval", node=node, **{self.metric: None})
+        self.grid[-1].evaluations.append(entry)
+        self.grid_events += 1
+        return entry
+
+    def fill_grid_evaluation(self, entry: dict[str, Any], score: float) -> None:
+        """Set a grid evaluation's score; one that is not a finite number (a diverged model) is recorded as None
+        with ``diverged: true``, as ``fill_evaluation`` does. Final scores are the protocol's evaluations' only."""
+        value: Optional[float] = score
+        if not math.isfinite(score):
+            value, entry["diverged"] = None, True
         self.fill_event(entry, **{self.metric: value})
 
     def log(self, t: float, node: Optional[int], name: str, value: Any, **fields: Any) -> None:

@@ -22,10 +22,10 @@ from typing import Any, Optional
 import numpy as np
 
 from p2pfl.metrics.energy import EnergyModel, energy_summary
-from p2pfl.metrics.recorder import Recorder
+from p2pfl.metrics.recorder import GridTime, Recorder
 
-__all__ = ["METRICS", "metric_label", "scores", "finite_scores", "score_curve", "round_latency", "RunTotals",
-           "recorder_totals", "build_summary", "LOWER_IS_BETTER"]
+__all__ = ["METRICS", "metric_label", "scores", "finite_scores", "score_curve", "score_over_time", "score_on_grid",
+           "round_latency", "RunTotals", "recorder_totals", "build_summary", "LOWER_IS_BETTER"]
 
 #: metric -> axis/table label
 METRICS: dict[str, str] = {"accuracy": "accuracy", "rmse": "RMSE", "success": "rollout success rate"}
@@ -108,6 +108,26 @@ def score_over_time(evaluations: list[dict[str, Any]], metric: str, traffic: lis
     return out
 
 
+def score_on_grid(grid: Sequence[GridTime], metric: str, n_devices: int) -> list[dict[str, Any]]:
+    """The fleet's score at each time of the evaluation grid (``p2pfl.sim.grid``): the mean of every device's latest
+    grid score (``devices_scored`` of them: every device once the protocol had a model for it, which every
+    protocol has at t = 0), with ``devices_evaluated`` (those scored at that time; the others were offline and keep
+    their last score) and the bytes sent by then; None where a latest score is a diverged model's. What
+    ``score_over_time`` gives without a grid, at fixed times from the start."""
+    latest: dict[int, Optional[float]] = {}
+    out = []
+    for g in grid:
+        for e in g.evaluations:
+            latest[e["node"]] = e[metric]
+        values = list(latest.values())
+        mean = None if not values or any(v is None for v in values) else \
+            math.fsum(v for v in values if v is not None) / len(values)
+        out.append({"t": g.t, f"{metric}_mean": mean, "devices_scored": len(values),
+                    "devices_evaluated": len(g.evaluations), "bytes_per_device": g.device_bytes / n_devices,
+                    "bytes_servers": g.server_bytes})
+    return out
+
+
 def round_latency(round_s: Sequence[float], rounds_of: str) -> dict[str, Any]:
     """Simulated seconds per round (``round_s``: each round's, of ``rounds_of``): p50, p95 (linear
     interpolation) and max; None when no round finished."""
@@ -136,7 +156,7 @@ class RunTotals:
     scores: list[Optional[float]]  # each device's final score (None: not scored, or diverged)
     diverged: tuple[int, ...]  # devices whose final model diverged
     curve: list[dict[str, Any]]  # the mean device score per evaluated round (``score_curve``)
-    over_time: list[dict[str, Any]]  # the fleet's score over simulated time (``score_over_time``)
+    over_time: list[dict[str, Any]]  # the fleet's score over simulated time (``score_over_time``, ``score_on_grid``)
     round_s: Sequence[float]  # simulated seconds of every round
     rounds_of: str  # whose rounds ``round_s`` are: "device", "server" or "fleet" (the tensor engine's barriers)
     logs: dict[str, list[dict[str, Any]]]  # protocol metrics by name (a ``node`` field is dropped)
@@ -148,7 +168,7 @@ class RunTotals:
 def recorder_totals(rec: Recorder, *, metric: str, n_devices: int, server_names: tuple[str, ...]) -> RunTotals:
     """The event kernel's totals, from its Recorder: rounds are the servers' where a server keeps the rounds
     (FedAvg, IFCA, ...), else the devices' (each device's round from its previous one's end; the first from the
-    start)."""
+    start); the score over time is the evaluation grid's where the run has one, else ``score_over_time``'s."""
     n = n_devices
     by = "server" if len(rec.round_s["server"]) else "device"
     return RunTotals(
@@ -157,7 +177,8 @@ def recorder_totals(rec: Recorder, *, metric: str, n_devices: int, server_names:
         messages=sum(rec.messages_sent), compute_flops=rec.compute_flops, compute_sim_s_total=sum(rec.compute_sim_s),
         scores=[rec.scores.get(i) for i in range(n)], diverged=tuple(sorted(d for d in rec.diverged if d < n)),
         curve=score_curve(rec.evaluations, metric, rec.traffic_at_round, n),
-        over_time=score_over_time(rec.evaluations, metric, rec.traffic_at_eval, n),
+        over_time=(score_on_grid(rec.grid, metric, n) if rec.grid
+                   else score_over_time(rec.evaluations, metric, rec.traffic_at_eval, n)),
         round_s=rec.round_s[by], rounds_of=by, logs=dict(rec.logs), messages_dropped=rec.messages_dropped,
         dropped_by_reason=dict(rec.dropped_by_reason), bytes_dropped_by_reason=dict(rec.bytes_dropped_by_reason))
 

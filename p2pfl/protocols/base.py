@@ -23,6 +23,7 @@ from p2pfl.validation import Strict
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
+    from torch import nn
 
     from p2pfl.sim.context import DeviceContext, ServerContext
     from p2pfl.sim.runinfo import RunInfo
@@ -70,12 +71,19 @@ class Protocol(ABC, Generic[P]):
     #: express (``RoundProgram.unsupported``); None: the tensor engine refuses the protocol in one line. Never
     #: inherited (``__init_subclass__``): a subclass changes the algorithm, so it names its own program or has none.
     tensor_program: ClassVar[Optional[str]] = None
+    #: It says which model each device holds now (``current_model``), so the evaluation grid
+    #: (``evaluation.every_s``, ``p2pfl.sim.grid``) can score it. Never inherited (``__init_subclass__``): a
+    #: subclass may score other models than its parent's, so it says so itself.
+    current_models: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A subclass runs its own algorithm: it has no tensor program unless it names one itself."""
+        """A subclass runs its own algorithm: it has no tensor program, and does not say which model each device
+        holds now, unless it declares so itself."""
         super().__init_subclass__(**kwargs)
         if "tensor_program" not in vars(cls):
             cls.tensor_program = None
+        if "current_models" not in vars(cls):
+            cls.current_models = False
 
     def __init__(self, params: P, run: RunInfo) -> None:
         self.params = params
@@ -135,6 +143,12 @@ class Protocol(ABC, Generic[P]):
         """Evaluate after ``round`` (1-based)? Every ``eval_every`` rounds and always after the last."""
         every = self.params.eval_every
         return round == self.params.rounds or (every is not None and round % every == 0)
+
+    def current_model(self, device: int) -> Optional[nn.Module]:
+        """The model ``device`` would be scored with now: what its evaluations score (its own model in a serverless
+        protocol, the server's latest model for it in a server protocol), read by the evaluation grid
+        (``p2pfl.sim.grid``) without changing it; None where it has none yet. Only where ``current_models``."""
+        raise NotImplementedError(f"protocol {self.name!r} does not say which model each device holds now")
 
     def artifacts(self) -> dict[str, bytes]:
         """Extra files for the run directory (name -> bytes), e.g. a novelty matrix; none by default."""

@@ -10,13 +10,14 @@ only through node contexts.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import io
 import math
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Generator, Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
@@ -27,7 +28,7 @@ import torch
 from torch import nn
 
 from p2pfl.data.datasets import dataset_info
-from p2pfl.data.evaluation import JobEvaluation
+from p2pfl.data.evaluation import JobEvaluation, TestSetEvaluation
 from p2pfl.errors import ConfigError, UserError
 from p2pfl.executors.base import Done, Executor, Future, Joined
 from p2pfl.executors.jobs import CallJob, EvalJob
@@ -147,6 +148,10 @@ class Simulation:
         self._common: Optional[nn.Module] = None
         self._table: Optional[ModelTable | Literal[False]] = None  # False: models of their own
         self._common_flat: FlatState
+        #: the evaluation grid's step (``evaluation.every_s``, ``p2pfl.sim.grid``), None without one
+        self.grid_every_s = None if scenario.evaluation is None else scenario.evaluation.every_s
+        if self.grid_every_s is not None:
+            self._check_grid()
         self._owns_executor = executor is None
         if executor is None:
             model = self._common_model()  # built now for the estimate, copied for every device later
@@ -202,6 +207,19 @@ class Simulation:
                        dataset=fed.dataset, model=model, training=self.training,
                        torch_device=self.torch_device, model_hint=fed.model_hint,
                        true_clusters=tuple(fed.true_clusters))
+
+    def _check_grid(self) -> None:
+        """Refuse, in one line, an evaluation grid this run cannot score: a protocol that does not say which model
+        each device holds now, or data scored by jobs of their own (robot rollouts: charged compute and logs)."""
+        name = self.protocol.name
+        if not self.protocol.current_models:
+            raise ConfigError(f"field 'evaluation.every_s': protocol {name!r} does not say which model each device "
+                              "holds now (Protocol.current_model), so the grid cannot score it; remove evaluation "
+                              "or use another protocol")
+        if isinstance(self.federation.evaluation(0, self._common_model(), 0), JobEvaluation):
+            raise ConfigError(f"field 'evaluation.every_s': dataset {self.federation.dataset!r} scores a model by a "
+                              "job of its own (charged as compute, with logs of its own), which the grid does not run; "
+                              "remove evaluation")
 
     def _build_network(self) -> Network:
         links: dict[tuple[int, int], Link] = {(u, v): d["link"] for u, v, d in self.topology.graph.edges(data=True)}
@@ -306,10 +324,48 @@ class Simulation:
         if isinstance(how, JobEvaluation):
             self._score_by_job(device, round, how)
         else:
-            future = self.executor.submit(EvalJob(device, model, how.x, how.y, how.metric, threads=self.scenario.threads,
-                                                  flops=forward * int(how.y.shape[0])))
+            future = self._test_set_job(device, model, how, forward)
             entry = self.recorder.evaluation_later(self.env.now, device, round)
             self._await(future, lambda score: self.recorder.fill_evaluation(entry, score))
+        self.eval_wall_s += time.perf_counter() - t0
+
+    def _test_set_job(self, device: int, model: nn.Module, how: TestSetEvaluation, forward: int) -> Future[Any]:
+        """The evaluation job of ``model`` on ``device``'s test set, submitted now (the executor scores the model as
+        it is now: a snapshot, or at once)."""
+        return self.executor.submit(EvalJob(device, model, how.x, how.y, how.metric, threads=self.scenario.threads,
+                                            flops=forward * int(how.y.shape[0])))
+
+    def _grid(self, every_s: float) -> Generator[simpy.Event, Any, None]:
+        """The evaluation grid (``p2pfl.sim.grid``): every device scored at t = 0, every online one at each
+        multiple of ``every_s`` after, until the run ends. When nothing else is left to happen it stops, so a run
+        that stalls is still reported as stalled."""
+        k = 0
+        while True:
+            self._score_grid(everyone=k == 0)
+            if self.env.peek() == math.inf:
+                return
+            k += 1
+            yield self.env.timeout(max(k * every_s - self.env.now, 0.0))
+
+    def _score_grid(self, everyone: bool) -> None:
+        """One grid time: each device's current model (``Protocol.current_model``) scored on its test set as the
+        protocol's evaluations are (no bytes, time or FLOPs charged), recorded apart from them (``Recorder.grid``);
+        an offline device is skipped unless ``everyone`` (it keeps its last grid score), as is one the protocol
+        has no model for yet."""
+        t0 = time.perf_counter()
+        rec, fleet, now = self.recorder, self.fleet, float(self.env.now)
+        rec.grid_time(now)
+        for d in range(self.n_devices):
+            if not everyone and fleet is not None and not fleet.is_online(d):
+                continue
+            model = self.protocol.current_model(d)
+            if model is None:
+                continue
+            forward = self.forward_flops(model)
+            how = self.federation.evaluation(d, model, forward)
+            assert isinstance(how, TestSetEvaluation)  # _check_grid
+            future = self._test_set_job(d, model, how, forward)
+            self._await(future, functools.partial(rec.fill_grid_evaluation, rec.grid_evaluation_later(now, d)))
         self.eval_wall_s += time.perf_counter() - t0
 
     def _score_by_job(self, device: int, round: Optional[int], how: JobEvaluation) -> None:
@@ -473,6 +529,8 @@ class Simulation:
         dev_procs = [self.env.process(self.protocol.device(c)) for c in devices]
         with_server = self.protocol.requires_server()
         srv_procs = [self.env.process(self.protocol.server(c)) for c in servers] if with_server else []
+        if self.grid_every_s is not None:  # after the protocol's processes: at t = 0 they have made their models
+            self.env.process(self._grid(self.grid_every_s))
         main = srv_procs if with_server else dev_procs
         done: simpy.Event = simpy.AllOf(self.env, main)
         if dyn is not None:
@@ -510,7 +568,7 @@ class Simulation:
         seen = -1
         while True:
             yield self.env.timeout(stall_after_s)
-            count = self.recorder.n_events - self.fleet.n_events
+            count = self.recorder.n_events - self.fleet.n_events - self.recorder.grid_events
             if count != seen:
                 seen = count
                 continue

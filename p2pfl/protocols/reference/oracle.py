@@ -30,6 +30,8 @@ from p2pfl.protocols.reference.pooled import HELD_OUT_HELP, held_out_devices, po
 from p2pfl.protocols.server.fedavg import FedAvgBase, FedAvgParams, select_clients
 
 if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
+
     from p2pfl.sim.context import DeviceContext, ServerContext
     from p2pfl.sim.runinfo import RunInfo
 
@@ -52,11 +54,18 @@ class Oracle(FedAvgBase[OracleParams]):
     serverless_option = True
     summary = "reference: one model per ground-truth cluster, FedAvg within it or pooled (knows the clusters)"
     tensor_program = "p2pfl.protocols.reference.oracle_tensor:OracleRounds"
+    current_models = True
 
     def __init__(self, params: OracleParams, run: RunInfo) -> None:
         super().__init__(params, run)
         self.held_out = held_out_devices(run, params.held_out_per_cluster, pooled=params.mode == "pooled")
         self.groups: dict[int, list[int]] = {}
+        #: each true cluster's model (the server's, or the cluster's data centre's in mode pooled)
+        self.cluster_models: dict[int, nn.Module] = {}
+
+    def current_model(self, device: int) -> Optional[nn.Module]:
+        """Its cluster's model, as the last round left it (every device is scored with it)."""
+        return self.cluster_models.get(self.run.true_clusters[device])
 
     def requires_server(self) -> bool:
         return self.params.mode == "federated"
@@ -73,6 +82,9 @@ class Oracle(FedAvgBase[OracleParams]):
         if self.params.mode == "pooled":
             return
         p = self.params
+        # the common initial model per cluster, made before the joins come (the same bits): a device's model then
+        models = self.cluster_models = {c: self.make_model(ctx)
+                                        for c in sorted({self.run.true_clusters[d] for d in ctx.devices})}
         got = yield from ctx.collect("join", 0, ctx.devices,
                                      until=ctx.deadline(p.round_timeout_s or 0.0) if self.dynamic else None)
         cluster_of = {d: int(m.payload["cluster"]) for d, m in got.items()}
@@ -81,7 +93,8 @@ class Oracle(FedAvgBase[OracleParams]):
         for d in sorted(cluster_of):
             self.groups.setdefault(cluster_of[d], []).append(d)
         self.groups = dict(sorted(self.groups.items()))
-        models = {c: self.make_model(ctx) for c in self.groups}
+        models = self.cluster_models = {c: models[c] if c in models else self.make_model(ctx)
+                                        for c in self.groups}
         for r in range(1, p.rounds + 1):
             selected = select_clients(ctx.live_neighbors, p.client_fraction, ctx.rng)
             states = {c: clone_state(live_state(m)) for c, m in models.items()}
@@ -117,7 +130,7 @@ class Oracle(FedAvgBase[OracleParams]):
             return
         self.groups[ctx.true_cluster] = members
         x, y = pooled_xy(ctx.pooled_shards(), trainers)
-        model = ctx.new_model()
+        model = self.cluster_models[ctx.true_cluster] = ctx.new_model()
         for r in range(1, self.params.rounds + 1):
             yield from ctx.train(model, x=x, y=y)
             if self.should_eval(r):

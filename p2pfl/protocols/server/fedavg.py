@@ -60,6 +60,9 @@ class FedAvgBase(Protocol[F], Generic[F]):
         super().__init__(params, run)
         #: Selected devices whose update did not arrive by the deadline (reported under dynamics).
         self.updates_missing = 0
+        #: each server's global model (by server id), as its rounds change it
+        self.global_models: dict[int, nn.Module] = {}
+        self._server_of = {d: s.id for s in reversed(run.servers) for d in s.attached}  # a device's first server
 
     def deadline_fields(self) -> tuple[str, ...]:
         return ("round_timeout_s",)
@@ -67,6 +70,7 @@ class FedAvgBase(Protocol[F], Generic[F]):
     def server(self, ctx: ServerContext) -> Process:
         p = self.params
         model = self.make_model(ctx)
+        self.global_models[ctx.id] = model
         for r in range(1, p.rounds + 1):
             selected = select_clients(ctx.live_neighbors, p.client_fraction, ctx.rng)
             payload = self.model_payload(clone_state(model.state_dict()))
@@ -78,6 +82,12 @@ class FedAvgBase(Protocol[F], Generic[F]):
             if self.should_eval(r):
                 self.evaluate_global(ctx, model, r)
             ctx.round_done(r)
+
+    def current_model(self, device: int) -> Optional[nn.Module]:
+        """The global model ``evaluate_global`` scores every device with: its server's (the first it is attached to;
+        the first server's for a device attached to none), as the server's last round left it."""
+        servers = self.run.servers
+        return self.global_models.get(self._server_of.get(device, servers[0].id)) if servers else None
 
     def model_payload(self, state: State) -> dict[str, Any]:
         """What the server's round message carries (variants add fields)."""
@@ -138,6 +148,7 @@ class FedAvg(FedAvgBase[FedAvgParams]):
     """FedAvg (McMahan et al., 2017, Algorithm 1) through one server."""
 
     model_rows = True
+    current_models = True  # FedAvgBase's: the server's global model
 
     name = "fedavg"
     Params = FedAvgParams

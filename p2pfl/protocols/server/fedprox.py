@@ -54,6 +54,7 @@ class FedProx(FedAvgBase[FedProxParams]):
 
     name = "fedprox"
     Params = FedProxParams
+    current_models = True  # FedAvgBase's: the server's global model (the penalty changes local training only)
     summary = "FedAvg with a proximal term mu/2 ||w - w_global||^2 in local training"
 
     def local_update(self, ctx: DeviceContext, model: nn.Module, r: int, penalty: Optional[Penalty] = None) -> Process:

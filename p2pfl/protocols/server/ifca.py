@@ -91,6 +91,7 @@ class IFCA(Protocol[IFCAParams]):
     supports_dynamics = True
     summary = "IFCA: K cluster models broadcast, devices pick the lowest-loss one (K x download)"
     tensor_program = "p2pfl.protocols.server.ifca_tensor:IFCARounds"
+    current_models = True
 
     def __init__(self, params: IFCAParams, run: RunInfo) -> None:
         super().__init__(params, run)
@@ -102,6 +103,15 @@ class IFCA(Protocol[IFCAParams]):
         self.restart_reports: list[int] = []
         self.restart_assignments: list[list[int]] = []
         self.kept: Optional[int] = None
+        #: what the server scores the devices with now: the cluster models and each device's cluster (a device
+        #: not heard from yet: cluster 0), as the last round (or the initialisation) left them
+        self.scoring: tuple[list[nn.Module], dict[int, int]] = ([], {})
+
+    def current_model(self, device: int) -> Optional[nn.Module]:
+        """The model of the device's cluster, as the server evaluates it: the current restart's cluster models (the
+        kept restart's at the run's last round) and the device's latest pick."""
+        models, cluster = self.scoring
+        return models[cluster.get(device, 0)] if models else None
 
     def deadline_fields(self) -> tuple[str, ...]:
         return ("round_timeout_s",)
@@ -136,8 +146,10 @@ class IFCA(Protocol[IFCAParams]):
         ``kept``: the best earlier restart's final models (for the run's last evaluation)."""
         p = self.params
         models = self.init_models(0, restart)
+        self.scoring = (models, {})
         if p.balanced_init:
             models = yield from self.balanced_init(ctx, models, restart)
+            self.scoring = (models, {})
         first = restart * p.rounds
         if restart:
             self.assignment = []  # a restart starts from nothing: a device not heard from is in cluster 0
@@ -165,6 +177,7 @@ class IFCA(Protocol[IFCAParams]):
             evaluated, assignment = models, self.assignment
             if self.reports_loss(r):
                 evaluated, assignment = self.keep(ctx, restart, losses, models, kept)
+            self.scoring = (evaluated, dict(zip(ctx.devices, assignment)))
             if self.should_eval(r - first):
                 for d, c in zip(ctx.devices, assignment):
                     ctx.evaluate_device(d, evaluated[c], r)
@@ -194,6 +207,7 @@ class IFCA(Protocol[IFCAParams]):
         ceil(n / 2K) devices' picks (under dynamics, of the picks that came by the round timeout)."""
         p = self.params
         for draw in range(p.init_tries):
+            self.scoring = (models, {})  # the draw being probed
             probe = {"states": [clone_state(live_state(m)) for m in models]}  # fresh, never changed: shared
             for d in ctx.devices:
                 ctx.send(d, "probe", probe, share=True)

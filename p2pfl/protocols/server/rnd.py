@@ -140,6 +140,7 @@ class RND(Protocol[RNDParams]):
     supports_dynamics = True
     cluster_fields = ("clusters", "ari", "misclassification_rate", "n_federations", "clustering_events")
     summary = "RND novelty clustering (all-to-all predictors, server builds the matrix) + FedAvg per federation"
+    current_models = True
 
     def __init__(self, params: RNDParams, run: RunInfo) -> None:
         super().__init__(params, run)
@@ -154,6 +155,13 @@ class RND(Protocol[RNDParams]):
         self.found: Optional[list[list[int]]] = None
         self.matrix: Optional[np.ndarray] = None
         self.updates_missing = 0
+        #: what the server scores the devices with now: the federations' models and each device's federation
+        self.scoring: tuple[list[nn.Module], list[int]] = ([], [])
+
+    def current_model(self, device: int) -> Optional[nn.Module]:
+        """The model of the device's federation on the server, as its last round (or regrouping) left it."""
+        models, fed = self.scoring
+        return models[fed[device]] if models else None
 
     def deadline_fields(self) -> tuple[str, ...]:
         return ("round_timeout_s",)
@@ -208,10 +216,12 @@ class RND(Protocol[RNDParams]):
         n_samples = [0] * n  # learned from the devices' updates (each carries its sample count)
         models: list[nn.Module] = [ctx.new_model()]
         fed = [0] * n
+        self.scoring = (models, fed)
         for r in range(1, p.rounds + 1):
             if r in self.events:
                 clusters = yield from self.build_federations(ctx, self.events.index(r) + 1, r)
                 models, fed = self.regroup(ctx, clusters, models, fed, n_samples)
+                self.scoring = (models, fed)
             states = [clone_state(m.state_dict()) for m in models]
             selected = ctx.live_neighbors
             for d in selected:

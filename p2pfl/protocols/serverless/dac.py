@@ -219,6 +219,7 @@ class DACCosine(NeighbourAveraging[DACParams], _DACBase):
     variant = "cosine"
     message_kind = "dac_model"
     tensor_program = "p2pfl.protocols.serverless.dac_tensor:DACCosineRounds"
+    current_models = True  # NeighbourAveraging's: each device's live model
 
     def peers(self, ctx: DeviceContext) -> tuple[int, ...]:
         return self.candidates(ctx)
@@ -248,10 +249,20 @@ class DACOriginal(_DACBase):
     """
 
     variant = "original"
+    current_models = True
+
+    def __init__(self, params: DACParams, run: RunInfo) -> None:
+        super().__init__(params, run)
+        self.models: dict[int, nn.Module] = {}  # each device's live model
+
+    def current_model(self, device: int) -> Optional[nn.Module]:
+        """The device's live model (its last round's average, or as its training left it)."""
+        return self.models.get(device)
 
     def device(self, ctx: DeviceContext) -> Process:
         p, n, me = self.params, self.run.n_devices, ctx.id
         model = ctx.new_model()
+        self.models[me] = model
         routed = p.candidates == "all"
         sims = np.zeros(n)
         sampled_ever = np.zeros(n, dtype=bool)

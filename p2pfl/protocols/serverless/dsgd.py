@@ -86,6 +86,7 @@ class DSGD(NeighbourAveraging[DSGDParams]):
     summary = "decentralized SGD: train, exchange with all neighbours, Metropolis-Hastings mixing (synchronous)"
     tensor_program = "p2pfl.protocols.serverless.dsgd_tensor:DSGDRounds"
     message_kind = "dsgd_model"
+    current_models = True  # NeighbourAveraging's: each device's live model
 
     def __init__(self, params: DSGDParams, run: RunInfo) -> None:
         super().__init__(params, run)

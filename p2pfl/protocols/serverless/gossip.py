@@ -82,6 +82,7 @@ class Gossip(Protocol[GP]):
     summary = "serverless randomized gossip: pairwise push-pull (or push) averaging, sync or async"
     tensor_program = "p2pfl.protocols.serverless.gossip_tensor:GossipRounds"
     supports_dynamics = True
+    current_models = True
 
     def __init__(self, params: GP, run: RunInfo) -> None:
         super().__init__(params, run)
@@ -179,6 +180,10 @@ class Gossip(Protocol[GP]):
         if self.params.exchange == "push_pull":  # the reply is a snapshot, taken before we move
             ctx.send(msg.src, "gossip_reply", {"state": mine}, round=msg.round, routed=self.routed)
         add_delta_(model, sub(msg.payload["state"], mine), 0.5)
+
+    def current_model(self, device: int) -> Optional[nn.Module]:
+        """The device's live model (trained, averaged as it goes)."""
+        return self.models.get(device)
 
     def result(self) -> dict[str, Any]:
         return self.exchange_counts() if self.dynamic else {}

@@ -13,7 +13,7 @@ This module holds a base class without a ``name``: it is not a protocol of its o
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from torch import nn
 
@@ -46,6 +46,11 @@ class NeighbourAveraging(Protocol[P]):
         self.models_missing = 0
 
     supports_dynamics = True
+    current_models = True
+
+    def current_model(self, device: int) -> Optional[nn.Module]:
+        """The device's live model (its last round's mix, or as its training left it)."""
+        return self.models.get(device)
 
     def peers(self, ctx: DeviceContext) -> tuple[int, ...]:
         """Whom this device sends its model to and waits for this round: its live neighbours by default

@@ -127,6 +127,7 @@ class RNDGossip(Gossip[RNDGossipParams]):
     routed = True
     cluster_fields = ("clusters", "ari", "misclassification_rate", "n_federations")
     tensor_program = "p2pfl.protocols.serverless.rnd_gossip_tensor:RNDGossipRounds"
+    current_models = True  # gossip's: each device's live model
 
     def __init__(self, params: RNDGossipParams, run: RunInfo) -> None:
         super().__init__(params, run)
