@@ -300,6 +300,34 @@ def group_name(g: Group) -> str:
     return f"N = {g[0]:,}, {g[1]}, {g[2]}"
 
 
+def seeds_read(c: dict[str, Any]) -> str:
+    """The seeds a comparison's interval at IFCA's traffic rests on: 'k', or 'k of n' where n seeds ran both arms
+    and only k were read there (a seed whose first fleet-wide evaluation came after IFCA's whole traffic has no
+    reading at it)."""
+    k, n = len(c["equal_traffic"]), c["n_seeds"]
+    return f"{k}" if k == n else f"{k} of {n}"
+
+
+def on_seeds(diffs: list[float], n: int) -> str:
+    """' on k of n seeds' where an interval rests on k seeds (its differences), two or more, and a row shows n; else
+    '' (``fmt_diff`` states one seed as '(n=1)')."""
+    return "" if len(diffs) < 2 or len(diffs) == n else f" on {len(diffs)} of {n} seeds"
+
+
+def degree_line(rows: list[Row]) -> str:
+    """The mobile fleets' mean radio degree per N, as the study headers promise (each mobility run's
+    ``dynamics.mean_radius_degree``, the radius graph's mean degree averaged over the run; the mean over the runs);
+    '' without a mobility run that recorded it."""
+    by_n: dict[int, list[float]] = {}
+    for r in rows:
+        if r["dyn"] == "mobility" and not r["reused"] and r["degree"] is not None:
+            by_n.setdefault(r["n"], []).append(float(r["degree"]))
+    if not by_n:
+        return ""
+    return "Group mobility: mean radio degree (the radius graph's, averaged over each run) " + ", ".join(
+        f"{np.mean(v):.1f} at N = {n:,} ({len(v)} run{'s' if len(v) > 1 else ''})" for n, v in sorted(by_n.items())) + "."
+
+
 def _ratio(x: float, decimals: int = 2) -> str:
     """A ratio with ``decimals`` decimals, or one significant digit below their last (0.003, not 0.00)."""
     return f"{x:.{decimals}f}" if x >= 10.0 ** -decimals else f"{x:.1g}"
@@ -359,16 +387,16 @@ def decision_table(table: dict[Group, dict[str, list[Row]]],
         local, oracle = reference(arms, "local"), reference(arms, "oracle")
         g_srv, g_fa = (mean_gain(arms, a, local, oracle) for a in (server, server_arm(arms, "fedavg")))
         what, why = recommend(by_arm, g_fa, g_srv)
+        seeds = len(arms[server]) if server else 0  # the row's: an interval on fewer says so (on_seeds)
         cells = ["—" if a not in by_arm else "no reading at IFCA's traffic" if by_arm[a][1] == NO_READING else
-                 f"{fmt_diff(by_arm[a][0]['equal_traffic'], 1.0, 2)}: "
+                 f"{fmt_diff(diffs := by_arm[a][0]['equal_traffic'], 1.0, 2)}{on_seeds(diffs, seeds)}: "
                  + ("fewer than two seeds" if by_arm[a][1] == NOT_RUN else short(by_arm[a][1]))
                  for a in SERVERLESS_ARMS]
         head = 100 * (float(np.mean(list(oracle.values()))) - float(np.mean(list(local.values())))) \
             if local and oracle else math.nan
-        seeds = len(arms[server]) if server else 0
         rows.append([group_name(g), seeds, fmt_num(head, ".1f"), fmt_num(g_srv, ".2f"), fmt_num(g_fa, ".2f"), *cells,
                      f"**{what}**", why])
-    return md(["fleet", "seeds", "headroom (pts)", "IFCA gain", "FedAvg gain",
+    return md(["fleet", "seeds run", "headroom (pts)", "IFCA gain", "FedAvg gain",
                *[f"{a} − IFCA, gain at IFCA's traffic" for a in SERVERLESS_ARMS], "run", "because"], rows,
               "lrrrr" + "l" * (len(SERVERLESS_ARMS) + 2))
 
@@ -464,14 +492,16 @@ def comparisons_table(verdict: dict[tuple[Group, str], tuple[dict[str, Any], str
         k = seeds_to_resolve(diffs, MARGIN, family=family.get(n, sum(g[0] == n for g, _ in verdict)))
         return "> 100" if k is None else str(k)
 
-    rows = [[group_name(g), a, c["n_seeds"], fmt_diff(c["equal_traffic"], 1.0, 2), v,
+    rows = [[group_name(g), a, seeds_read(c), fmt_diff(c["equal_traffic"], 1.0, 2), v,
              "—" if c["holm_p"] is None else f"{c['holm_p']:.3g}", needed(g[0], c["equal_traffic"]),
-             f"{fmt_diff(c['equal_time'], 1.0, 2)} ({len(c['equal_time'])})", fmt_diff(c["end"], 1.0, 2),
+             f"{fmt_diff(c['equal_time'], 1.0, 2)} ({len(c['equal_time'])})",
+             fmt_diff(c["end"], 1.0, 2) + on_seeds(c["end"], c["n_seeds"]),
              f"{np.mean(c['traffic_ratio']):.2f}", _ratio(float(np.mean(c["time_ratio"])), 3)]
             for (g, a), (c, v) in verdict.items() if v != NOT_RUN]
     if not rows:
         return ["No comparison on two seeds or more yet.", ""]
-    return md(["fleet", "serverless arm", "seeds", "gain − IFCA's at IFCA's traffic", "matches (Holm, margin 0.10)",
+    return md(["fleet", "serverless arm", "seeds read at IFCA's traffic", "gain − IFCA's at IFCA's traffic",
+               "matches (Holm, margin 0.10)",
                "Holm-adjusted p", "seeds to decide (planning)", "at equal time (seeds evaluated by then)",
                "at the ends", "traffic ratio (end)", "sim time ratio (end)"], rows, "lllrlrrrrrr")
 
@@ -582,8 +612,6 @@ def write(dirs: list[Path], report: Path) -> None:
     figs = [f for n in sorted({g[0] for g in table}) for dyn in DYNAMICS
             if (f := curves_figure(table, n, dyn, out_dir / f"svs_curves_N{n}_{dyn}.png")) is not None]
     cpu_h = {n: sum(r["wall_s"] for r in rows if r["n"] == n) / 3600 for n in sorted({r["n"] for r in rows})}
-    degrees = [r["degree"] for r in rows if r["dyn"] == "mobility" and r["degree"] is not None]
-    static_deg = [r["degree"] for r in rows if r["dyn"] == "static" and r["degree"] is not None]
     text = "\n".join([
         "# Server vs serverless clustering: when should a fleet drop the server?", "",
         "Regenerate:", "", "```", COMMAND, "```", "",
@@ -604,10 +632,11 @@ def write(dirs: list[Path], report: Path) -> None:
         "Under churn a round's fleet-wide evaluation waits for its slowest device, so churned runs are read over "
         "simulated time where they have that curve (summary.json's accuracy_over_time: each device's latest "
         "score, over the devices scored so far); runs archived before that field (the server arms' here) keep their round curve. "
-        + (f"Group mobility: mean radio degree {np.mean(degrees):.1f} (static fleets {np.mean(static_deg):.1f})."
-           if degrees and static_deg else ""), "",
+        + degree_line(rows), "",
         "## Provenance", "", "Each archive's cells by the revision that made them, and the last `p2pfl archive verify` of a sample of them at a later revision:", "", *provenance_lines(dirs), "",
         "## Decision table", "", *decision_table(table, verdict),
+        "Seeds run: IFCA's; an interval read on fewer seeds says so ('on k of n seeds'): a seed whose first "
+        "fleet-wide evaluation came after IFCA's whole traffic has no reading at it. "
         "'Drop the server': a serverless arm matches IFCA at IFCA's traffic and ends with >= 10% fewer bytes or "
         "sooner than IFCA at each server egress run; 'drop a 50 Mbit/s server': it matches with about IFCA's bytes "
         "and ends sooner than IFCA at that egress but later than IFCA at the faster one (the same learning and "

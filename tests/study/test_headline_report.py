@@ -228,3 +228,66 @@ def test_a_runs_figures_come_from_its_results_api_rows() -> None:
     over_time = pd.DataFrame({"round": [None, None], "t": [2.0, 9.0], "value": [0.5, 0.7],
                               "bytes_per_device": [5.0, 30.0], "bytes_servers": [0, 600]})
     assert rep.row_of(run, nodes, over_time)["curve"] == [(0, 2.0, 0.5, 5.0), (0, 9.0, 0.7, 180.0)]  # round 0: by time
+
+
+def _fewer_read() -> list[dict[str, Any]]:
+    """Five seeds; the arm's seeds 3 and 4 have their first evaluation (half-way, 1.5 MB) past IFCA's whole traffic
+    (1 MB): its interval at IFCA's traffic rests on seeds 0-2 (as the archived N = 100 label-permutation mobility
+    row's rested on 3 of its 5)."""
+    rows = [r for r in _group([0.75] * 5, [0.74, 0.76, 0.73, 0.75, 0.74])
+            if not (r["protocol"] == "rnd_gossip_h1" and r["seed"] >= 3)]
+    return rows + [_run("rnd_gossip_h1", s, 0.75 + s / 100, 3e6, 5.0) for s in (3, 4)]
+
+
+def test_a_row_shows_the_seeds_its_interval_rests_on() -> None:
+    # seeds 0-2 at IFCA's traffic: half-way 0.64, 0.67, 0.65 against Local 0.60-0.62, gains 0.20, 0.30, 0.15 vs
+    # IFCA's 0.75: -0.55, -0.45, -0.60, mean -0.53, t(0.975, 2) interval [-0.72, -0.34]; at the ends all 5 seeds
+    table = rep.groups(_fewer_read())
+    verdict = rep.verdicts(table)
+    c, _ = verdict[((100, "rotation", "static"), "rnd_gossip_h1")]
+    assert c["n_seeds"] == 5 and c["equal_traffic"] == pytest.approx([-0.55, -0.45, -0.60])
+    assert rep.seeds_read(c) == "3 of 5" and len(c["end"]) == 5
+    decision = rep.decision_table(table, verdict)
+    assert decision[0].startswith("| fleet | seeds run | headroom (pts) |")
+    assert decision[2] == ("| N = 100, rotation, static | 5 | 20.0 | 0.75 | — | -0.53 [-0.72, -0.34] on 3 of 5 seeds: "
+                           "does not hold | — | **keep the server: IFCA** | every serverless arm trails IFCA by more "
+                           "than 10% of the headroom at IFCA's traffic |")
+    comparisons = rep.comparisons_table(verdict, {})
+    assert comparisons[0].startswith("| fleet | serverless arm | seeds read at IFCA's traffic | gain − IFCA's at")
+    assert comparisons[2] == ("| N = 100, rotation, static | rnd_gossip_h1 | 3 of 5 | -0.53 [-0.72, -0.34] | does not "
+                              "hold | 0.0102 | 3 | — (0) | -0.02 [-0.09, +0.05] | 2.40 | 0.050 |")
+    # every seed read: the count is the row's, nothing added
+    full = rep.groups(_group([0.75] * 5, [0.74, 0.76, 0.73, 0.75, 0.74]))
+    every = rep.verdicts(full)
+    assert rep.seeds_read(every[((100, "rotation", "static"), "rnd_gossip_h1")][0]) == "5"
+    assert "seeds:" not in rep.decision_table(full, every)[2]
+    assert rep.on_seeds([0.1], 5) == "" and rep.on_seeds([], 5) == "" and rep.on_seeds([0.1, 0.2], 5) == \
+        " on 2 of 5 seeds"
+
+
+def test_the_header_prints_the_mobile_fleets_mean_radio_degree(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = _fewer_read()
+    mobile = [{**r, "dyn": "mobility", "degree": d} for r, d in
+              zip([r for r in rows if r["protocol"] == "rnd_gossip_h1"], (6.0, 7.0, 6.5, 7.5, 8.0))]
+    large = [{**_run("rnd_gossip_h1", 0, 0.7, 1e6, 5.0, n=1000, dyn="mobility"), "degree": 8.25}]
+    assert rep.degree_line(rows) == ""  # no mobile fleet: nothing promised
+    assert rep.degree_line(rows + mobile + large) == (
+        "Group mobility: mean radio degree (the radius graph's, averaged over each run) 7.0 at N = 100 (5 runs), "
+        "8.2 at N = 1,000 (1 run).")
+    # in the report's header, where the study headers promise it (the runs loaded, the studies' plan stubbed; the
+    # cost tables' figures at zero)
+    costs = dict.fromkeys(("discovery_flops", "flops", "discovery_bytes", "wan", "d2d", "server_egress",
+                           "server_ingress", "busiest", "lat50", "lat95", "j_radio", "j_compute", "j_max"), 0.0)
+    monkeypatch.setattr(rep, "load", lambda dirs: [{**costs, **r} for r in rows + mobile])
+    monkeypatch.setattr(rep, "planned_families", lambda: {"headline_n100": 2})
+    monkeypatch.setattr(rep, "study_status", lambda rows: "headline_n100: 25 of 25 cells")
+    monkeypatch.setattr(rep, "provenance_lines", lambda dirs: [])
+    monkeypatch.setattr(rep, "curves_figure", lambda *args: None)
+    report = tmp_path / "report.md"
+    rep.write([tmp_path], report)
+    lines = report.read_text().splitlines()
+    header = next(line for line in lines if line.startswith("25 runs archived"))
+    assert header.endswith("keep their round curve. Group mobility: mean radio degree (the radius graph's, averaged "
+                           "over each run) 7.0 at N = 100 (5 runs).")
+    assert "| N = 100, rotation, static | 5 | 20.0 | 0.75 | — | -0.53 [-0.72, -0.34] on 3 of 5 seeds: does not hold |" \
+        in "\n".join(lines)
