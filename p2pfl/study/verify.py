@@ -722,5 +722,14 @@ def provenance_lines(dirs: Sequence[Union[str, Path]]) -> list[str]:
         found = [d] if any((c / "summary.json").is_file() for c in d.iterdir() if c.is_dir()) else sorted(
             c for c in d.iterdir() if c.is_dir() and any((g / "summary.json").is_file() for g in c.iterdir()
                                                              if g.is_dir()))
-        out += [f"- `{a}`: {provenance_line(a)}" for a in found]
+        out += [f"- `{_shown(a)}`: {provenance_line(a)}" for a in found]
     return out
+
+
+def _shown(path: Path) -> Path:
+    """``path`` as a page names it: relative to the working directory where it lies below it (the same line
+    whether a report was given the archive as a relative or an absolute path)."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
