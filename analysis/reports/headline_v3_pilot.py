@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from p2pfl.metrics.claims import mean_curve
-from p2pfl.metrics.runs import load_runs
+from p2pfl.metrics.runs import load_curves, load_runs
 from p2pfl.metrics.tables import markdown_table, report_main
 from p2pfl.study.verify import provenance_lines
 
@@ -41,9 +41,11 @@ def round_budget(curve: Sequence[tuple[float, float]], gain: float = GAIN, tail:
 def write(dirs: list[Path], md: Path) -> None:
     found = [d for d in dirs if d.is_dir()]
     runs = load_runs(*found) if found else None
+    by_path = {} if runs is None else {path: [(int(r), float(a)) for r, a in zip(c["round"], c["value"])]
+                                       for path, c in load_curves(*found).groupby("path", sort=False)}
     rows = []
     for n, group in [] if runs is None else sorted(runs.groupby("n_devices")):
-        curves = [[(p["round"], p["accuracy_mean"]) for p in c] for c in group["accuracy_curve"]]
+        curves = [by_path[path] for path in group["path"]]
         mean = [(r, a) for r, a, *_ in mean_curve(curves)]
         r = round_budget(mean)
         last = mean[-1]
