@@ -69,6 +69,7 @@ def test_task_names_come_from_the_benchmark():
         libero_task_names("object")
 
 
+@pytest.mark.slow  # 5-38 s with real LIBERO (it skips without it)
 @needs_mujoco
 @needs_libero
 def test_observations_action_and_instruction_of_a_real_env():
@@ -97,6 +98,7 @@ def test_observations_action_and_instruction_of_a_real_env():
         check_layout(factory, TID, joint=7, gripper=2, action=4)
 
 
+@pytest.mark.slow  # 5-38 s with real LIBERO (it skips without it)
 @needs_mujoco
 @needs_libero
 def test_culled_renders_of_a_real_libero_scene_are_byte_identical_to_robosuites():
@@ -125,6 +127,7 @@ def test_culled_renders_of_a_real_libero_scene_are_byte_identical_to_robosuites(
         env.close()
 
 
+@pytest.mark.slow  # 5-38 s with real LIBERO (it skips without it)
 @needs_mujoco
 @needs_libero
 def test_simplified_meshes_leave_a_libero_episode_byte_identical_and_its_images_close():
@@ -161,6 +164,7 @@ def test_simplified_meshes_leave_a_libero_episode_byte_identical_and_its_images_
     assert 0 < np.abs(i0.astype(np.int16) - i1).mean() < 4
 
 
+@pytest.mark.slow  # 5-38 s with real LIBERO (it skips without it)
 @needs_mujoco
 @needs_libero
 def test_rollouts_build_one_env_per_task_reuse_it_and_close_it():
@@ -182,6 +186,7 @@ def test_rollouts_build_one_env_per_task_reuse_it_and_close_it():
     assert out.lift == {TID: 0.0} and 0.05 < out.carry[TID] < 1.0  # the object still rests away from the basket
 
 
+@pytest.mark.slow  # 5-38 s with real LIBERO (it skips without it)
 @needs_mujoco
 @needs_libero
 def test_a_libero_episode_reads_the_same_alone_as_after_others_in_its_env():
@@ -200,6 +205,7 @@ def test_a_libero_episode_reads_the_same_alone_as_after_others_in_its_env():
     assert not np.array_equal(after.rows[:, 0], after.rows[:, 1])  # the episodes start from other states
 
 
+@pytest.mark.slow  # 5-38 s with real LIBERO (it skips without it)
 @needs_mujoco
 @needs_libero
 def test_episodes_after_our_soft_reset_are_a_hard_resets_byte_for_byte(monkeypatch):
@@ -235,6 +241,7 @@ def test_episodes_after_our_soft_reset_are_a_hard_resets_byte_for_byte(monkeypat
     assert kept[0] == hard[0] and kept[1] != hard[1]
 
 
+@pytest.mark.slow  # 5-38 s with real LIBERO (it skips without it)
 @needs_mujoco
 @needs_libero
 @pytest.mark.parametrize("wrist", [False, True])
@@ -261,6 +268,7 @@ def test_a_one_round_fedavg_scenario_on_a_libero_task(tmp_path, wrist):
     assert all(e["lift"] == {TID: 0.0} and set(e["carry"]) == {TID} for e in logs)
 
 
+@pytest.mark.slow  # 5-38 s with real LIBERO (it skips without it)
 @needs_mujoco
 @needs_libero
 def test_a_recorded_expert_demo_is_in_liberos_format_and_replays_to_success(tmp_path):

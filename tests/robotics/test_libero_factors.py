@@ -123,6 +123,7 @@ def test_validation_demos_follow_the_training_demos_and_joint_noise_must_match_t
     assert len(_suite_demos(part, SUITE, str(tmp_path))[0][2]) == 3
 
 
+@pytest.mark.slow  # 5-38 s with real LIBERO (it skips without it)
 @needs_mujoco
 @needs_libero
 def test_centralized_bc_with_every_factor_on_a_libero_task(tmp_path) -> None:
