@@ -10,9 +10,11 @@ time is the event kernel's where the kernel's devices wait for each other, and a
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-__all__ = ["fifo", "SHORT"]
+__all__ = ["fifo", "SHORT", "neighbour_sends"]
 
 #: Queues up to this long are served together (a pass per position); longer ones one at a time.
 SHORT = 64
@@ -47,3 +49,18 @@ def fifo(ready: np.ndarray, service: np.ndarray, queue: np.ndarray, n_queues: in
             out[at] = end
     done[order] = out
     return done
+
+
+def neighbour_sends(fleet: Any, adj: Any, size: int) -> float:
+    """Every device sends ``size`` bytes to each neighbour of ``adj`` after its training (``fleet.compute_s()``),
+    one after another in id order on its uplink: the round's end, the last arrival or the last training, whichever
+    is later. DSGD's and DAC cosine's static rounds."""
+    from p2pfl.sim.cost import tx_time_s
+
+    src, dst = adj.sources, adj.indices.astype(np.int64)
+    c = fleet.compute_s()
+    tx = tx_time_s(size, np.minimum(np.minimum(fleet.link.bandwidth_bps, fleet.uplink_bps[src]), fleet.downlink_bps[dst]))
+    run = np.cumsum(tx)  # each uplink sends to its neighbours in id order, one after another
+    before = np.repeat(np.r_[0.0, run][adj.indptr[:-1]], adj.degree)
+    arrive = c[src] + (run - before) + fleet.link.latency_s
+    return float(max(arrive.max(initial=0.0), c.max(initial=0.0)))

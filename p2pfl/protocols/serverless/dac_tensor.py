@@ -23,9 +23,9 @@ import numpy as np
 from p2pfl.maths.dac import Selection, pair_cosines, selection_components, top_k, uniform_average_
 from p2pfl.maths.messages import message_size
 from p2pfl.protocols.serverless.dac import DACParams
-from p2pfl.sim.cost import tx_time_s
 from p2pfl.tensor.exchange import neighbour_round
 from p2pfl.tensor.program import DeviceRounds, Fleet, Round, ScenarioView
+from p2pfl.tensor.timing import neighbour_sends
 
 __all__ = ["DACCosineRounds"]
 
@@ -59,12 +59,7 @@ class DACCosineRounds(DeviceRounds):
         self.train_all()
         self._mix(adj.indptr, adj.indices.astype(np.int64), np.ones(n, dtype=bool))
         src, dst = adj.sources, adj.indices.astype(np.int64)
-        c = f.compute_s()
-        tx = tx_time_s(size, np.minimum(np.minimum(f.link.bandwidth_bps, f.uplink_bps[src]), f.downlink_bps[dst]))
-        run = np.cumsum(tx)  # each uplink sends to its neighbours in id order, one after another
-        before = np.repeat(np.r_[0.0, run][adj.indptr[:-1]], adj.degree)
-        arrive = c[src] + (run - before) + f.link.latency_s
-        end = float(max(arrive.max(initial=0.0), c.max(initial=0.0)))
+        end = neighbour_sends(f, adj, size)
         sent = np.bincount(src, minlength=n).astype(np.int64) * size
         received = np.bincount(dst, minlength=n).astype(np.int64) * size
         return Round(end, sent, received, len(dst), {"dac_model": len(dst) * size}, np.arange(n))

@@ -21,9 +21,9 @@ import torch
 from p2pfl.maths.messages import message_size
 from p2pfl.maths.mixing import metropolis_edge_weights, metropolis_self_weights
 from p2pfl.protocols.serverless.dsgd import DSGDParams
-from p2pfl.sim.cost import tx_time_s
 from p2pfl.tensor.exchange import neighbour_round
 from p2pfl.tensor.program import DeviceRounds, Fleet, Round, ScenarioView
+from p2pfl.tensor.timing import neighbour_sends
 from p2pfl.tensor.train import chunks
 
 __all__ = ["DSGDRounds"]
@@ -58,12 +58,7 @@ class DSGDRounds(DeviceRounds):
         self._mix()
         size = message_size("dsgd", "dsgd_model", f.state_bytes)
         src, dst = adj.sources, adj.indices.astype(np.int64)
-        c = f.compute_s()
-        tx = tx_time_s(size, np.minimum(np.minimum(f.link.bandwidth_bps, f.uplink_bps[src]), f.downlink_bps[dst]))
-        run = np.cumsum(tx)  # each uplink sends to its neighbours in id order, one after another
-        before = np.repeat(np.r_[0.0, run][adj.indptr[:-1]], adj.degree)
-        arrive = c[src] + (run - before) + f.link.latency_s
-        end = float(max(arrive.max(initial=0.0), c.max(initial=0.0)))
+        end = neighbour_sends(f, adj, size)
         sent = np.zeros(n, dtype=np.int64)
         np.add.at(sent, src, size)
         received = np.zeros(n, dtype=np.int64)
